@@ -1,0 +1,1380 @@
+/*
+ * pscom_bench — ping-pong and streaming benchmark over the pscom interface.
+ *
+ * Three ways to run it:
+ *   pscom_bench [options]             forks a peer and measures between the
+ *                                     two local processes
+ *   pscom_bench -l PORT               serves one client, then exits
+ *   pscom_bench -c HOST:PORT [opts]   runs against such a server
+ *
+ * The client (the forked child, or the -c side) drives the run: it sends the
+ * run parameters in a first message, so the server needs no options. The
+ * client times every round trip (or every window) and prints the results.
+ *
+ * Modes:
+ *   ping-pong  one message there, one back; latency is half the round trip.
+ *   --bw       the client sends a window of WINDOW messages, the server
+ *              answers with one small ack; per-message time is window/WINDOW.
+ *   --bidir    as --bw, but both sides send a window at the same time; the
+ *              bandwidth counts the bytes of both directions.
+ * In every mode the bandwidth column is message bytes / median per-message
+ * time, in MB/s (10^6 bytes per second).
+ */
+#include <errno.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <math.h>
+#include <sched.h>
+#include <signal.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "pscom.h"
+
+#define WINDOW         16
+#define MAX_SIZES      64
+#define MAX_MSG_SIZE   ((size_t)1 << 30)
+#define MAX_XHEADER    65535
+#define DEFAULT_MAX    ((size_t)4 << 20)
+#define ITER_BYTES     200e6 /* adaptive iterations: about this many bytes */
+#define ITERS_MIN      20
+#define ITERS_MAX      1000
+#define PARAMS_MAGIC   0x5053424eu /* "PSBN" */
+#define PARAMS_VERSION 1
+
+enum mode { MODE_PINGPONG = 0, MODE_BW = 1, MODE_BIDIR = 2 };
+
+/* Direction of a message, part of the verify pattern. */
+enum dir { DIR_C2S = 0, DIR_S2C = 1, DIR_ACK = 2 };
+
+static const char *const mode_names[] = {"pingpong", "bw", "bidir"};
+
+struct opts {
+    size_t sizes[MAX_SIZES];
+    unsigned nsizes;
+    size_t minsize, maxsize;
+    long iters;  /* -1: adaptive */
+    long warmup; /* -1: iters / 10, at least 2 */
+    enum mode mode;
+    int verify;
+    int json;
+    int ondemand;
+    size_t xheader;
+    int has_con_type;
+    pscom_con_type_t con_type;
+    unsigned timeout;
+    int cpu_server, cpu_client; /* -1: no pinning */
+    int listen_port;            /* -l PORT, or -1 */
+    const char *connect_to;     /* -c HOST:PORT, or NULL */
+};
+
+/* The first message, client to server. Both run on the same byte order
+ * (checked with the magic). */
+struct wire_step {
+    uint64_t size;
+    uint32_t iters;
+    uint32_t warmup;
+};
+
+struct wire_params {
+    uint32_t magic;
+    uint32_t version;
+    uint32_t mode;
+    uint32_t verify;
+    uint32_t xheader;
+    uint32_t window;
+    uint32_t nsizes;
+    uint32_t reserved;
+    struct wire_step step[MAX_SIZES];
+};
+
+/* The server's answer to the parameters: 0 or a negative errno. */
+struct wire_reply {
+    uint32_t magic;
+    int32_t status;
+};
+
+/* Everything one side of a run uses. */
+struct bench {
+    pscom_connection_t *con;
+    struct wire_params p;
+    int is_client;
+    size_t maxsize;
+    unsigned char *sbuf;            /* one send buffer, sent WINDOW times */
+    unsigned char *rbuf[WINDOW];    /* receive buffers, one per window slot */
+    unsigned nrbuf;
+    pscom_request_t *sreq[WINDOW];
+    pscom_request_t *rreq[WINDOW];
+    pscom_request_t *ack_sreq, *ack_rreq;
+    uint32_t ack_out, ack_in;
+    double *times; /* per-iteration one-way (or per-message) time in µs */
+};
+
+/* ---------------------------------------------------------------------- */
+/* State for the signal handlers                                          */
+/* ---------------------------------------------------------------------- */
+
+static const char *g_role = "pscom_bench";
+static const char *volatile g_phase = "startup";
+static volatile size_t g_size = SIZE_MAX; /* SIZE_MAX: not inside a size */
+static volatile unsigned g_iter;
+static volatile pid_t g_child = -1;
+static volatile sig_atomic_t g_child_reaped;
+static volatile int g_child_status;
+static volatile sig_atomic_t g_closing;
+static unsigned g_timeout = 300;
+
+/* A tiny async-signal-safe string builder. */
+struct sbuf {
+    char buf[320];
+    size_t len;
+};
+
+static void sb_str(struct sbuf *b, const char *s)
+{
+    while (*s && b->len < sizeof(b->buf) - 1)
+        b->buf[b->len++] = *s++;
+}
+
+static void sb_uint(struct sbuf *b, uint64_t v)
+{
+    char tmp[24];
+    int n = 0;
+
+    do {
+        tmp[n++] = (char)('0' + v % 10);
+        v /= 10;
+    } while (v);
+    while (n && b->len < sizeof(b->buf) - 1)
+        b->buf[b->len++] = tmp[--n];
+}
+
+static void sb_where(struct sbuf *b)
+{
+    sb_str(b, g_phase);
+    if (g_size != SIZE_MAX) {
+        sb_str(b, " at size ");
+        sb_uint(b, g_size);
+        sb_str(b, " B, iteration ");
+        sb_uint(b, g_iter);
+    }
+}
+
+static void sb_flush(struct sbuf *b)
+{
+    ssize_t rc;
+
+    sb_str(b, "\n");
+    rc = write(STDERR_FILENO, b->buf, b->len);
+    (void)rc;
+}
+
+static void on_alarm(int sig)
+{
+    struct sbuf b = {.len = 0};
+
+    (void)sig;
+    sb_str(&b, "pscom_bench (");
+    sb_str(&b, g_role);
+    sb_str(&b, "): timeout after ");
+    sb_uint(&b, g_timeout);
+    sb_str(&b, " s while ");
+    sb_where(&b);
+    sb_str(&b, " (raise it with --timeout SEC)");
+    sb_flush(&b);
+    if (g_child > 0)
+        kill(g_child, SIGTERM);
+    _exit(1);
+}
+
+static void on_sigchld(int sig)
+{
+    int saved_errno = errno;
+    int st;
+    struct sbuf b = {.len = 0};
+
+    (void)sig;
+    if (g_child <= 0 || waitpid(g_child, &st, WNOHANG) != g_child) {
+        errno = saved_errno;
+        return;
+    }
+    g_child_status = st;
+    g_child_reaped = 1;
+    if (WIFEXITED(st) && WEXITSTATUS(st) == 0) {
+        errno = saved_errno;
+        return;
+    }
+    sb_str(&b, "pscom_bench (server): the client process failed (");
+    if (WIFEXITED(st)) {
+        sb_str(&b, "exit status ");
+        sb_uint(&b, (unsigned)WEXITSTATUS(st));
+    } else {
+        sb_str(&b, "killed by signal ");
+        sb_uint(&b, (unsigned)WTERMSIG(st));
+    }
+    sb_str(&b, ") while the server was ");
+    sb_where(&b);
+    sb_flush(&b);
+    _exit(1);
+}
+
+static void arm_timeout(const char *phase)
+{
+    g_phase = phase;
+    if (g_timeout)
+        alarm(g_timeout);
+}
+
+/* Leave at once: pscom's own cleanup could wait on a broken peer. */
+static void die(void)
+{
+    fflush(stdout);
+    fflush(stderr);
+    if (g_child > 0)
+        kill(g_child, SIGTERM);
+    _exit(1);
+}
+
+#define fail(...)                                                              \
+    do {                                                                       \
+        fprintf(stderr, "pscom_bench (%s): ", g_role);                         \
+        fprintf(stderr, __VA_ARGS__);                                          \
+        fputc('\n', stderr);                                                   \
+        die();                                                                 \
+    } while (0)
+
+static void req_failed(pscom_request_t *req, const char *what)
+{
+    fprintf(stderr, "pscom_bench (%s): %s failed while %s", g_role, what,
+            g_phase);
+    if (g_size != SIZE_MAX)
+        fprintf(stderr, " at size %zu B, iteration %u", (size_t)g_size,
+                (unsigned)g_iter);
+    fprintf(stderr, ": request state %s", pscom_req_state_str(req->state));
+    if (req->connection)
+        fprintf(stderr, ", connection %s", pscom_con_str(req->connection));
+    fputc('\n', stderr);
+    die();
+}
+
+static void on_con_error(pscom_connection_t *con, pscom_op_t op,
+                         pscom_err_t err)
+{
+    if (g_closing)
+        return;
+    fprintf(stderr, "pscom_bench (%s): connection %s: %s during %s\n", g_role,
+            pscom_con_str(con), pscom_err_str(err), pscom_op_str(op));
+}
+
+/* ---------------------------------------------------------------------- */
+/* Helpers                                                                */
+/* ---------------------------------------------------------------------- */
+
+static inline uint64_t now_ns(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* The verify pattern: a Weyl sequence of 64-bit words from a seed that
+ * depends on size, iteration and direction. */
+#define PAT_STEP 0x9e3779b97f4a7c15ull
+
+static uint64_t pat_seed(uint64_t size, uint64_t iter, unsigned dir)
+{
+    uint64_t x = size * 0xc2b2ae3d27d4eb4full ^ (iter + 1) * PAT_STEP ^
+                 ((uint64_t)dir + 1) * 0x165667b19e3779f9ull;
+
+    x ^= x >> 30;
+    x *= 0xbf58476d1ce4e5b9ull;
+    x ^= x >> 27;
+    x *= 0x94d049bb133111ebull;
+    x ^= x >> 31;
+    return x;
+}
+
+static void pat_fill(unsigned char *p, size_t len, uint64_t seed)
+{
+    size_t i, n = len / 8;
+    uint64_t w = seed;
+
+    for (i = 0; i < n; i++, w += PAT_STEP)
+        memcpy(p + 8 * i, &w, 8);
+    if (len % 8)
+        memcpy(p + 8 * n, &w, len % 8);
+}
+
+/* 0 when p holds the pattern, else 1 with the first wrong byte. */
+static int pat_check(const unsigned char *p, size_t len, uint64_t seed,
+                     size_t *off, unsigned *expected, unsigned *got)
+{
+    size_t i, n = (len + 7) / 8;
+    uint64_t w = seed;
+
+    for (i = 0; i < n; i++, w += PAT_STEP) {
+        size_t k, chunk = len - 8 * i < 8 ? len - 8 * i : 8;
+        unsigned char e[8];
+
+        memcpy(e, &w, 8);
+        if (memcmp(p + 8 * i, e, chunk) == 0)
+            continue;
+        for (k = 0; k < chunk; k++) {
+            if (p[8 * i + k] != e[k]) {
+                *off = 8 * i + k;
+                *expected = e[k];
+                *got = p[8 * i + k];
+                return 1;
+            }
+        }
+    }
+    return 0;
+}
+
+#define NO_SLOT UINT_MAX /* a ping-pong message, not part of a window */
+
+static const char *dir_name(unsigned dir)
+{
+    return dir == DIR_C2S ? "client->server" :
+           dir == DIR_S2C ? "server->client" : "ack";
+}
+
+static void verify_or_die(const unsigned char *p, size_t len, size_t size,
+                          unsigned iter, unsigned dir, unsigned slot,
+                          const char *what)
+{
+    size_t off;
+    unsigned e, g;
+
+    char where[48] = "";
+
+    if (!pat_check(p, len, pat_seed(size, iter, dir), &off, &e, &g))
+        return;
+    if (slot != NO_SLOT)
+        snprintf(where, sizeof(where), "message %u of the window, ", slot);
+    fail("verify failed: size %zu, iteration %u, offset %zu%s (%s%s): "
+         "expected 0x%02x, got 0x%02x",
+         size, iter, off, what, where, dir_name(dir), e, g);
+}
+
+/* The extended header of a request (max_xheader_len bytes). */
+static unsigned char *req_xheader(pscom_request_t *req)
+{
+    return (unsigned char *)req + offsetof(pscom_request_t, xheader);
+}
+
+static inline void post_send(pscom_request_t *req, pscom_connection_t *con,
+                             void *data, size_t len, size_t xheader_len)
+{
+    req->connection  = con;
+    req->data        = data;
+    req->data_len    = len;
+    req->xheader_len = xheader_len;
+    pscom_post_send(req);
+}
+
+static inline void post_recv(pscom_request_t *req, pscom_connection_t *con,
+                             void *data, size_t len, size_t xheader_len)
+{
+    req->connection  = con;
+    req->socket      = con->socket;
+    req->data        = data;
+    req->data_len    = len;
+    req->xheader_len = xheader_len;
+    pscom_post_recv(req);
+}
+
+static inline void wait_ok(pscom_request_t *req, const char *what)
+{
+    pscom_wait(req);
+    if (!pscom_req_successful(req))
+        req_failed(req, what);
+}
+
+/* A finished receive must have succeeded and carried exactly len bytes. */
+static inline void check_recv(pscom_request_t *req, size_t len,
+                              const char *what)
+{
+    if (!pscom_req_successful(req))
+        req_failed(req, what);
+    if (req->header.data_len != len)
+        fail("%s: got a message of %zu bytes, expected %zu (at size %zu B, "
+             "iteration %u)",
+             what, (size_t)req->header.data_len, len, (size_t)g_size,
+             (unsigned)g_iter);
+}
+
+static inline void wait_recv(pscom_request_t *req, size_t len,
+                             const char *what)
+{
+    pscom_wait(req);
+    check_recv(req, len, what);
+}
+
+static void *alloc_buf(size_t len)
+{
+    void *p = NULL;
+    size_t n = len < 4096 ? 4096 : len;
+
+    if (posix_memalign(&p, 4096, n))
+        fail("out of memory allocating a %zu byte buffer", n);
+    memset(p, 0xa5, n); /* touch every page before timing */
+    return p;
+}
+
+static int parse_size(const char *s, size_t *out)
+{
+    char *end;
+    unsigned long long v, mul = 1;
+
+    errno = 0;
+    if (*s < '0' || *s > '9')
+        return -1;
+    v = strtoull(s, &end, 10);
+    if (errno)
+        return -1;
+    switch (*end) {
+    case 'k': case 'K': mul = 1ull << 10; end++; break;
+    case 'm': case 'M': mul = 1ull << 20; end++; break;
+    case 'g': case 'G': mul = 1ull << 30; end++; break;
+    default: break;
+    }
+    if (mul > 1 && *end == 'i')
+        end++;
+    if (*end == 'B' || *end == 'b')
+        end++;
+    if (*end || v > MAX_MSG_SIZE / mul)
+        return -1;
+    *out = (size_t)(v * mul);
+    return 0;
+}
+
+static long parse_long(const char *s, const char *opt, long min, long max)
+{
+    char *end;
+    long v;
+
+    errno = 0;
+    v = strtol(s, &end, 10);
+    if (errno || end == s || *end || v < min || v > max) {
+        fprintf(stderr, "pscom_bench: %s needs a number from %ld to %ld, not "
+                        "'%s'\n", opt, min, max, s);
+        exit(1);
+    }
+    return v;
+}
+
+static unsigned default_iters(size_t size, enum mode mode)
+{
+    double bytes = (double)size * (mode == MODE_PINGPONG ? 1 : WINDOW);
+    double it = bytes > 0 ? ITER_BYTES / bytes : ITERS_MAX;
+
+    if (it > ITERS_MAX)
+        it = ITERS_MAX;
+    if (it < ITERS_MIN)
+        it = ITERS_MIN;
+    return (unsigned)it;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+
+    return x < y ? -1 : x > y;
+}
+
+static void stats(double *t, unsigned n, double *median, double *p99)
+{
+    size_t idx;
+
+    qsort(t, n, sizeof(*t), cmp_double);
+    *median = n % 2 ? t[n / 2] : (t[n / 2 - 1] + t[n / 2]) / 2;
+    idx = (size_t)ceil(0.99 * n);
+    *p99 = t[idx ? idx - 1 : 0];
+}
+
+static void pin_cpu(int cpu)
+{
+    cpu_set_t set;
+
+    if (cpu < 0)
+        return;
+    CPU_ZERO(&set);
+    CPU_SET(cpu, &set);
+    if (sched_setaffinity(0, sizeof(set), &set))
+        fail("cannot pin to cpu %d: %s", cpu, strerror(errno));
+}
+
+/* ---------------------------------------------------------------------- */
+/* Options                                                                */
+/* ---------------------------------------------------------------------- */
+
+static const struct {
+    const char *name;
+    pscom_con_type_t type;
+} transports[] = {
+    {"tcp", PSCOM_CON_TYPE_TCP},      {"shm", PSCOM_CON_TYPE_SHM},
+    {"ucx", PSCOM_CON_TYPE_UCP},      {"ucp", PSCOM_CON_TYPE_UCP},
+    {"ofi", PSCOM_CON_TYPE_OFI},      {"verbs", PSCOM_CON_TYPE_OPENIB},
+    {"openib", PSCOM_CON_TYPE_OPENIB},
+};
+
+static void usage(FILE *out)
+{
+    fprintf(out,
+"Usage: pscom_bench [options]              fork a peer, measure locally\n"
+"       pscom_bench -l PORT                serve one client, then exit\n"
+"       pscom_bench -c HOST:PORT [options] run against a server\n"
+"\n"
+"Run options (give them to the client; the server learns them):\n"
+"  --sizes LIST        comma list of message sizes, k/M/G = 1024 multiples\n"
+"  --minsize N         smallest size (default 0; 0 runs 0, then 1, 2, 4, ...)\n"
+"  --maxsize N         largest size, powers of two up to it (default 4M)\n"
+"  --iters N           iterations per size (default: max(%d, min(%d, 200MB /\n"
+"                      bytes per iteration)))\n"
+"  --warmup N          untimed iterations first (default iters/10, at least 2)\n"
+"  --bw                streaming: windows of %d sends, then one small ack\n"
+"  --bidir             as --bw, both sides send a window at the same time\n"
+"  --verify            fill every message with a pattern and check each byte\n"
+"  --xheader N         extended header bytes per message (default 0)\n"
+"  --ondemand          connect on first use (default with PSP_ONDEMAND=1)\n"
+"  --json              one JSON object per line per size\n"
+"Both sides:\n"
+"  --transport NAME    use only this transport: tcp shm ucx ucp ofi verbs openib\n"
+"  --cpu A,B           pin the server (parent, -l) to core A, the client\n"
+"                      (child, -c) to core B\n"
+"  --timeout SEC       give up when a size (or connecting) takes longer\n"
+"                      (default 300, 0 = never)\n"
+"  -l, --listen PORT   server mode\n"
+"  -c, --connect H:P   client mode\n"
+"  -h, --help          this text\n",
+            ITERS_MIN, ITERS_MAX, WINDOW);
+}
+
+static void add_size(struct opts *o, size_t s)
+{
+    if (o->nsizes >= MAX_SIZES) {
+        fprintf(stderr, "pscom_bench: at most %d sizes\n", MAX_SIZES);
+        exit(1);
+    }
+    o->sizes[o->nsizes++] = s;
+}
+
+static void parse_sizes(struct opts *o, const char *list)
+{
+    char *copy = strdup(list), *save = NULL, *tok;
+
+    if (!copy)
+        exit(1);
+    o->nsizes = 0;
+    for (tok = strtok_r(copy, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+        size_t s;
+
+        if (parse_size(tok, &s)) {
+            fprintf(stderr, "pscom_bench: bad size '%s' in --sizes (a number "
+                            "up to 1G, optional k/M/G suffix)\n", tok);
+            exit(1);
+        }
+        add_size(o, s);
+    }
+    free(copy);
+    if (!o->nsizes) {
+        fprintf(stderr, "pscom_bench: --sizes needs at least one size\n");
+        exit(1);
+    }
+}
+
+static void range_sizes(struct opts *o)
+{
+    size_t s = o->minsize;
+
+    if (o->minsize > o->maxsize) {
+        fprintf(stderr, "pscom_bench: --minsize is larger than --maxsize\n");
+        exit(1);
+    }
+    add_size(o, s);
+    /* The next power of two above s, then doubling. */
+    for (s = 1; s <= o->minsize; s *= 2)
+        ;
+    for (; s <= o->maxsize; s *= 2)
+        add_size(o, s);
+}
+
+static void parse_options(struct opts *o, int argc, char **argv)
+{
+    enum {
+        OPT_SIZES = 256, OPT_MIN, OPT_MAX, OPT_ITERS, OPT_WARMUP, OPT_BW,
+        OPT_BIDIR, OPT_VERIFY, OPT_TRANSPORT, OPT_ONDEMAND, OPT_JSON,
+        OPT_XHEADER, OPT_TIMEOUT, OPT_CPU,
+    };
+    static const struct option longopts[] = {
+        {"sizes", required_argument, NULL, OPT_SIZES},
+        {"minsize", required_argument, NULL, OPT_MIN},
+        {"maxsize", required_argument, NULL, OPT_MAX},
+        {"iters", required_argument, NULL, OPT_ITERS},
+        {"warmup", required_argument, NULL, OPT_WARMUP},
+        {"bw", no_argument, NULL, OPT_BW},
+        {"bidir", no_argument, NULL, OPT_BIDIR},
+        {"verify", no_argument, NULL, OPT_VERIFY},
+        {"transport", required_argument, NULL, OPT_TRANSPORT},
+        {"ondemand", no_argument, NULL, OPT_ONDEMAND},
+        {"json", no_argument, NULL, OPT_JSON},
+        {"xheader", required_argument, NULL, OPT_XHEADER},
+        {"timeout", required_argument, NULL, OPT_TIMEOUT},
+        {"cpu", required_argument, NULL, OPT_CPU},
+        {"listen", required_argument, NULL, 'l'},
+        {"connect", required_argument, NULL, 'c'},
+        {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0},
+    };
+    const char *sizes = NULL;
+    int range = 0, c;
+    size_t i;
+
+    memset(o, 0, sizeof(*o));
+    o->maxsize     = DEFAULT_MAX;
+    o->iters       = -1;
+    o->warmup      = -1;
+    o->timeout     = 300;
+    o->cpu_server  = -1;
+    o->cpu_client  = -1;
+    o->listen_port = -1;
+
+    while ((c = getopt_long(argc, argv, "hl:c:", longopts, NULL)) != -1) {
+        switch (c) {
+        case OPT_SIZES:
+            sizes = optarg;
+            break;
+        case OPT_MIN:
+        case OPT_MAX:
+            if (parse_size(optarg, c == OPT_MIN ? &o->minsize : &o->maxsize)) {
+                fprintf(stderr, "pscom_bench: bad size '%s'\n", optarg);
+                exit(1);
+            }
+            range = 1;
+            break;
+        case OPT_ITERS:
+            o->iters = parse_long(optarg, "--iters", 1, 100000000);
+            break;
+        case OPT_WARMUP:
+            o->warmup = parse_long(optarg, "--warmup", 0, 100000000);
+            break;
+        case OPT_BW:
+            o->mode = MODE_BW;
+            break;
+        case OPT_BIDIR:
+            o->mode = MODE_BIDIR;
+            break;
+        case OPT_VERIFY:
+            o->verify = 1;
+            break;
+        case OPT_TRANSPORT:
+            for (i = 0; i < sizeof(transports) / sizeof(transports[0]); i++)
+                if (!strcmp(optarg, transports[i].name))
+                    break;
+            if (i == sizeof(transports) / sizeof(transports[0])) {
+                fprintf(stderr, "pscom_bench: unknown transport '%s'; known: ",
+                        optarg);
+                for (i = 0; i < sizeof(transports) / sizeof(transports[0]); i++)
+                    fprintf(stderr, "%s%s", i ? ", " : "", transports[i].name);
+                fputc('\n', stderr);
+                exit(1);
+            }
+            o->has_con_type = 1;
+            o->con_type     = transports[i].type;
+            break;
+        case OPT_ONDEMAND:
+            o->ondemand = 1;
+            break;
+        case OPT_JSON:
+            o->json = 1;
+            break;
+        case OPT_XHEADER:
+            o->xheader = (size_t)parse_long(optarg, "--xheader", 0, MAX_XHEADER);
+            break;
+        case OPT_TIMEOUT:
+            o->timeout = (unsigned)parse_long(optarg, "--timeout", 0, 86400 * 7);
+            break;
+        case OPT_CPU: {
+            char *end;
+            long a = strtol(optarg, &end, 10), b = -1;
+
+            if (end != optarg && *end == ',') {
+                char *s = end + 1;
+                b = strtol(s, &end, 10);
+                if (end == s)
+                    b = -1;
+            }
+            if (*end || a < 0 || b < 0 || a >= CPU_SETSIZE || b >= CPU_SETSIZE) {
+                fprintf(stderr, "pscom_bench: --cpu needs two core numbers A,B, "
+                                "not '%s'\n", optarg);
+                exit(1);
+            }
+            o->cpu_server = (int)a;
+            o->cpu_client = (int)b;
+            break;
+        }
+        case 'l':
+            o->listen_port = (int)parse_long(optarg, "--listen", 0, 65535);
+            break;
+        case 'c':
+            o->connect_to = optarg;
+            break;
+        case 'h':
+            usage(stdout);
+            exit(0);
+        default:
+            usage(stderr);
+            exit(1);
+        }
+    }
+    if (optind < argc) {
+        fprintf(stderr, "pscom_bench: unexpected argument '%s' (see -h)\n",
+                argv[optind]);
+        exit(1);
+    }
+    if (o->listen_port >= 0 && o->connect_to) {
+        fprintf(stderr, "pscom_bench: -l and -c exclude each other\n");
+        exit(1);
+    }
+    if (sizes && range) {
+        fprintf(stderr, "pscom_bench: use either --sizes or --minsize/--maxsize\n");
+        exit(1);
+    }
+    if (sizes)
+        parse_sizes(o, sizes);
+    else
+        range_sizes(o);
+    g_timeout = o->timeout;
+}
+
+/* ---------------------------------------------------------------------- */
+/* Setup shared by both sides                                             */
+/* ---------------------------------------------------------------------- */
+
+static pscom_socket_t *open_socket(const struct opts *o)
+{
+    pscom_err_t rc = pscom_init(PSCOM_VERSION);
+    pscom_socket_t *sock;
+
+    if (rc != PSCOM_SUCCESS)
+        fail("pscom_init failed: %s", pscom_err_str(rc));
+    sock = pscom_open_socket(0, 0, PSCOM_RANK_UNDEFINED,
+                             PSCOM_SOCK_FLAG_INTER_JOB);
+    if (!sock)
+        fail("pscom_open_socket failed");
+    pscom_socket_set_name(sock, "bench");
+    sock->ops.con_error = on_con_error;
+    if (o->has_con_type)
+        pscom_con_type_mask_only(sock, o->con_type);
+    return sock;
+}
+
+static pscom_request_t *new_req(size_t xheader)
+{
+    pscom_request_t *req = pscom_request_create(xheader, 0);
+
+    if (!req)
+        fail("out of memory creating a request");
+    return req;
+}
+
+/* Buffers and requests for the whole run (the largest size). */
+static void bench_alloc(struct bench *b)
+{
+    unsigned i;
+    size_t xh = b->p.xheader, maxiters = 1;
+    int streaming = b->p.mode != MODE_PINGPONG;
+    int recv_window = b->p.mode == MODE_BIDIR || (b->p.mode == MODE_BW &&
+                                                  !b->is_client);
+
+    b->maxsize = 0;
+    for (i = 0; i < b->p.nsizes; i++) {
+        if (b->p.step[i].size > b->maxsize)
+            b->maxsize = b->p.step[i].size;
+        if (b->p.step[i].iters > maxiters)
+            maxiters = b->p.step[i].iters;
+    }
+    b->sbuf  = alloc_buf(b->maxsize);
+    b->nrbuf = recv_window ? WINDOW : 1;
+    for (i = 0; i < b->nrbuf; i++)
+        b->rbuf[i] = alloc_buf(b->maxsize);
+    for (i = 0; i < (streaming ? WINDOW : 1u); i++) {
+        b->sreq[i] = new_req(xh);
+        b->rreq[i] = new_req(xh);
+    }
+    b->ack_sreq = new_req(0);
+    b->ack_rreq = new_req(0);
+    if (b->is_client) {
+        b->times = malloc(maxiters * sizeof(*b->times));
+        if (!b->times)
+            fail("out of memory for %zu timings", maxiters);
+    }
+}
+
+/* Fill or check the payload and xheader of one message. */
+static void fill_msg(struct bench *b, pscom_request_t *sreq, size_t size,
+                     unsigned it, unsigned dir)
+{
+    pat_fill(b->sbuf, size, pat_seed(size, it, dir));
+    if (b->p.xheader)
+        pat_fill(req_xheader(sreq), b->p.xheader, pat_seed(size, it, dir + 8));
+}
+
+static void check_msg(struct bench *b, pscom_request_t *rreq,
+                      const unsigned char *data, size_t size, unsigned it,
+                      unsigned dir, unsigned slot)
+{
+    verify_or_die(data, size, size, it, dir, slot, "");
+    if (b->p.xheader) {
+        size_t off;
+        unsigned e, g;
+
+        if (pat_check(req_xheader(rreq), b->p.xheader,
+                      pat_seed(size, it, dir + 8), &off, &e, &g))
+            fail("verify failed: size %zu, iteration %u, offset %zu in the "
+                 "xheader (%s): expected 0x%02x, got 0x%02x",
+                 size, it, off, dir_name(dir), e, g);
+    }
+}
+
+/* ---------------------------------------------------------------------- */
+/* The measured loops                                                     */
+/* ---------------------------------------------------------------------- */
+
+static void client_pingpong(struct bench *b, size_t size, unsigned n,
+                            unsigned warm)
+{
+    pscom_request_t *sreq = b->sreq[0], *rreq = b->rreq[0];
+    size_t xh = b->p.xheader;
+    unsigned it;
+
+    for (it = 0; it < n; it++) {
+        uint64_t t0, t1;
+
+        g_iter = it;
+        if (b->p.verify)
+            fill_msg(b, sreq, size, it, DIR_C2S);
+        post_recv(rreq, b->con, b->rbuf[0], size, xh);
+        t0 = now_ns();
+        post_send(sreq, b->con, b->sbuf, size, xh);
+        pscom_wait(rreq);
+        t1 = now_ns();
+        check_recv(rreq, size, "receive");
+        wait_ok(sreq, "send");
+        if (b->p.verify)
+            check_msg(b, rreq, b->rbuf[0], size, it, DIR_S2C, NO_SLOT);
+        if (it >= warm)
+            b->times[it - warm] = (double)(t1 - t0) / 2000.0;
+    }
+}
+
+static void server_pingpong(struct bench *b, size_t size, unsigned n)
+{
+    pscom_request_t *sreq = b->sreq[0], *rreq = b->rreq[0];
+    size_t xh = b->p.xheader;
+    unsigned it;
+
+    post_recv(rreq, b->con, b->rbuf[0], size, xh);
+    for (it = 0; it < n; it++) {
+        g_iter = it;
+        if (b->p.verify)
+            fill_msg(b, sreq, size, it, DIR_S2C);
+        wait_recv(rreq, size, "receive");
+        if (b->p.verify)
+            check_msg(b, rreq, b->rbuf[0], size, it, DIR_C2S, NO_SLOT);
+        if (it + 1 < n)
+            post_recv(rreq, b->con, b->rbuf[0], size, xh);
+        post_send(sreq, b->con, b->sbuf, size, xh);
+        wait_ok(sreq, "send");
+    }
+}
+
+static void post_window_sends(struct bench *b, size_t size)
+{
+    unsigned k;
+
+    for (k = 0; k < WINDOW; k++) {
+        /* Every message of a window carries the same payload and xheader. */
+        if (k && b->p.xheader && b->p.verify)
+            memcpy(req_xheader(b->sreq[k]), req_xheader(b->sreq[0]),
+                   b->p.xheader);
+        post_send(b->sreq[k], b->con, b->sbuf, size, b->p.xheader);
+    }
+}
+
+static void post_window_recvs(struct bench *b, size_t size)
+{
+    unsigned k;
+
+    for (k = 0; k < WINDOW; k++)
+        post_recv(b->rreq[k], b->con, b->rbuf[k], size, b->p.xheader);
+}
+
+static void wait_window(struct bench *b, pscom_request_t **reqs, size_t size,
+                        int recv)
+{
+    unsigned k;
+
+    for (k = 0; k < WINDOW; k++) {
+        if (recv)
+            wait_recv(reqs[k], size, "window receive");
+        else
+            wait_ok(reqs[k], "window send");
+    }
+}
+
+static void check_window(struct bench *b, size_t size, unsigned it,
+                         unsigned dir)
+{
+    unsigned k;
+
+    for (k = 0; k < WINDOW; k++)
+        check_msg(b, b->rreq[k], b->rbuf[k], size, it, dir, k);
+}
+
+static void client_window(struct bench *b, size_t size, unsigned n,
+                          unsigned warm)
+{
+    int bidir = b->p.mode == MODE_BIDIR;
+    unsigned it;
+
+    for (it = 0; it < n; it++) {
+        uint64_t t0, t1;
+
+        g_iter = it;
+        if (b->p.verify)
+            fill_msg(b, b->sreq[0], size, it, DIR_C2S);
+        if (bidir)
+            post_window_recvs(b, size);
+        post_recv(b->ack_rreq, b->con, &b->ack_in, sizeof(b->ack_in), 0);
+        t0 = now_ns();
+        post_window_sends(b, size);
+        wait_window(b, b->sreq, size, 0);
+        if (bidir)
+            wait_window(b, b->rreq, size, 1);
+        pscom_wait(b->ack_rreq);
+        t1 = now_ns();
+        check_recv(b->ack_rreq, sizeof(b->ack_in), "ack receive");
+        if (b->ack_in != it)
+            fail("ack out of order: got %u, expected %u (size %zu)",
+                 (unsigned)b->ack_in, it, size);
+        if (bidir && b->p.verify)
+            check_window(b, size, it, DIR_S2C);
+        if (it >= warm)
+            b->times[it - warm] = (double)(t1 - t0) / 1000.0 / WINDOW;
+    }
+}
+
+static void server_window(struct bench *b, size_t size, unsigned n)
+{
+    int bidir = b->p.mode == MODE_BIDIR;
+    unsigned it;
+
+    if (!bidir)
+        post_window_recvs(b, size);
+    for (it = 0; it < n; it++) {
+        g_iter = it;
+        if (bidir) {
+            if (b->p.verify)
+                fill_msg(b, b->sreq[0], size, it, DIR_S2C);
+            post_window_recvs(b, size);
+            post_window_sends(b, size);
+        }
+        wait_window(b, b->rreq, size, 1);
+        if (b->p.verify)
+            check_window(b, size, it, DIR_C2S);
+        if (!bidir && it + 1 < n)
+            post_window_recvs(b, size);
+        b->ack_out = it;
+        post_send(b->ack_sreq, b->con, &b->ack_out, sizeof(b->ack_out), 0);
+        wait_ok(b->ack_sreq, "ack send");
+        if (bidir)
+            wait_window(b, b->sreq, size, 0);
+    }
+}
+
+/* ---------------------------------------------------------------------- */
+/* Output                                                                 */
+/* ---------------------------------------------------------------------- */
+
+static void print_header(const struct bench *b, const char *transport)
+{
+    printf("# pscom_bench: %s, transport %s, xheader %u B", mode_names[b->p.mode],
+           transport, (unsigned)b->p.xheader);
+    if (b->p.mode != MODE_PINGPONG)
+        printf(", window %d", WINDOW);
+    putchar('\n');
+    printf("# connection %s\n", pscom_con_str(b->con));
+    if (b->p.mode == MODE_BIDIR)
+        printf("# latency: window time / %d; bandwidth counts both "
+               "directions\n", WINDOW);
+    else if (b->p.mode == MODE_BW)
+        printf("# latency: window time / %d\n", WINDOW);
+    else
+        printf("# latency: round trip / 2\n");
+    printf("%12s %9s %13s %13s %12s\n", "size", "iters", "lat_med_us",
+           "lat_p99_us", "bw_MBps");
+    fflush(stdout);
+}
+
+static void print_json_str(const char *s)
+{
+    putchar('"');
+    for (; *s; s++) {
+        if (*s == '"' || *s == '\\')
+            printf("\\%c", *s);
+        else if ((unsigned char)*s < 0x20)
+            printf("\\u%04x", (unsigned char)*s);
+        else
+            putchar(*s);
+    }
+    putchar('"');
+}
+
+static void print_result(const struct bench *b, int json, size_t size,
+                         unsigned iters, double med, double p99,
+                         const char *transport)
+{
+    double bytes = (double)size * (b->p.mode == MODE_BIDIR ? 2 : 1);
+    double bw = med > 0 ? bytes / med : 0; /* bytes per µs = MB/s */
+
+    if (json) {
+        printf("{\"size\": %zu, \"iters\": %u, \"lat_us_median\": %.3f, "
+               "\"lat_us_p99\": %.3f, \"bw_MBps\": %.2f, \"transport\": ",
+               size, iters, med, p99, bw);
+        print_json_str(transport);
+        printf(", \"mode\": \"%s\"}\n", mode_names[b->p.mode]);
+    } else {
+        printf("%12zu %9u %13.3f %13.3f %12.2f\n", size, iters, med, p99, bw);
+    }
+    fflush(stdout);
+}
+
+/* ---------------------------------------------------------------------- */
+/* The two sides                                                          */
+/* ---------------------------------------------------------------------- */
+
+static void build_params(const struct opts *o, struct wire_params *p)
+{
+    unsigned i;
+
+    memset(p, 0, sizeof(*p));
+    p->magic   = PARAMS_MAGIC;
+    p->version = PARAMS_VERSION;
+    p->mode    = o->mode;
+    p->verify  = (uint32_t)o->verify;
+    p->xheader = (uint32_t)o->xheader;
+    p->window  = WINDOW;
+    p->nsizes  = o->nsizes;
+    for (i = 0; i < o->nsizes; i++) {
+        unsigned iters = o->iters > 0 ? (unsigned)o->iters :
+                         default_iters(o->sizes[i], o->mode);
+        long warm = o->warmup >= 0 ? o->warmup : iters / 10;
+
+        if (o->warmup < 0 && warm < 2)
+            warm = 2;
+        p->step[i].size   = o->sizes[i];
+        p->step[i].iters  = iters;
+        p->step[i].warmup = (uint32_t)warm;
+    }
+}
+
+static int client(const struct opts *o, const char *ep)
+{
+    pscom_socket_t *sock = open_socket(o);
+    struct bench b = {.is_client = 1};
+    struct wire_reply reply = {0};
+    pscom_request_t *req, *rep;
+    const char *transport;
+    int ondemand = 0;
+    uint64_t flags;
+    pscom_err_t rc;
+    unsigned i;
+
+    pscom_env_get_int(&ondemand, "PSP_ONDEMAND");
+    flags = (o->ondemand || ondemand == 1) ? PSCOM_CON_FLAG_ONDEMAND :
+                                             PSCOM_CON_FLAG_DIRECT;
+    b.con = pscom_open_connection(sock);
+    if (!b.con)
+        fail("pscom_open_connection failed");
+
+    arm_timeout("connecting");
+    rc = pscom_connect(b.con, ep, PSCOM_RANK_UNDEFINED, flags);
+    if (rc != PSCOM_SUCCESS)
+        fail("cannot connect to %s: %s%s%s", ep, pscom_err_str(rc),
+             rc == PSCOM_ERR_STDERROR ? ": " : "",
+             rc == PSCOM_ERR_STDERROR ? strerror(errno) : "");
+
+    /* Send the parameters and wait for the server's answer: the first round
+     * trip also completes an on-demand connection. */
+    arm_timeout("exchanging the run parameters");
+    build_params(o, &b.p);
+    req = new_req(0);
+    rep = new_req(0);
+    post_recv(rep, b.con, &reply, sizeof(reply), 0);
+    post_send(req, b.con, &b.p, sizeof(b.p), 0);
+    wait_ok(req, "sending the parameters");
+    wait_recv(rep, sizeof(reply), "receiving the server's answer");
+    if (reply.magic != PARAMS_MAGIC)
+        fail("the server's answer is garbled (magic 0x%08x)",
+             (unsigned)reply.magic);
+    if (reply.status)
+        fail("the server cannot run this benchmark: %s",
+             strerror(-reply.status));
+
+    transport = pscom_con_type_str(b.con->type);
+    bench_alloc(&b);
+    if (!o->json)
+        print_header(&b, transport);
+
+    for (i = 0; i < b.p.nsizes; i++) {
+        size_t size = b.p.step[i].size;
+        unsigned iters = b.p.step[i].iters, warm = b.p.step[i].warmup;
+        double med, p99;
+
+        g_size = size;
+        arm_timeout("measuring");
+        if (b.p.mode == MODE_PINGPONG)
+            client_pingpong(&b, size, warm + iters, warm);
+        else
+            client_window(&b, size, warm + iters, warm);
+        stats(b.times, iters, &med, &p99);
+        print_result(&b, o->json, size, iters, med, p99, transport);
+    }
+    g_size = SIZE_MAX;
+
+    /* Tell the server we are done, so it can close first. */
+    arm_timeout("closing");
+    b.ack_out = UINT32_MAX;
+    post_send(b.ack_sreq, b.con, &b.ack_out, sizeof(b.ack_out), 0);
+    wait_ok(b.ack_sreq, "sending the final message");
+    g_closing = 1;
+    pscom_close_connection(b.con);
+    pscom_close_socket(sock);
+    alarm(0);
+    return 0;
+}
+
+/* Serve one client on `sock` (already listening). */
+static int server(const struct opts *o, pscom_socket_t *sock, int announce)
+{
+    struct bench b = {.is_client = 0};
+    struct wire_reply reply = {.magic = PARAMS_MAGIC, .status = 0};
+    pscom_request_t *req = new_req(0), *rep = new_req(0);
+    unsigned i;
+
+    (void)o;
+    g_phase = "waiting for a client";
+    req->socket = sock;
+    req->connection = NULL;
+    req->data = &b.p;
+    req->data_len = sizeof(b.p);
+    req->xheader_len = 0;
+    pscom_post_recv(req);
+    pscom_wait(req);
+    arm_timeout("receiving the run parameters");
+    if (!pscom_req_successful(req))
+        req_failed(req, "receiving the parameters");
+    b.con = req->connection;
+    if (req->header.data_len != sizeof(b.p) || b.p.magic != PARAMS_MAGIC ||
+        b.p.version != PARAMS_VERSION)
+        fail("the client %s sent no valid parameters (a different "
+             "pscom_bench version?)", pscom_con_str(b.con));
+    if (b.p.nsizes == 0 || b.p.nsizes > MAX_SIZES || b.p.mode > MODE_BIDIR ||
+        b.p.window != WINDOW || b.p.xheader > MAX_XHEADER)
+        reply.status = -EINVAL;
+    for (i = 0; i < b.p.nsizes && i < MAX_SIZES; i++)
+        if (b.p.step[i].size > MAX_MSG_SIZE || !b.p.step[i].iters)
+            reply.status = -EINVAL;
+    post_send(rep, b.con, &reply, sizeof(reply), 0);
+    wait_ok(rep, "answering the parameters");
+    if (reply.status)
+        fail("rejected invalid parameters from %s", pscom_con_str(b.con));
+
+    if (announce) {
+        printf("pscom_bench: serving %s via %s: %s, %u sizes\n",
+               pscom_con_str(b.con), pscom_con_type_str(b.con->type),
+               mode_names[b.p.mode], (unsigned)b.p.nsizes);
+        fflush(stdout);
+    }
+    bench_alloc(&b);
+
+    for (i = 0; i < b.p.nsizes; i++) {
+        size_t size = b.p.step[i].size;
+        unsigned n = b.p.step[i].iters + b.p.step[i].warmup;
+
+        g_size = size;
+        arm_timeout("serving");
+        if (b.p.mode == MODE_PINGPONG)
+            server_pingpong(&b, size, n);
+        else
+            server_window(&b, size, n);
+    }
+    g_size = SIZE_MAX;
+
+    /* The client closes right after its final message: its EOF is no error. */
+    arm_timeout("waiting for the client's final message");
+    g_closing = 1;
+    post_recv(b.ack_rreq, b.con, &b.ack_in, sizeof(b.ack_in), 0);
+    wait_recv(b.ack_rreq, sizeof(b.ack_in), "receiving the final message");
+    pscom_close_connection(b.con);
+    pscom_close_socket(sock);
+    return 0;
+}
+
+/* The child: wait for the server's endpoint string on `fd`, then run. */
+static int forked_client(const struct opts *o, int fd)
+{
+    char ep[512];
+    size_t len = 0;
+
+    g_role = "client";
+    prctl(PR_SET_PDEATHSIG, SIGTERM);
+    if (getppid() == 1)
+        fail("the server process is gone");
+    pin_cpu(o->cpu_client);
+    arm_timeout("waiting for the server to listen");
+    for (;;) {
+        ssize_t n = read(fd, ep + len, sizeof(ep) - 1 - len);
+
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0)
+            fail("reading the endpoint from the server: %s", strerror(errno));
+        if (n == 0)
+            break;
+        len += (size_t)n;
+        if (len == sizeof(ep) - 1)
+            break;
+    }
+    close(fd);
+    ep[len] = '\0';
+    if (!len)
+        fail("the server process failed before it listened");
+    return client(o, ep);
+}
+
+/* Fork the client first (before pscom_init, so no library state is shared
+ * between the processes), then listen and hand it the endpoint string
+ * through a pipe: it connects only once the server listens. */
+static int run_forked(const struct opts *o)
+{
+    struct sigaction sa;
+    pscom_socket_t *sock;
+    char *ep = NULL;
+    pscom_err_t rc;
+    int pfd[2], st, ret;
+    sigset_t set;
+    size_t len;
+
+    if (pipe(pfd))
+        fail("pipe: %s", strerror(errno));
+    fflush(stdout);
+    fflush(stderr);
+
+    memset(&sa, 0, sizeof(sa));
+    sa.sa_handler = on_sigchld;
+    sa.sa_flags   = SA_RESTART | SA_NOCLDSTOP;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGCHLD, &sa, NULL);
+
+    g_child = fork();
+    if (g_child < 0)
+        fail("fork: %s", strerror(errno));
+    if (g_child == 0) {
+        g_child = -1;
+        signal(SIGCHLD, SIG_DFL);
+        close(pfd[1]);
+        ret = forked_client(o, pfd[0]);
+        fflush(stdout);
+        exit(ret);
+    }
+
+    g_role = "server";
+    close(pfd[0]);
+    signal(SIGPIPE, SIG_IGN);
+    pin_cpu(o->cpu_server);
+    arm_timeout("starting to listen");
+    sock = open_socket(o);
+    rc = pscom_listen(sock, PSCOM_ANYPORT);
+    if (rc != PSCOM_SUCCESS)
+        fail("pscom_listen failed: %s", pscom_err_str(rc));
+    rc = pscom_socket_get_ep_str(sock, &ep);
+    if (rc != PSCOM_SUCCESS || !ep)
+        fail("pscom_socket_get_ep_str failed: %s", pscom_err_str(rc));
+    len = strlen(ep);
+    if (write(pfd[1], ep, len) != (ssize_t)len)
+        fail("passing the endpoint to the client: %s", strerror(errno));
+    close(pfd[1]);
+    pscom_socket_free_ep_str(ep);
+
+    arm_timeout("waiting for the client to connect");
+    ret = server(o, sock, 0);
+
+    arm_timeout("waiting for the client process to exit");
+    sigemptyset(&set);
+    sigaddset(&set, SIGCHLD);
+    sigprocmask(SIG_BLOCK, &set, NULL);
+    if (g_child_reaped) {
+        st = g_child_status;
+    } else {
+        while (waitpid(g_child, &st, 0) < 0) {
+            if (errno != EINTR)
+                fail("waitpid: %s", strerror(errno));
+        }
+    }
+    g_child = -1;
+    alarm(0);
+    if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {
+        fprintf(stderr, "pscom_bench (server): the client process failed\n");
+        return 1;
+    }
+    return ret;
+}
+
+static int run_listen(const struct opts *o)
+{
+    pscom_socket_t *sock;
+    pscom_err_t rc;
+
+    g_role = "server";
+    signal(SIGPIPE, SIG_IGN);
+    pin_cpu(o->cpu_server);
+    sock = open_socket(o);
+    rc = pscom_listen(sock, o->listen_port);
+    if (rc != PSCOM_SUCCESS)
+        fail("cannot listen on port %d: %s%s%s", o->listen_port,
+             pscom_err_str(rc), rc == PSCOM_ERR_STDERROR ? ": " : "",
+             rc == PSCOM_ERR_STDERROR ? strerror(errno) : "");
+    printf("pscom_bench: listening on port %d\n", pscom_get_portno(sock));
+    fflush(stdout);
+    return server(o, sock, 1);
+}
+
+int main(int argc, char **argv)
+{
+    struct opts o;
+
+    parse_options(&o, argc, argv);
+    signal(SIGALRM, on_alarm);
+
+    if (o.listen_port >= 0)
+        return run_listen(&o);
+    if (o.connect_to) {
+        g_role = "client";
+        signal(SIGPIPE, SIG_IGN);
+        pin_cpu(o.cpu_client);
+        return client(&o, o.connect_to);
+    }
+    return run_forked(&o);
+}

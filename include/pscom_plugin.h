@@ -1,0 +1,195 @@
+/*
+ * The transport plugin interface of pscom.
+ *
+ * A plugin carries the bytes of established connections. The core owns the
+ * connections, their send and receive queues and the message framing; a
+ * plugin only moves frames. It sees the core through the functions declared
+ * here and nothing else, so a plugin built out of tree against this header
+ * works with any library of the same PSCOM_PLUGIN_API_VERSION major.
+ *
+ * Life of a connection on a plugin:
+ *   1. Pre-connection (TCP): both sides exchange their identity; the
+ *      connecting side picks the first plugin of its priority order that the
+ *      accepting side also offers (ops.offer).
+ *   2. Both sides call ops.hs_start() to describe their end (a blob, e.g. a
+ *      worker address), exchange the blobs, and call ops.hs_connect() with the
+ *      peer's blob. If either side fails, both call ops.hs_abort() and the
+ *      next common plugin is tried; tcp comes last.
+ *   3. ops.open() switches the connection to the plugin. From then on the core
+ *      calls ops.tx_kick() when frames are queued, and the plugin hands
+ *      arriving bytes to pscom_plugin_rx_push()/pscom_plugin_rx_direct*().
+ *   4. ops.close() releases the plugin's state; it is called exactly once
+ *      after a successful open(), on close and on error alike.
+ *
+ * All callbacks run with the library lock held (if the application enabled
+ * threads) and must not block. Upcalls into the core may run application
+ * callbacks that post or close; the int results of the upcalls tell the
+ * plugin when to stop using a connection.
+ */
+#ifndef PSCOM_PLUGIN_H_
+#define PSCOM_PLUGIN_H_
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+#include <sys/uio.h>
+
+#include "pscom.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Major in the high byte: a different major is refused at load time. */
+#define PSCOM_PLUGIN_API_VERSION 0x0100
+#define PSCOM_PLUGIN_API_MAJOR(v) (((v) >> 8) & 0xff)
+
+/* A core connection as a plugin sees it (opaque). */
+typedef struct psc_con pscom_plugin_con_t;
+
+/* ---------------------------------------------------------------------- */
+/* Configuration rows                                                     */
+/* ---------------------------------------------------------------------- */
+
+typedef enum pscom_config_type {
+    PSCOM_CONFIG_INT,  /* int */
+    PSCOM_CONFIG_UINT, /* unsigned int; "inf" is UINT_MAX */
+    PSCOM_CONFIG_SIZE, /* size_t; "inf" is SIZE_MAX; k/M/G suffixes (powers of 1024) */
+    PSCOM_CONFIG_BOOL, /* int 0/1; also yes/no, true/false, on/off */
+    PSCOM_CONFIG_STR,  /* char *, NULL when unset; owned by the table */
+    PSCOM_CONFIG_DIR,  /* as STR, with a trailing '/' added */
+} pscom_config_type_t;
+
+/* One PSP_* variable. Tables are static and live as long as the program. */
+typedef struct pscom_config_row {
+    const char *name;         /* "PSP_TCP_SNDBUF" */
+    pscom_config_type_t type; /* what `var` points to */
+    const char *defval;       /* the default as text; NULL: unset (strings) */
+    const char *help;         /* one line, for pscom_info -c and the docs */
+    const char *owner;        /* "core", or the plugin name */
+    const char *parent;       /* consulted when `name` is unset, or NULL */
+    void *var;                /* where the parsed value is stored */
+} pscom_config_row_t;
+
+/* Add rows to the library's table. Each variable is set from its default,
+ * then from the environment (or its parent). A value that does not parse is
+ * reported and the default kept. */
+void pscom_plugin_config_register(const pscom_config_row_t *rows, size_t count);
+
+/* ---------------------------------------------------------------------- */
+/* The plugin descriptor                                                  */
+/* ---------------------------------------------------------------------- */
+
+/* Who the peer of a connection being set up is. */
+typedef struct pscom_plugin_peer {
+    int same_node;        /* 1: the peer runs on this host (boot id + hostname) */
+    int node_id;          /* the peer's node id */
+    int rank;             /* the peer socket's rank, or PSCOM_RANK_UNDEFINED */
+    pid_t pid;            /* the peer's process id */
+    const char *hostname; /* the peer's hostname */
+} pscom_plugin_peer_t;
+
+typedef struct pscom_plugin_ops {
+    /* Optional. Once, before the plugin is first used; 0 or a negative errno.
+     * A failing init disables the plugin (logged, listed by pscom_info). */
+    int (*init)(void);
+    /* Optional. At library teardown after every connection was closed. */
+    void (*destroy)(void);
+    /* Optional. 1 when the plugin can be offered for this peer (default 1). */
+    int (*offer)(const pscom_plugin_peer_t *peer);
+    /* Mandatory. Describe our end for the peer: write at most *len bytes to
+     * blob and set *len. 0, or a negative errno to skip this plugin. */
+    int (*hs_start)(pscom_plugin_con_t *con, void *priv, void *blob,
+                    size_t *len);
+    /* Mandatory. Connect to the peer's end described by blob. 0 or -errno. */
+    int (*hs_connect)(pscom_plugin_con_t *con, void *priv, const void *blob,
+                      size_t len);
+    /* Optional. Undo hs_start/hs_connect after a failed handshake. */
+    void (*hs_abort)(pscom_plugin_con_t *con, void *priv);
+    /* Mandatory. The connection now runs on this plugin. precon_fd is the
+     * pre-connection's TCP socket: return 1 to keep it (the plugin closes it
+     * in close()), 0 to let the core close it. Negative errno on failure. */
+    int (*open)(pscom_plugin_con_t *con, void *priv, int precon_fd);
+    /* Mandatory. Release everything of this connection. No upcalls after. */
+    void (*close)(pscom_plugin_con_t *con, void *priv);
+    /* Mandatory. Frames are queued: write what can be written now with
+     * pscom_plugin_tx_peek()/pscom_plugin_tx_done(); what cannot, later. */
+    void (*tx_kick)(pscom_plugin_con_t *con, void *priv);
+    /* Optional. Polled on every round of progress while the plugin has open
+     * connections; returns 1 when it made progress. */
+    int (*progress)(void);
+} pscom_plugin_ops_t;
+
+/* Capabilities (pscom_plugin_t.flags). */
+#define PSCOM_PLUGIN_LOCAL_ONLY 0x1 /* only for peers on the same node */
+
+typedef struct pscom_plugin {
+    uint32_t api_version;       /* PSCOM_PLUGIN_API_VERSION */
+    const char *name;           /* short lower-case name: "tcp" */
+    const char *alias;          /* other PSP_<ALIAS> priority name, or NULL */
+    pscom_con_type_t con_type;  /* what connection->type shows */
+    int priority;               /* built-in rank; larger is preferred */
+    size_t con_priv_size;       /* zeroed per-connection state given as `priv` */
+    unsigned flags;             /* PSCOM_PLUGIN_* */
+    size_t *rendezvous;         /* threshold for this plugin, or NULL: the core's */
+    const pscom_plugin_ops_t *ops;
+} pscom_plugin_t;
+
+/* A loadable plugin libpscom4NAME.so exports its descriptor under this name
+ * followed by NAME: pscom_plugin_ucx. */
+#define PSCOM_PLUGIN_SYMBOL_PREFIX "pscom_plugin_"
+
+/* ---------------------------------------------------------------------- */
+/* Core services                                                          */
+/* ---------------------------------------------------------------------- */
+
+/* Send side. Describe the bytes to write next: up to iov_max entries
+ * covering the queued frames in order. Returns the number of entries, 0 when
+ * nothing is queued; *total gets their byte count. */
+int pscom_plugin_tx_peek(pscom_plugin_con_t *con, struct iovec *iov,
+                         int iov_max, size_t *total);
+/* n bytes of what tx_peek described were written (completes requests).
+ * Returns 0, or -1 when the connection is closing: then stop using it. */
+int pscom_plugin_tx_done(pscom_plugin_con_t *con, size_t n);
+/* 1 when frames are queued. */
+int pscom_plugin_tx_pending(pscom_plugin_con_t *con);
+
+/* Receive side. Feed arriving bytes (any chunking). Returns 0, or -1 when
+ * the connection failed or is closing: then stop reading it. */
+int pscom_plugin_rx_push(pscom_plugin_con_t *con, const void *buf, size_t len);
+/* Where the next bytes of a message body may go directly (a user buffer),
+ * or 0 when they must go through pscom_plugin_rx_push(). */
+size_t pscom_plugin_rx_direct(pscom_plugin_con_t *con, void **buf);
+/* n bytes were written to the buffer rx_direct returned. 0 or -1 as above. */
+int pscom_plugin_rx_direct_done(pscom_plugin_con_t *con, size_t n);
+
+/* The connection broke (EOF, reset, ...). The core fails its requests and
+ * calls socket->ops.con_error; ops.close() follows later, outside of the
+ * plugin's own call chain, so `priv` stays valid until then. what: the
+ * system call that failed, for the log line. */
+void pscom_plugin_con_error(pscom_plugin_con_t *con, pscom_op_t op,
+                            pscom_err_t err, const char *what, int sys_errno);
+
+/* The public connection, for names in messages. */
+pscom_connection_t *pscom_plugin_con_pub(pscom_plugin_con_t *con);
+/* "name(rank)@host:port <-> name(rank)@host:port [transport]" */
+const char *pscom_plugin_con_str(pscom_plugin_con_t *con);
+
+/* File descriptors watched by the progress engine. `hot` descriptors are
+ * looked at on every round; cold ones (listeners) every few rounds. */
+typedef void (*pscom_plugin_fd_cb_t)(int fd, uint32_t events, void *arg);
+int pscom_plugin_fd_add(int fd, uint32_t events, int hot,
+                        pscom_plugin_fd_cb_t cb, void *arg);
+int pscom_plugin_fd_mod(int fd, uint32_t events);
+void pscom_plugin_fd_del(int fd);
+
+/* Logging at PSP_DEBUG levels (0 fatal .. 6 trace). */
+void pscom_plugin_log(int level, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+int pscom_plugin_log_level(void);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* PSCOM_PLUGIN_H_ */

@@ -1,0 +1,324 @@
+/*
+ * Connections: life cycle, failure, closing and the send queue kick.
+ *
+ * A connection is freed only at a safe point (progress depth 0), because
+ * application callbacks may close it while a plugin is still inside its
+ * read or write loop for it: closing retires it (psc_con_retire) and
+ * psc_con_reap() frees it later.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core.h"
+
+struct psc_con *psc_con_create(struct psc_sock *sock)
+{
+    size_t user = sock->pub.connection_userdata_size;
+    struct psc_con *con = calloc(1, sizeof(*con) + user);
+    if (!con) return NULL;
+
+    con->magic = PSC_CON_MAGIC;
+    con->sock = sock;
+    con->id = ++psc_ctx.next_id;
+    psc_list_init(&con->next_con);
+    psc_list_init(&con->next_dead);
+    psc_list_init(&con->sendq);
+    psc_list_init(&con->recvq_user);
+    psc_list_init(&con->net_recvq);
+    psc_list_init(&con->rndv_sendq);
+    psc_list_init(&con->rndv_recvq);
+    psc_rx_init(&con->rx);
+    con->rndv_threshold = psc_settings.rendezvous;
+
+    pscom_connection_t *c = &con->pub;
+    c->socket = &sock->pub;
+    c->state = PSCOM_CON_STATE_NO_RW;
+    c->type = PSCOM_CON_TYPE_NONE;
+    c->remote_con_info.rank = PSCOM_RANK_UNDEFINED;
+    c->remote_con_info.node_id = -1;
+    c->remote_con_info.tcp.portno = -1;
+    c->userdata_size = user;
+    return con;
+}
+
+void psc_con_make_visible(struct psc_con *con)
+{
+    if (con->visible) return;
+    con->visible = true;
+    psc_list_add_tail(&con->next_con, &con->sock->cons);
+}
+
+pscom_connection_t *pscom_open_connection(pscom_socket_t *socket)
+{
+    if (!socket) return NULL;
+    psc_lock();
+    struct psc_con *con = psc_con_create(sock_of(socket));
+    if (con) psc_con_make_visible(con);
+    psc_unlock();
+    if (!con) {
+        psc_err("pscom_open_connection: out of memory");
+        return NULL;
+    }
+    return &con->pub;
+}
+
+const char *psc_con_str(struct psc_con *con)
+{
+    static __thread char buf[256];
+    const pscom_con_info_t *l = &con->sock->pub.local_con_info;
+    const pscom_con_info_t *r = &con->pub.remote_con_info;
+    snprintf(buf, sizeof(buf), "connection %.8s(r%d) <-> %.8s(r%d)@%s [%s]",
+             l->name, l->rank, r->name, r->rank,
+             con->peer_addr[0] ? con->peer_addr : "?",
+             pscom_con_type_str(con->pub.type));
+    return buf;
+}
+
+const char *pscom_plugin_con_str(pscom_plugin_con_t *con)
+{
+    return psc_con_str(con);
+}
+
+pscom_connection_t *pscom_plugin_con_pub(pscom_plugin_con_t *con)
+{
+    return &con->pub;
+}
+
+void psc_con_kick(struct psc_con *con)
+{
+    if (!con->plugin_open || con->failed) return;
+    con->plugin->desc->ops->tx_kick(con, con->plugin_priv);
+}
+
+void psc_con_enqueue(struct psc_con *con, struct psc_req *req)
+{
+    psc_list_add_tail(&req->next, &con->sendq);
+    psc_con_kick(con);
+}
+
+void psc_con_established(struct psc_con *con, struct psc_plugin *plugin,
+                         void *priv)
+{
+    const pscom_plugin_t *d = plugin->desc;
+
+    con->plugin = plugin;
+    con->plugin_priv = priv;
+    con->plugin_open = true;
+    plugin->open_cons++;
+    con->pub.type = d->con_type;
+    con->pub.state = PSCOM_CON_STATE_RW;
+    con->rndv_threshold = d->rendezvous ? *d->rendezvous : psc_settings.rendezvous;
+    if (psc_settings.debug_contype)
+        psc_log_write(PSC_LOG_ERROR, "%s: using %s", psc_con_str(con), d->name);
+    else
+        psc_debug("%s: established on %s", psc_con_str(con), d->name);
+    if (!psc_list_empty(&con->sendq)) psc_con_kick(con);
+}
+
+void pscom_plugin_con_error(pscom_plugin_con_t *con, pscom_op_t op,
+                            pscom_err_t err, const char *what, int sys_errno)
+{
+    if (con->failed) return;
+    if (err == PSCOM_ERR_EOF)
+        psc_debug("%s: the peer closed the connection (%s)", psc_con_str(con),
+                  what);
+    else
+        psc_warn("%s: %s failed: %s; the connection is closed", psc_con_str(con),
+                 what, sys_errno ? strerror(sys_errno) : pscom_err_str(err));
+    psc_con_fail(con, op, err);
+}
+
+void psc_con_fail(struct psc_con *con, pscom_op_t op, pscom_err_t err)
+{
+    if (con->failed) return;
+    con->failed = true;
+    con->error = err;
+    con->pub.state = PSCOM_CON_STATE_CLOSED;
+
+    psc_proto_fail_requests(con);
+    if (con->plugin_open && psc_list_unlinked(&con->next_dead))
+        psc_list_add_tail(&con->next_dead, &psc_ctx.dead);
+
+    pscom_socket_t *s = &con->sock->pub;
+    if (con->visible && !con->closing && s->ops.con_error)
+        s->ops.con_error(&con->pub, op, err);
+}
+
+void psc_con_retire(struct psc_con *con)
+{
+    if (con->zombie) return;
+    con->zombie = true;
+    if (con->precon) {
+        psc_precon_destroy(con->precon);
+        con->precon = NULL;
+    }
+    if (con->visible) psc_list_del(&con->next_con);
+    con->visible = false;
+    psc_list_add_tail(&con->next_con, &psc_ctx.zombies);
+    if (con->plugin_open && psc_list_unlinked(&con->next_dead))
+        psc_list_add_tail(&con->next_dead, &psc_ctx.dead);
+}
+
+void psc_con_reap(void)
+{
+    while (!psc_list_empty(&psc_ctx.dead)) {
+        struct psc_con *con =
+            psc_list_first(&psc_ctx.dead, struct psc_con, next_dead);
+        psc_list_del(&con->next_dead);
+        if (!con->plugin_open) continue;
+        con->plugin_open = false;
+        con->plugin->open_cons--;
+        con->plugin->desc->ops->close(con, con->plugin_priv);
+    }
+    while (!psc_list_empty(&psc_ctx.zombies)) {
+        struct psc_con *con =
+            psc_list_first(&psc_ctx.zombies, struct psc_con, next_con);
+        psc_list_del(&con->next_con);
+        psc_rx_init(&con->rx);
+        free(con->plugin_priv);
+        con->magic = 0;
+        free(con);
+    }
+}
+
+pscom_connection_t *pscom_get_next_connection(pscom_socket_t *socket,
+                                              pscom_connection_t *connection)
+{
+    struct psc_sock *sock = sock_of(socket);
+    struct psc_list *pos =
+        connection ? con_of(connection)->next_con.next : sock->cons.next;
+    if (pos == &sock->cons) return NULL;
+    return &psc_list_entry(pos, struct psc_con, next_con)->pub;
+}
+
+/* ---------------------------------------------------------------------- */
+/* Connecting                                                             */
+/* ---------------------------------------------------------------------- */
+
+/* Split "host:port[@name]". 0, or -1 with a message. */
+static int parse_ep(const char *ep, char *host, size_t hlen, int *port,
+                    char name[8])
+{
+    const char *colon = strrchr(ep, ':');
+    const char *at = strchr(ep, '@');
+    if (at && colon > at) colon = NULL;
+    if (!colon || colon == ep || (size_t)(colon - ep) >= hlen) return -1;
+
+    memcpy(host, ep, colon - ep);
+    host[colon - ep] = 0;
+    char *end;
+    long p = strtol(colon + 1, &end, 10);
+    if (end == colon + 1 || p <= 0 || p > 65535) return -1;
+    if (at ? end != at : *end != 0) return -1;
+    *port = (int)p;
+    memset(name, 0, 8);
+    if (at) memcpy(name, at + 1, strnlen(at + 1, 8));
+    return 0;
+}
+
+static bool connect_settled(void *arg)
+{
+    struct psc_con *con = arg;
+    return con->failed || con->plugin_open;
+}
+
+pscom_err_t pscom_connect(pscom_connection_t *connection, const char *ep_str,
+                          int dest_rank, uint64_t connection_flags)
+{
+    char host[256], name[8];
+    int port;
+
+    if (!connection || !ep_str) return PSCOM_ERR_INVALID;
+    if (parse_ep(ep_str, host, sizeof(host), &port, name)) {
+        psc_err("pscom_connect: cannot parse the endpoint \"%s\"; expected "
+                "HOST:PORT or HOST:PORT@NAME (from pscom_socket_get_ep_str)",
+                ep_str);
+        return PSCOM_ERR_INVALID;
+    }
+
+    psc_lock();
+    struct psc_con *con = con_of(connection);
+    if (con->plugin_open || con->precon || con->failed) {
+        psc_unlock();
+        psc_err("pscom_connect: %s is connected or in use already; open a "
+                "new connection with pscom_open_connection",
+                psc_con_str(con));
+        return PSCOM_ERR_ALREADY;
+    }
+    connection->remote_con_info.rank = dest_rank;
+    memcpy(connection->remote_con_info.name, name, 8);
+    if (connection_flags & PSCOM_CON_FLAG_ONDEMAND)
+        psc_debug("pscom_connect to %s: on-demand requested; connecting now",
+                  ep_str);
+
+    pscom_err_t ret = psc_precon_connect(con, host, port, name);
+    if (ret == PSCOM_SUCCESS) {
+        psc_progress_until(connect_settled, con, 0);
+        if (con->failed) ret = con->error ? con->error : PSCOM_ERR_IOERROR;
+    }
+    psc_unlock();
+    return ret;
+}
+
+/* ---------------------------------------------------------------------- */
+/* Closing                                                                */
+/* ---------------------------------------------------------------------- */
+
+static bool sends_drained(void *arg)
+{
+    struct psc_con *con = arg;
+    return con->failed || (psc_list_empty(&con->sendq) &&
+                           psc_list_empty(&con->rndv_sendq));
+}
+
+static bool sendq_empty(void *arg)
+{
+    struct psc_con *con = arg;
+    return con->failed || psc_list_empty(&con->sendq);
+}
+
+void pscom_flush(pscom_connection_t *connection)
+{
+    if (!connection) return;
+    psc_lock();
+    psc_progress_until(sendq_empty, con_of(connection), 0);
+    psc_unlock();
+}
+
+void psc_con_close(struct psc_con *con)
+{
+    if (con->zombie || con->closing) return;
+    if (con->plugin_open && !con->failed) {
+        unsigned limit = psc_settings.shutdown_timeout_ms;
+        if (psc_progress_until(sends_drained, con, limit))
+            psc_warn("%s: closing with sends still pending after "
+                     "PSP_SHUTDOWN_TIMEOUT=%u ms; they fail", psc_con_str(con),
+                     limit);
+        if (!con->failed) {
+            psc_proto_send_eof(con);
+            psc_progress_until(sendq_empty, con, limit ? limit : 10000);
+        }
+    }
+    con->closing = true;
+    if (!con->failed) {
+        con->failed = true;
+        con->error = PSCOM_ERR_EOF;
+        psc_proto_fail_requests(con);
+    }
+    con->pub.state = PSCOM_CON_STATE_CLOSED;
+    psc_con_retire(con);
+}
+
+void pscom_close_connection(pscom_connection_t *connection)
+{
+    if (!connection) return;
+    psc_lock();
+    struct psc_con *con = con_of(connection);
+    if (con->magic == PSC_CON_MAGIC) {
+        psc_con_close(con);
+        if (!psc_ctx.depth) psc_con_reap();
+    }
+    psc_unlock();
+}

@@ -1,0 +1,218 @@
+/*
+ * The core's rows of the configuration table, and the PSP_* variables that
+ * ParaStation MPI reads for itself (so that setting them is not reported as
+ * unknown).
+ */
+#include <stdlib.h>
+
+#include "config.h"
+#include "log.h"
+
+struct psc_settings psc_settings;
+
+#define CORE_ROW(name, type, def, field, help)                                 \
+    {name, type, def, help, "core", NULL, &psc_settings.field}
+
+static const pscom_config_row_t core_rows[] = {
+    CORE_ROW("PSP_DEBUG", PSCOM_CONFIG_INT, "1", debug,
+             "Diagnostics level: 0 fatal, 1 error, 2 warning, 3 info, "
+             "4 debug, 5 verbose, 6 trace (6 needs a build with -Dtrace=true)."),
+    CORE_ROW("PSP_DEBUG_OUT", PSCOM_CONFIG_STR, NULL, debug_out,
+             "File that diagnostics are appended to instead of stderr; the "
+             "name is expanded like a shell word ($VAR, ~), without command "
+             "substitution."),
+    CORE_ROW("PSP_DEBUG_PARAM", PSCOM_CONFIG_INT, "0", debug_param,
+             "Print settings at initialisation: 1 those taken from the "
+             "environment, 2 all of them."),
+    CORE_ROW("PSP_DEBUG_CONTYPE", PSCOM_CONFIG_BOOL, "0", debug_contype,
+             "Print the transport chosen for each connection."),
+    CORE_ROW("PSP_DEBUG_PRECON", PSCOM_CONFIG_BOOL, "0", debug_precon,
+             "Trace the pre-connection handshake."),
+    CORE_ROW("PSP_DEBUG_VERSION", PSCOM_CONFIG_BOOL, "0", debug_version,
+             "Print the library version at initialisation."),
+    CORE_ROW("PSP_RENDEZVOUS", PSCOM_CONFIG_SIZE, "inf", rendezvous,
+             "Messages of at least this many bytes use the rendezvous "
+             "protocol; a plugin's PSP_<NAME>_RENDEZVOUS overrides it."),
+    CORE_ROW("PSP_SCHED_YIELD", PSCOM_CONFIG_BOOL, "0", sched_yield,
+             "Call sched_yield() between progress polls."),
+    CORE_ROW("PSP_TCP_BACKLOG", PSCOM_CONFIG_UINT, "262144", tcp_backlog,
+             "Backlog of listening sockets; the kernel caps it at "
+             "net.core.somaxconn."),
+    CORE_ROW("PSP_RETRY", PSCOM_CONFIG_UINT, "10", retry,
+             "Connection attempts before a connection fails."),
+    CORE_ROW("PSP_CONNECT_TIMEOUT", PSCOM_CONFIG_UINT, "10000",
+             connect_timeout_ms,
+             "Milliseconds a connection setup may take before it fails."),
+    CORE_ROW("PSP_SHUTDOWN_TIMEOUT", PSCOM_CONFIG_UINT, "0",
+             shutdown_timeout_ms,
+             "Milliseconds to wait for pending sends when closing; 0 waits "
+             "without limit."),
+    CORE_ROW("PSP_NETWORK", PSCOM_CONFIG_STR, NULL, network,
+             "Network address (like 192.168.1.0) choosing the interface "
+             "whose address goes into the endpoint string and the node id."),
+    CORE_ROW("PSP_PLUGINDIR", PSCOM_CONFIG_DIR, NULL, plugindir,
+             "Directory where loadable plugins libpscom4<name>.so are looked "
+             "up; unset: the directory of libpscom itself."),
+    CORE_ROW("PSP_ONDEMAND", PSCOM_CONFIG_BOOL, "0", ondemand,
+             "Connect lazily on the first message where the library itself "
+             "chooses (pscom_bench, the PMIx bootstrap)."),
+    CORE_ROW("PSP_PRECON_MAX_RECORD", PSCOM_CONFIG_UINT, "65536",
+             precon_max_payload,
+             "Largest pre-connection record accepted, in bytes."),
+};
+
+/*
+ * ParaStation MPI's own settings (psp device, version 5.14), read with
+ * pscom_env_get_*(). Their values here are never used; the rows exist for
+ * the unknown-variable check, pscom_info -c and the documentation.
+ */
+static struct {
+    int i[20];
+    unsigned u[16];
+    int b[4];
+    char *s[4];
+} mpi_dummy;
+
+#define MPI_INT(n, name, def, help)                                            \
+    {name, PSCOM_CONFIG_INT, def, help, "mpi", NULL, &mpi_dummy.i[n]}
+#define MPI_UINT(n, name, def, help)                                           \
+    {name, PSCOM_CONFIG_UINT, def, help, "mpi", NULL, &mpi_dummy.u[n]}
+#define MPI_BOOL(n, name, def, help)                                           \
+    {name, PSCOM_CONFIG_BOOL, def, help, "mpi", NULL, &mpi_dummy.b[n]}
+#define MPI_STR(n, name, def, help)                                            \
+    {name, PSCOM_CONFIG_STR, def, help, "mpi", NULL, &mpi_dummy.s[n]}
+
+static const pscom_config_row_t mpi_rows[] = {
+    MPI_UINT(0, "PSP_COLLECTIVES", "0",
+             "Read by ParaStation MPI: 1 enables the psp device's own "
+             "collectives."),
+    MPI_UINT(1, "PSP_DIRECT_CONNECT", "0",
+             "Read by ParaStation MPI: 1 connects all ranks in MPI_Init "
+             "instead of on demand at the first message."),
+    {"PSP_DIRECT_CONNECT_SPAWN", PSCOM_CONFIG_UINT, "0",
+     "Read by ParaStation MPI: as PSP_DIRECT_CONNECT, for the connections "
+     "of spawned processes.",
+     "mpi", "PSP_DIRECT_CONNECT", &mpi_dummy.u[2]},
+    MPI_INT(0, "PSP_SMP_NODE_ID", NULL,
+            "Read by ParaStation MPI: the node id grouping ranks of one "
+            "node (unset: pscom's node id; -1: every rank on a node of its "
+            "own, for debugging)."),
+    MPI_UINT(3, "PSP_MSA_AWARENESS", "0",
+             "Read by ParaStation MPI: 1 takes the modular supercomputing "
+             "topology (PSP_MSA_MODULE_ID, PSP_MSA_NODE_ID) into account "
+             "(built with --enable-msa-awareness)."),
+    MPI_INT(1, "PSP_MSA_MODULE_ID", "-1",
+            "Read by ParaStation MPI with PSP_MSA_AWARENESS=1: the module "
+            "id of this rank."),
+    MPI_INT(2, "PSP_MSA_NODE_ID", NULL,
+            "Read by ParaStation MPI with PSP_MSA_AWARENESS=1: the node id "
+            "of this rank, replacing PSP_SMP_NODE_ID."),
+    MPI_UINT(4, "PSP_MSA_AWARE_COLLOPS", "1",
+             "Read by ParaStation MPI: 1 uses MSA-aware hierarchical "
+             "collectives (builds without HCOLL and UCC)."),
+    MPI_INT(3, "PSP_UCC", "0",
+            "Read by ParaStation MPI: 1 uses UCC for collectives (built "
+            "with --with-ucc)."),
+    MPI_STR(0, "PSP_UCC_VERBOSE", NULL,
+            "Read by ParaStation MPI: verbosity of its UCC bindings, 0 "
+            "(none) to 8 (all)."),
+    MPI_INT(4, "PSP_UCC_DEBUG", "0",
+            "Read by ParaStation MPI: 1 adds debug output of its UCC "
+            "bindings."),
+    MPI_INT(5, "PSP_UCC_RELAXED_STDCOMPLIANCE", "0",
+            "Read by ParaStation MPI: 1 allows more aggressive UCC "
+            "optimisations (no datatype packing)."),
+    MPI_UINT(5, "PSP_HISTOGRAM", "0",
+             "Read by ParaStation MPI: 1 collects a histogram of message "
+             "sizes and prints it at the end (built with "
+             "--enable-statistics)."),
+    MPI_INT(6, "PSP_HISTOGRAM_MAX", "67108864",
+            "Read by ParaStation MPI: upper message size limit of the "
+            "histogram."),
+    MPI_INT(7, "PSP_HISTOGRAM_MIN", "64",
+            "Read by ParaStation MPI: lower message size limit of the "
+            "histogram."),
+    MPI_INT(8, "PSP_HISTOGRAM_SHIFT", "1",
+            "Read by ParaStation MPI: bit shift between histogram bins."),
+    MPI_STR(1, "PSP_HISTOGRAM_CONTYPE", NULL,
+            "Read by ParaStation MPI: limit the histogram to one connection "
+            "type (like shm or tcp)."),
+    MPI_UINT(6, "PSP_COLLOPS_STATS", "0",
+             "Read by ParaStation MPI: 1 collects usage statistics of "
+             "collectives."),
+    MPI_UINT(7, "PSP_HCOLL_STATS", "0",
+             "Read by ParaStation MPI: 1 collects usage statistics of "
+             "HCOLL."),
+    MPI_UINT(8, "PSP_UCC_STATS", "0",
+             "Read by ParaStation MPI: 1 collects usage statistics of UCC."),
+    MPI_UINT(9, "PSP_LAZY_DISCONNECT", "1",
+             "Read by ParaStation MPI: 0 closes the connection to a "
+             "disconnected process at once; 1 leaves it open."),
+    MPI_UINT(10, "PSP_COMPRESSOR_PLUGINS", "0",
+             "Read by ParaStation MPI: 1 lets partitioned communication load "
+             "compressor plugins."),
+    MPI_INT(9, "PSP_ACCUMULATE_ORDERING", "-1",
+            "Read by ParaStation MPI: ordering of RMA accumulate operations "
+            "(-1: as the window's info key says)."),
+    MPI_INT(10, "PSP_RMA_EXPLICIT_WAIT", "-1",
+            "Read by ParaStation MPI: explicit wait on the passive side of "
+            "RMA (-1: as the window's info key says)."),
+    MPI_INT(11, "PSP_HARD_ABORT", "0",
+            "Read by ParaStation MPI: how MPI_Abort ends the process: 0 "
+            "exit(), 1 PMI_Abort(), 2 _exit(), 3 abort()."),
+    MPI_INT(12, "PSP_FINALIZE_BARRIER", "1",
+            "Read by ParaStation MPI: barrier in MPI_Finalize: 0 none, 1 "
+            "MPI barriers (the second with PSP_FINALIZE_TIMEOUT), 2 the "
+            "PMI/PMIx barrier."),
+    MPI_INT(13, "PSP_FINALIZE_TIMEOUT", "30",
+            "Read by ParaStation MPI: seconds the second finalize barrier "
+            "may take (0: no second barrier)."),
+    MPI_INT(14, "PSP_FINALIZE_SHUTDOWN", "0",
+            "Read by ParaStation MPI: 1 shuts all pscom sockets down in "
+            "MPI_Finalize."),
+    MPI_INT(15, "PSP_FINALIZE_EXIT", "0",
+            "Read by ParaStation MPI: at the end of MPI_Finalize call 1 "
+            "exit(), 2 _exit()."),
+    MPI_UINT(11, "PSP_DEBUG_SETTINGS", "0",
+             "Read by ParaStation MPI: 1 compares version, process manager "
+             "and connect settings of all processes in MPI_Init."),
+    MPI_UINT(12, "PSP_KEEP_CONNECTIONS", "0",
+             "Read by ParaStation MPI: 1 keeps connections open past "
+             "MPI_Finalize and session finalize, for a later re-init."),
+    MPI_UINT(13, "PSP_LIGHTWEIGHT_INIT_BARRIER", "1",
+             "Read by ParaStation MPI: 0 skips the lightweight PMI barrier "
+             "in MPI_Init."),
+    /* MPICH settings with a PSP_ alias, read by MPICH itself. */
+    MPI_STR(2, "PSP_PMI_VERSION", "auto",
+            "Read by ParaStation MPI (MPIR_CVAR_PMI_VERSION): process "
+            "management interface: auto, 1 (PMI-1) or x (PMIx)."),
+    MPI_INT(16, "PSP_CUDA", "0",
+            "Read by ParaStation MPI (MPIR_CVAR_ENABLE_GPU): 1 enables CUDA "
+            "awareness (built with --with-cuda)."),
+    MPI_BOOL(0, "PSP_HCOLL", "0",
+             "Read by ParaStation MPI (MPIR_CVAR_ENABLE_HCOLL): 1 enables HCOLL "
+             "collectives (built with --with-hcoll)."),
+};
+
+#define COUNT(a) (sizeof(a) / sizeof((a)[0]))
+
+void psc_config_core_register(void)
+{
+    const char *text;
+    int level;
+
+    /* PSP_DEBUG and PSP_DEBUG_OUT first, so that what registration reports
+     * goes where and at the level the user asked for. */
+    text = pscom_env_get("PSP_DEBUG");
+    if (text && psc_config_parse(&core_rows[0], text, &level) == 0)
+        psc_log_level = level;
+    text = pscom_env_get("PSP_DEBUG_OUT");
+    if (text && *text) psc_log_open(text);
+
+    psc_config_register(core_rows, COUNT(core_rows));
+    psc_config_register(mpi_rows, COUNT(mpi_rows));
+
+    psc_log_level = psc_settings.debug;
+    psc_log_open(psc_settings.debug_out);
+    psc_config_print_params(psc_settings.debug_param);
+}

@@ -1,0 +1,357 @@
+/*
+ * Internal structures of the core: the library context, sockets,
+ * connections and requests, and the functions the core files share.
+ *
+ * Each public object is the last member of its private wrapper, because the
+ * public structs end in user storage of a size chosen at run time. The
+ * wrappers are found back with psc_container_of (sock_of, con_of, req_of).
+ */
+#ifndef PSC_CORE_H
+#define PSC_CORE_H
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/uio.h>
+
+#include "config.h"
+#include "list.h"
+#include "log.h"
+#include "plugin.h"
+#include "pscom.h"
+#include "pscom_plugin.h"
+
+#define PSC_SOCK_MAGIC 0x736f636bu /* "sock" */
+#define PSC_CON_MAGIC  0x636f6e6eu /* "conn" */
+#define PSC_REQ_MAGIC  0x72657175u /* "requ" */
+#define PSC_REQ_FREED  0x66726565u /* "free" */
+
+/* ---------------------------------------------------------------------- */
+/* Wire format of messages on an established connection                   */
+/* ---------------------------------------------------------------------- */
+
+/* Message types (pscom_header_net_t.msg_type). */
+enum psc_msg_type {
+    PSC_MSG_USER      = 0, /* eager user message: header, xheader, data */
+    PSC_MSG_RNDV_REQ  = 1, /* rendezvous announcement: xheader + psc_rndv_info */
+    PSC_MSG_RNDV_CTS  = 2, /* receiver is ready: psc_rndv_cts, no data */
+    PSC_MSG_RNDV_DATA = 3, /* rendezvous body: psc_rndv_data_hdr, data */
+    PSC_MSG_EOF       = 4, /* the sender closes the connection */
+    PSC_MSG_TYPE_MAX  = 4,
+};
+
+/* Appended to the user xheader of a RNDV_REQ. */
+struct psc_rndv_info {
+    uint64_t sender_id; /* the send request's id at the sender */
+    uint64_t data_len;  /* the body length */
+};
+
+struct psc_rndv_cts {
+    uint64_t sender_id;
+    uint64_t receiver_id;
+};
+
+struct psc_rndv_data_hdr {
+    uint64_t receiver_id;
+};
+
+#define PSC_HDR_LEN sizeof(pscom_header_net_t)
+/* Spare xheader room every request has for protocol trailers. */
+#define PSC_XHEADER_SPARE sizeof(struct psc_rndv_info)
+/* Room for a control frame: header + the largest control xheader. */
+#define PSC_CTRL_FRAME_LEN (PSC_HDR_LEN + sizeof(struct psc_rndv_cts))
+
+/* Check an arriving header: 0, or -1 with *why set to a static text. */
+int psc_header_check(const pscom_header_net_t *hdr, const char **why);
+
+/* ---------------------------------------------------------------------- */
+/* Requests                                                               */
+/* ---------------------------------------------------------------------- */
+
+enum psc_req_kind {
+    PSC_REQ_USER,      /* created by pscom_request_create */
+    PSC_REQ_GENERATED, /* an unexpected message waiting for its receive */
+    PSC_REQ_CONTROL,   /* an internal frame (CTS, EOF); freed when sent */
+};
+
+/* What the frame of a queued send request is. */
+enum psc_frame {
+    PSC_FRAME_EAGER,     /* header + xheader + data */
+    PSC_FRAME_RNDV_REQ,  /* header + xheader + rndv info */
+    PSC_FRAME_RNDV_DATA, /* ctrl header + data */
+    PSC_FRAME_CONTROL,   /* ctrl header only */
+};
+
+struct psc_con;
+
+struct psc_req {
+    uint32_t magic;
+    uint8_t kind;  /* enum psc_req_kind */
+    uint8_t frame; /* enum psc_frame, while in a send queue */
+    bool self_free; /* free after io_done (pscom_send, control frames) */
+    bool got_all;   /* generated: the whole body has arrived */
+    bool rndv_gen;  /* generated: a rendezvous announcement (no body yet) */
+
+    /* The one queue the request is in: con->sendq, con->recvq_user,
+     * sock->recvq_any, psc_ctx.recvq_any, con->net_recvq, con->rndv_sendq
+     * or con->rndv_recvq. */
+    struct psc_list next;
+    /* Generated requests only: sock->genrecvq_any (arrival order). */
+    struct psc_list next_any;
+
+    uint64_t seq; /* posting order (receives) or arrival order (generated) */
+    uint64_t id;  /* rendezvous id, unique per process */
+
+    /* Send side: the frame as at most two pieces, and what is written. */
+    struct iovec iov[2];
+    size_t tx_left; /* bytes of the frame not yet written */
+    uint8_t ctrl[PSC_CTRL_FRAME_LEN] __attribute__((aligned(8)));
+
+    /* Receive side. */
+    size_t received;            /* body bytes stored so far */
+    void *gbuf;                 /* generated: buffer of the unexpected body */
+    struct psc_rndv_info rndv;  /* generated rendezvous: what was announced */
+    struct psc_con *gcon;       /* generated: where it arrived */
+
+    /* pscom_send_inplace */
+    void (*inplace_done)(pscom_req_state_t state, void *priv);
+    void *inplace_priv;
+
+    pscom_request_t pub; /* last: xheader and user storage follow */
+};
+
+static inline struct psc_req *req_of(pscom_request_t *r)
+{
+    return psc_container_of(r, struct psc_req, pub);
+}
+
+/* Allocate a request (zeroed) with room for xlen bytes of xheader and
+ * user_size bytes of user storage. */
+struct psc_req *psc_req_alloc(size_t xlen, size_t user_size);
+void psc_req_release(struct psc_req *req);
+
+/* Mark done with extra state bits and call io_done. The request must not be
+ * touched afterwards (io_done may free or repost it). */
+void psc_req_done(struct psc_req *req, pscom_req_state_t extra);
+
+/* ---------------------------------------------------------------------- */
+/* Sockets and connections                                                */
+/* ---------------------------------------------------------------------- */
+
+struct psc_sock {
+    uint32_t magic;
+    struct psc_list next_sock;    /* psc_ctx.sockets */
+    struct psc_list cons;         /* psc_con.next_con: visible connections */
+    struct psc_list recvq_any;    /* psc_req.next: posted any-source receives */
+    struct psc_list genrecvq_any; /* psc_req.next_any: unexpected messages */
+    int listen_fd;                /* -1 when not listening */
+    bool listen_suspended;
+    uint64_t con_type_mask; /* bit (1 << pscom_con_type_t): allowed transports */
+    pscom_socket_t pub;     /* last */
+};
+
+static inline struct psc_sock *sock_of(pscom_socket_t *s)
+{
+    return psc_container_of(s, struct psc_sock, pub);
+}
+
+enum psc_rx_phase {
+    PSC_RX_HEADER,  /* collecting the 8-byte header */
+    PSC_RX_XHEADER, /* collecting the xheader */
+    PSC_RX_DATA,    /* moving the body */
+};
+
+struct psc_rx {
+    enum psc_rx_phase phase;
+    size_t have;  /* bytes of header+xheader collected */
+    size_t need;  /* header+xheader length of the current message */
+    uint8_t *hbuf; /* header + xheader, contiguous (recv_accept reads it) */
+    size_t hcap;
+    uint8_t hinline[PSC_HDR_LEN + 256] __attribute__((aligned(8)));
+    /* Body: `left` bytes still to come; the first `dst_left` of them go to
+     * dst, the rest are dropped (truncation). */
+    struct psc_req *req; /* the request receiving the body, or NULL */
+    size_t left;
+    char *dst;
+    size_t dst_left;
+    bool truncated;
+};
+
+struct psc_precon;
+
+struct psc_con {
+    uint32_t magic;
+    struct psc_sock *sock;
+    struct psc_list next_con;   /* sock->cons, or psc_ctx.zombies once closed */
+    struct psc_list sendq;      /* psc_req.next: frames to write, in order */
+    struct psc_list recvq_user; /* psc_req.next: receives posted on this con */
+    struct psc_list net_recvq;  /* psc_req.next: unexpected messages, in order */
+    struct psc_list rndv_sendq; /* psc_req.next: sends waiting for CTS */
+    struct psc_list rndv_recvq; /* psc_req.next: receives waiting for data */
+
+    struct psc_rx rx;
+
+    struct psc_plugin *plugin; /* NULL until established */
+    void *plugin_priv;         /* plugin->desc->con_priv_size bytes */
+    struct psc_precon *precon; /* while connecting */
+    size_t rndv_threshold;     /* bodies of at least this size use rendezvous */
+
+    struct psc_list next_dead; /* psc_ctx.dead: plugin to be closed */
+
+    bool visible;      /* in sock->cons */
+    bool failed;       /* error reported; requests failed */
+    bool closing;      /* pscom_close_connection in progress */
+    bool plugin_open;  /* plugin->ops.open succeeded, close not yet called */
+    bool zombie;       /* waiting to be freed */
+    bool got_eof;      /* the peer sent EOF */
+    pscom_err_t error; /* the error that ended it */
+
+    char peer_addr[64]; /* "a.b.c.d:port" of the peer, for messages */
+    uint64_t id;        /* unique per process */
+
+    pscom_connection_t pub; /* last */
+};
+
+static inline struct psc_con *con_of(pscom_connection_t *c)
+{
+    return psc_container_of(c, struct psc_con, pub);
+}
+
+/* A connection object (not visible in the socket until established). */
+struct psc_con *psc_con_create(struct psc_sock *sock);
+/* Make the connection visible in its socket (for the acceptor at success). */
+void psc_con_make_visible(struct psc_con *con);
+/* Switch an established connection to `plugin`. */
+void psc_con_established(struct psc_con *con, struct psc_plugin *plugin,
+                         void *priv);
+/* Fail: fail pending requests, report through con_error, close the
+ * plugin later. Idempotent. */
+void psc_con_fail(struct psc_con *con, pscom_op_t op, pscom_err_t err);
+/* Queue a request's frame and start writing. */
+void psc_con_enqueue(struct psc_con *con, struct psc_req *req);
+/* Let the plugin write what is queued. */
+void psc_con_kick(struct psc_con *con);
+/* Flush, send EOF, fail what is left and retire (pscom_close_connection). */
+void psc_con_close(struct psc_con *con);
+/* Free the connection at the next safe point. */
+void psc_con_retire(struct psc_con *con);
+/* Free retired connections (only at progress depth 0). */
+void psc_con_reap(void);
+/* Printable description of a connection (static per-thread buffer). */
+const char *psc_con_str(struct psc_con *con);
+/* Receive state: reset to expect a header. */
+void psc_rx_init(struct psc_rx *rx);
+
+/* ---------------------------------------------------------------------- */
+/* Matching (match.c)                                                     */
+/* ---------------------------------------------------------------------- */
+
+/* For a message that arrived on con with header hdr (xheader behind it):
+ * the earliest-posted receive that accepts it, unlinked from its queue, or
+ * NULL. Looks at con->recvq_user, sock->recvq_any and the global queue. */
+struct psc_req *psc_match_posted(struct psc_con *con, pscom_header_net_t *hdr);
+
+/* For a receive being posted: the first unexpected message it accepts, or
+ * NULL. The generated request is unlinked from both its queues. */
+struct psc_req *psc_match_generated(struct psc_req *req);
+
+/* As psc_match_generated, but leaves the generated request queued. */
+struct psc_req *psc_peek_generated(struct psc_req *req);
+
+/* Queue a posted receive (assigns its posting order). */
+void psc_recvq_add(struct psc_req *req);
+
+/* Queue an unexpected message (assigns its arrival order). */
+void psc_genrecvq_add(struct psc_con *con, struct psc_req *greq);
+
+/* Does `req` accept the message (connection and recv_accept)? */
+bool psc_req_accepts(struct psc_req *req, struct psc_con *con,
+                     pscom_header_net_t *hdr);
+
+/* ---------------------------------------------------------------------- */
+/* Protocol (proto.c)                                                     */
+/* ---------------------------------------------------------------------- */
+
+/* Post a user send on its connection (eager or rendezvous). */
+void psc_proto_send(struct psc_con *con, struct psc_req *req);
+/* A receive was posted: match it against unexpected messages or queue it. */
+void psc_proto_post_recv(struct psc_req *req);
+/* Fail every request a connection holds. */
+void psc_proto_fail_requests(struct psc_con *con);
+/* A queued frame was written completely. */
+void psc_proto_frame_sent(struct psc_con *con, struct psc_req *req);
+/* Send an EOF frame. */
+void psc_proto_send_eof(struct psc_con *con);
+
+/* ---------------------------------------------------------------------- */
+/* Progress (progress.c)                                                  */
+/* ---------------------------------------------------------------------- */
+
+/* One round: poll plugins and file descriptors. 1 if anything happened. */
+int psc_progress(void);
+/* Close the epoll set (teardown). */
+void psc_progress_cleanup(void);
+
+/* ---------------------------------------------------------------------- */
+/* Pre-connections (precon.c)                                             */
+/* ---------------------------------------------------------------------- */
+
+/* Start connecting con to host:port. 0 or a pscom error. */
+pscom_err_t psc_precon_connect(struct psc_con *con, const char *host,
+                               int port, const char *peer_name);
+/* A connection arrived on a listening socket. */
+void psc_precon_accept(struct psc_sock *sock, int fd);
+/* Drop the precon of a connection (close fd, free). */
+void psc_precon_destroy(struct psc_precon *pc);
+/* Drop the handshakes of connections of `sock` not yet visible. */
+void psc_precon_drop_socket(struct psc_sock *sock);
+/* Time out stalled handshakes (called from progress now and then). */
+void psc_precon_check_timeouts(void);
+
+/* ---------------------------------------------------------------------- */
+/* The library context                                                    */
+/* ---------------------------------------------------------------------- */
+
+struct psc_ctx {
+    bool initialised;
+    bool threaded;
+    pthread_mutex_t lock;        /* recursive; taken only when threaded */
+    struct psc_list sockets;     /* psc_sock.next_sock */
+    struct psc_list recvq_any;   /* psc_req.next: receives on any socket */
+    struct psc_list zombies;     /* psc_con.next_con: to be freed */
+    struct psc_list dead;        /* psc_con.next_dead: plugin to be closed */
+    struct psc_list precons;     /* psc_precon.next: handshakes under way */
+    uint64_t seq;                /* posting/arrival order counter */
+    uint64_t next_id;            /* request and connection ids */
+    unsigned depth;              /* nesting of progress rounds */
+    unsigned long round;         /* progress rounds so far */
+    int node_id;
+    char node_addr[16];          /* dotted IPv4 address in endpoint strings */
+    char hostname[256];
+    char boot_id[64];
+};
+
+extern struct psc_ctx psc_ctx;
+
+static inline void psc_lock(void)
+{
+    if (psc_ctx.threaded) pthread_mutex_lock(&psc_ctx.lock);
+}
+
+static inline void psc_unlock(void)
+{
+    if (psc_ctx.threaded) pthread_mutex_unlock(&psc_ctx.lock);
+}
+
+/* Node identity (util.c). */
+void psc_node_identity_init(void);
+
+/* Wait until cond_fn(arg) holds, driving progress. Returns 0, or -1 when
+ * timeout_ms (0 = none) passed. */
+int psc_progress_until(bool (*cond_fn)(void *arg), void *arg,
+                       unsigned timeout_ms);
+
+/* Monotonic milliseconds. */
+uint64_t psc_now_ms(void);
+
+#endif

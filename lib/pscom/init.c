@@ -1,0 +1,78 @@
+/*
+ * Library initialisation and the library context.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "core.h"
+#include "psc_build.h"
+
+struct psc_ctx psc_ctx = {
+    .sockets = PSC_LIST_HEAD_INIT(psc_ctx.sockets),
+    .recvq_any = PSC_LIST_HEAD_INIT(psc_ctx.recvq_any),
+    .zombies = PSC_LIST_HEAD_INIT(psc_ctx.zombies),
+    .dead = PSC_LIST_HEAD_INIT(psc_ctx.dead),
+    .precons = PSC_LIST_HEAD_INIT(psc_ctx.precons),
+};
+
+/* A program built for major M and minor m runs on a library of major M and
+ * minor >= m; a program that wants CUDA needs a CUDA-aware library. */
+static pscom_err_t version_check(int version)
+{
+    int cuda, major, minor;
+    PSCOM_VERSION_SPLIT(version, cuda, major, minor);
+    if (major != PSCOM_ABI_VERSION_MAJOR || minor > PSCOM_ABI_VERSION_MINOR ||
+        (cuda && !PSCOM_ABI_CUDA_SUPPORT)) {
+        psc_err("pscom_init: the program was built for pscom ABI %d.%d%s, "
+                "this library (%s) provides ABI %d.%d%s; rebuild the program "
+                "against this library's pscom.h",
+                major, minor, cuda ? " with CUDA" : "", PSC_VERSION_STRING,
+                PSCOM_ABI_VERSION_MAJOR, PSCOM_ABI_VERSION_MINOR,
+                PSCOM_ABI_CUDA_SUPPORT ? " with CUDA" : "");
+        return PSCOM_ERR_UNSUPPORTED_VERSION;
+    }
+    return PSCOM_SUCCESS;
+}
+
+static void enable_threads(void)
+{
+    pthread_mutexattr_t attr;
+    pthread_mutexattr_init(&attr);
+    pthread_mutexattr_settype(&attr, PTHREAD_MUTEX_RECURSIVE);
+    pthread_mutex_init(&psc_ctx.lock, &attr);
+    pthread_mutexattr_destroy(&attr);
+    psc_ctx.threaded = true;
+}
+
+static pscom_err_t init(int version, bool threaded)
+{
+    pscom_err_t ret = version_check(version);
+    if (ret) return ret;
+    if (psc_ctx.initialised) {
+        if (threaded && !psc_ctx.threaded) enable_threads();
+        return PSCOM_SUCCESS;
+    }
+    psc_ctx.initialised = true;
+    if (threaded) enable_threads();
+
+    psc_config_core_register();
+    psc_node_identity_init();
+    psc_plugins_load();
+    psc_config_check_unknown();
+    if (psc_settings.debug_param) psc_config_print_params(psc_settings.debug_param);
+    if (psc_settings.debug_version)
+        psc_log_write(PSC_LOG_ERROR, "pscom %s (ABI %d.%d, API 0x%08x)",
+                      PSC_VERSION_STRING, PSCOM_ABI_VERSION_MAJOR,
+                      PSCOM_ABI_VERSION_MINOR, PSCOM_API_VERSION);
+    return PSCOM_SUCCESS;
+}
+
+pscom_err_t pscom_init(int pscom_version)
+{
+    return init(pscom_version, false);
+}
+
+pscom_err_t pscom_init_thread(int pscom_version)
+{
+    return init(pscom_version, true);
+}

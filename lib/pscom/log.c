@@ -1,0 +1,213 @@
+/*
+ * Diagnostics: every line goes out as "<pscom:PID:HOST> message" in a single
+ * stdio call, so lines from several threads or processes sharing one file do
+ * not interleave within a line.
+ */
+#include "log.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <wordexp.h>
+
+#include "pscom_plugin.h"
+
+int psc_log_level = 1;
+
+/* The PSP_DEBUG_OUT file, or NULL for stderr. */
+static FILE *log_file;
+/* The PSP_DEBUG_OUT text last asked for, before expansion, whether or not
+ * it could be opened (asking for it again does nothing). */
+static char *log_name;
+
+static char hostname[64];
+static pthread_once_t hostname_once = PTHREAD_ONCE_INIT;
+
+static void hostname_init(void)
+{
+    if (gethostname(hostname, sizeof(hostname)) != 0)
+        strcpy(hostname, "unknown");
+    hostname[sizeof(hostname) - 1] = '\0';
+}
+
+FILE *psc_log_stream(void)
+{
+    return log_file ? log_file : stderr;
+}
+
+/* Compose "<pscom:PID:HOST> " before every line of msg, end with a newline,
+ * and write it with one call. */
+static void emit(const char *msg)
+{
+    char prefix[96];
+    char stackbuf[1024];
+    char *out = stackbuf;
+    size_t plen, lines = 1, need, pos = 0;
+    const char *p;
+
+    pthread_once(&hostname_once, hostname_init);
+    plen = (size_t)snprintf(prefix, sizeof(prefix), "<pscom:%d:%s> ",
+                            (int)getpid(), hostname);
+    if (plen >= sizeof(prefix)) plen = sizeof(prefix) - 1;
+
+    for (p = msg; *p; p++)
+        if (*p == '\n' && p[1] != '\0') lines++;
+    need = strlen(msg) + lines * plen + 2;
+    if (need > sizeof(stackbuf)) {
+        out = malloc(need);
+        if (!out) {
+            /* Out of memory: still say something, unprefixed. */
+            fputs(msg, psc_log_stream());
+            return;
+        }
+    }
+
+    p = msg;
+    for (;;) {
+        const char *nl = strchr(p, '\n');
+        size_t len = nl ? (size_t)(nl - p) : strlen(p);
+
+        memcpy(out + pos, prefix, plen);
+        pos += plen;
+        memcpy(out + pos, p, len);
+        pos += len;
+        out[pos++] = '\n';
+        if (!nl || nl[1] == '\0') break;
+        p = nl + 1;
+    }
+    out[pos] = '\0';
+
+    fputs(out, psc_log_stream());
+    if (out != stackbuf) free(out);
+}
+
+static void log_vwrite(const char *fmt, va_list ap)
+{
+    char buf[1024];
+    va_list ap2;
+    int n;
+
+    va_copy(ap2, ap);
+    n = vsnprintf(buf, sizeof(buf), fmt, ap);
+    if (n < 0) {
+        va_end(ap2);
+        return;
+    }
+    if ((size_t)n < sizeof(buf)) {
+        emit(buf);
+    } else {
+        char *big = malloc((size_t)n + 1);
+
+        if (big) {
+            vsnprintf(big, (size_t)n + 1, fmt, ap2);
+            emit(big);
+            free(big);
+        } else {
+            emit(buf); /* truncated rather than nothing */
+        }
+    }
+    va_end(ap2);
+}
+
+void psc_log_write(int level, const char *fmt, ...)
+{
+    va_list ap;
+
+    (void)level;
+    va_start(ap, fmt);
+    log_vwrite(fmt, ap);
+    va_end(ap);
+}
+
+/* Close the PSP_DEBUG_OUT file, if any, and go back to stderr. */
+static void log_close(void)
+{
+    FILE *f = log_file;
+
+    log_file = NULL;
+    if (f) fclose(f);
+    free(log_name);
+    log_name = NULL;
+}
+
+/* Why wordexp() left a name unexpanded, for the message when it then
+ * cannot be opened either. */
+static const char *expand_error(int rc)
+{
+    switch (rc) {
+    case 0: return "";
+    case WRDE_BADCHAR:
+        return " (taken literally: it contains one of |&;<>(){} or a "
+               "newline)";
+    case WRDE_CMDSUB:
+        return " (taken literally: command substitution is not allowed)";
+    case WRDE_SYNTAX:
+        return " (taken literally: shell syntax error, e.g. an unmatched "
+               "quote)";
+    default: return " (taken literally: it could not be expanded)";
+    }
+}
+
+void psc_log_open(const char *path)
+{
+    wordexp_t we;
+    const char *file = path;
+    int expanded = 0;
+    int rc;
+    FILE *f;
+
+    if (!path || !*path) {
+        log_close();
+        return;
+    }
+    if (log_name && strcmp(log_name, path) == 0) return;
+
+    /* Shell-like expansion ($VAR, ~), never running commands. */
+    rc = wordexp(path, &we, WRDE_NOCMD);
+    if (rc == 0) {
+        expanded = 1;
+        if (we.we_wordc == 1) file = we.we_wordv[0];
+    } else if (rc == WRDE_NOSPACE) {
+        wordfree(&we);
+    }
+
+    f = fopen(file, "ae");
+    if (!f) {
+        int err = errno;
+
+        /* Remember the name anyway: asking again must not repeat this. */
+        log_close();
+        log_name = strdup(path);
+        psc_log_write(PSC_LOG_ERROR,
+                      "cannot open the log file \"%s\" named by "
+                      "PSP_DEBUG_OUT=\"%s\"%s for appending: %s; logging "
+                      "to stderr instead",
+                      file, path, expand_error(rc), strerror(err));
+        if (expanded) wordfree(&we);
+        return;
+    }
+    setvbuf(f, NULL, _IOLBF, 0);
+    if (expanded) wordfree(&we);
+
+    log_close();
+    log_name = strdup(path);
+    log_file = f;
+}
+
+void pscom_plugin_log(int level, const char *fmt, ...)
+{
+    va_list ap;
+
+    if (psc_log_level < level) return;
+    va_start(ap, fmt);
+    log_vwrite(fmt, ap);
+    va_end(ap);
+}
+
+int pscom_plugin_log_level(void)
+{
+    return psc_log_level;
+}

@@ -1,0 +1,55 @@
+/*
+ * Diagnostics. Levels follow PSP_DEBUG: 0 fatal, 1 error, 2 warning, 3 info,
+ * 4 debug, 5 verbose, 6 trace. Output goes to stderr, or to the file named by
+ * PSP_DEBUG_OUT. Every line starts with "<pscom:PID:HOST> ".
+ *
+ * Say in each message what failed, where (connection names, peer address,
+ * transport), the system error, and what to try.
+ */
+#ifndef PSC_LOG_H
+#define PSC_LOG_H
+
+#include <stdio.h>
+
+enum psc_log_level {
+    PSC_LOG_FATAL   = 0,
+    PSC_LOG_ERROR   = 1,
+    PSC_LOG_WARN    = 2,
+    PSC_LOG_INFO    = 3,
+    PSC_LOG_DEBUG   = 4,
+    PSC_LOG_VERBOSE = 5,
+    PSC_LOG_TRACE   = 6,
+};
+
+/* The current PSP_DEBUG level; read it only through the macros below. */
+extern int psc_log_level;
+
+void psc_log_write(int level, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+/* (Re)open the output named by PSP_DEBUG_OUT; stderr when unset or on error. */
+void psc_log_open(const char *path);
+
+/* The stream diagnostics go to (for multi-line dumps). */
+FILE *psc_log_stream(void);
+
+#define psc_log(level, ...)                                                    \
+    do {                                                                       \
+        if (psc_log_level >= (level)) psc_log_write((level), __VA_ARGS__);     \
+    } while (0)
+
+#define psc_err(...)   psc_log(PSC_LOG_ERROR, __VA_ARGS__)
+#define psc_warn(...)  psc_log(PSC_LOG_WARN, __VA_ARGS__)
+#define psc_info(...)  psc_log(PSC_LOG_INFO, __VA_ARGS__)
+#define psc_debug(...) psc_log(PSC_LOG_DEBUG, __VA_ARGS__)
+#define psc_verbose(...) psc_log(PSC_LOG_VERBOSE, __VA_ARGS__)
+
+#ifdef PSC_ENABLE_TRACE
+#define psc_trace(...) psc_log(PSC_LOG_TRACE, __VA_ARGS__)
+#else
+#define psc_trace(...)                                                         \
+    do {                                                                       \
+    } while (0)
+#endif
+
+#endif

@@ -1,0 +1,284 @@
+/*
+ * The plugin registry.
+ *
+ * Built-in plugins are linked into libpscom; the others are shared modules
+ * libpscom4NAME.so, looked up in PSP_PLUGINDIR or else in the directory
+ * libpscom itself was loaded from. Each plugin gets a PSP_<NAME> row
+ * (user priority: 0 disables, larger is preferred; ties go to the built-in
+ * priority). A plugin that is missing, of another interface version, or whose
+ * init fails is kept in the list with the reason, for pscom_info.
+ */
+#include <ctype.h>
+#include <dlfcn.h>
+#include <errno.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core.h"
+#include "psc_build.h"
+
+extern const pscom_plugin_t pscom_plugin_tcp;
+
+static const pscom_plugin_t *const builtin[] = {
+    &pscom_plugin_tcp,
+};
+
+/* Loadable plugins this project ships, in no particular order. */
+static const char *const loadable[] = {"verbs", "ucx", "ofi"};
+
+#define MAX_PLUGINS 16
+
+struct slot {
+    struct psc_plugin p;
+    char row_name[40];
+    char alias_name[40];
+    int alias_dummy;
+    pscom_config_row_t rows[2];
+    void *dl;
+};
+
+static struct slot slots[MAX_PLUGINS];
+static struct psc_plugin *order[MAX_PLUGINS];
+static unsigned count;
+static bool loaded;
+
+const char *const psc_not_implemented[] = {
+    "pscom_post_rma_write", "pscom_post_rma_read", "pscom_mem_register",
+    "pscom_mem_deregister", "pscom_rkey_generate", "pscom_rkey_destroy",
+    "pscom_rkey_buffer_pack", "pscom_post_rma_put", "pscom_post_rma_get",
+    "pscom_post_rma_accumulate", "pscom_post_rma_get_accumulate",
+    "pscom_post_rma_fetch_op", "pscom_post_rma_compare_swap",
+    "pscom_register_rma_callbacks", "pscom_group_open", "pscom_group_close",
+    "pscom_group_find", "pscom_group_get_id", "pscom_post_bcast",
+    "pscom_bcast", "pscom_barrier", NULL,
+};
+
+/* dst = "PSP_" + upper-case name. */
+static void row_name(char *dst, size_t len, const char *name)
+{
+    size_t i = 0;
+    for (const char *p = "PSP_"; *p && i + 1 < len; p++) dst[i++] = *p;
+    for (const char *p = name; *p && i + 1 < len; p++)
+        dst[i++] = (char)toupper((unsigned char)*p);
+    dst[i] = 0;
+}
+
+static struct slot *new_slot(const char *name)
+{
+    if (count == MAX_PLUGINS) {
+        psc_err("too many plugins; %s is ignored", name);
+        return NULL;
+    }
+    struct slot *s = &slots[count];
+    memset(s, 0, sizeof(*s));
+    size_t n = strnlen(name, sizeof(s->p.name) - 1);
+    memcpy(s->p.name, name, n);
+    s->p.name[n] = 0;
+    order[count++] = &s->p;
+    return s;
+}
+
+/* The PSP_<NAME> row (and PSP_<ALIAS>, which it falls back to). */
+static void register_priority(struct slot *s, const char *alias)
+{
+    row_name(s->row_name, sizeof(s->row_name), s->p.name);
+    s->p.user_priority = 1;
+    s->rows[0] = (pscom_config_row_t){
+        .name = s->row_name,
+        .type = PSCOM_CONFIG_INT,
+        .defval = "1",
+        .help = "user priority of this transport: 0 disables it, larger "
+                "values are preferred",
+        .owner = s->p.name,
+        .var = &s->p.user_priority,
+    };
+    size_t n = 1;
+    if (alias) {
+        row_name(s->alias_name, sizeof(s->alias_name), alias);
+        s->rows[0].parent = s->alias_name;
+        s->rows[1] = (pscom_config_row_t){
+            .name = s->alias_name,
+            .type = PSCOM_CONFIG_INT,
+            .defval = "1",
+            .help = "ParaStation name of the same setting (used when the "
+                    "other is unset)",
+            .owner = s->p.name,
+            .var = &s->alias_dummy,
+        };
+        n = 2;
+    }
+    psc_config_register(s->rows, n);
+}
+
+static void init_plugin(struct slot *s, const pscom_plugin_t *d)
+{
+    s->p.desc = d;
+    if (PSCOM_PLUGIN_API_MAJOR(d->api_version) !=
+        PSCOM_PLUGIN_API_MAJOR(PSCOM_PLUGIN_API_VERSION)) {
+        s->p.state = PSC_PLUGIN_FAILED;
+        snprintf(s->p.why, sizeof(s->p.why),
+                 "plugin interface version 0x%04x, this library needs "
+                 "0x%04x", d->api_version, PSCOM_PLUGIN_API_VERSION);
+        s->p.desc = NULL;
+        return;
+    }
+    if (!d->ops || !d->ops->hs_start || !d->ops->hs_connect || !d->ops->open ||
+        !d->ops->close || !d->ops->tx_kick) {
+        s->p.state = PSC_PLUGIN_FAILED;
+        snprintf(s->p.why, sizeof(s->p.why), "a mandatory operation is missing");
+        s->p.desc = NULL;
+        return;
+    }
+    register_priority(s, d->alias);
+    if (s->p.user_priority <= 0) {
+        s->p.state = PSC_PLUGIN_DISABLED;
+        char var[40];
+        memcpy(var, s->row_name, sizeof(var));
+        snprintf(s->p.why, sizeof(s->p.why), "disabled by %s=%d", var,
+                 s->p.user_priority);
+        return;
+    }
+    int rc = d->ops->init ? d->ops->init() : 0;
+    if (rc) {
+        s->p.state = PSC_PLUGIN_FAILED;
+        snprintf(s->p.why, sizeof(s->p.why), "initialisation failed: %s",
+                 rc < 0 ? strerror(-rc) : "error");
+        psc_debug("plugin %s: %s", s->p.name, s->p.why);
+        return;
+    }
+    s->p.initialised = true;
+    s->p.state = PSC_PLUGIN_LOADED;
+}
+
+/* The directory libpscom was loaded from, with a trailing '/'. */
+static void library_dir(char *dir, size_t len)
+{
+    Dl_info info;
+    dir[0] = 0;
+    if (dladdr((void *)psc_plugins_load, &info) && info.dli_fname) {
+        const char *slash = strrchr(info.dli_fname, '/');
+        if (slash && (size_t)(slash - info.dli_fname + 1) < len) {
+            memcpy(dir, info.dli_fname, slash - info.dli_fname + 1);
+            dir[slash - info.dli_fname + 1] = 0;
+        }
+    }
+}
+
+static void load_module(const char *name)
+{
+    struct slot *s = new_slot(name);
+    if (!s) return;
+
+    char dir[PATH_MAX];
+    if (psc_settings.plugindir && psc_settings.plugindir[0])
+        snprintf(dir, sizeof(dir), "%s", psc_settings.plugindir);
+    else
+        library_dir(dir, sizeof(dir));
+    snprintf(s->p.path, sizeof(s->p.path), "%s%s%s.so", dir, PSC_PLUGIN_PREFIX,
+             name);
+
+    s->dl = dlopen(s->p.path, RTLD_NOW | RTLD_LOCAL);
+    if (!s->dl) {
+        const char *e = dlerror();
+        s->p.state = PSC_PLUGIN_FAILED;
+        snprintf(s->p.why, sizeof(s->p.why), "not loaded: %s",
+                 e ? e : "unknown error");
+        psc_debug("plugin %s: %s", name, s->p.why);
+        return;
+    }
+    char sym[64];
+    snprintf(sym, sizeof(sym), "%s%s", PSCOM_PLUGIN_SYMBOL_PREFIX, name);
+    const pscom_plugin_t *d = dlsym(s->dl, sym);
+    if (!d) {
+        s->p.state = PSC_PLUGIN_FAILED;
+        snprintf(s->p.why, sizeof(s->p.why), "the module has no symbol %s",
+                 sym);
+        return;
+    }
+    init_plugin(s, d);
+}
+
+void psc_plugin_sort(struct psc_plugin **list, unsigned n)
+{
+    /* Insertion sort: a handful of entries, and it is stable. */
+    for (unsigned i = 1; i < n; i++) {
+        struct psc_plugin *p = list[i];
+        unsigned j = i;
+        while (j > 0) {
+            struct psc_plugin *q = list[j - 1];
+            bool p_ok = p->state == PSC_PLUGIN_LOADED;
+            bool q_ok = q->state == PSC_PLUGIN_LOADED;
+            int pp = p->desc ? p->desc->priority : 0;
+            int qp = q->desc ? q->desc->priority : 0;
+            bool before = p_ok != q_ok ? p_ok
+                          : p->user_priority != q->user_priority
+                              ? p->user_priority > q->user_priority
+                              : pp > qp;
+            if (!before) break;
+            list[j] = q;
+            j--;
+        }
+        list[j] = p;
+    }
+}
+
+void psc_plugins_load(void)
+{
+    if (loaded) return;
+    loaded = true;
+    for (size_t i = 0; i < sizeof(builtin) / sizeof(builtin[0]); i++) {
+        struct slot *s = new_slot(builtin[i]->name);
+        if (s) init_plugin(s, builtin[i]);
+    }
+    for (size_t i = 0; i < sizeof(loadable) / sizeof(loadable[0]); i++)
+        load_module(loadable[i]);
+    psc_plugin_sort(order, count);
+}
+
+unsigned psc_plugin_count(void)
+{
+    return count;
+}
+
+struct psc_plugin *psc_plugin_get(unsigned i)
+{
+    return i < count ? order[i] : NULL;
+}
+
+struct psc_plugin *psc_plugin_find(const char *name)
+{
+    for (unsigned i = 0; i < count; i++)
+        if (!strcasecmp(order[i]->name, name)) return order[i];
+    return NULL;
+}
+
+struct psc_plugin *psc_plugin_by_type(pscom_con_type_t t)
+{
+    for (unsigned i = 0; i < count; i++)
+        if (order[i]->desc && order[i]->desc->con_type == t) return order[i];
+    return NULL;
+}
+
+int psc_plugins_progress(void)
+{
+    int did = 0;
+    for (unsigned i = 0; i < count; i++) {
+        struct psc_plugin *p = order[i];
+        if (p->open_cons && p->desc->ops->progress)
+            did |= p->desc->ops->progress();
+    }
+    return did;
+}
+
+void psc_plugins_unload(void)
+{
+    for (unsigned i = 0; i < count; i++) {
+        struct slot *s = (struct slot *)order[i];
+        if (s->p.initialised && s->p.desc->ops->destroy)
+            s->p.desc->ops->destroy();
+        s->p.initialised = false;
+        /* Modules stay mapped: their config rows stay in the table. */
+    }
+}

@@ -1,0 +1,56 @@
+/*
+ * The plugin registry: built-in and loadable plugins, ordered by the user's
+ * PSP_<NAME> priority (0 disables), ties broken by the built-in priority.
+ */
+#ifndef PSC_PLUGIN_H
+#define PSC_PLUGIN_H
+
+#include <stdbool.h>
+
+#include "pscom_plugin.h"
+
+enum psc_plugin_state {
+    PSC_PLUGIN_LOADED,   /* registered and initialised */
+    PSC_PLUGIN_DISABLED, /* PSP_<NAME>=0 */
+    PSC_PLUGIN_FAILED,   /* not found, wrong version, or init failed */
+};
+
+struct psc_plugin {
+    const pscom_plugin_t *desc; /* NULL when loading failed */
+    char name[32];
+    enum psc_plugin_state state;
+    char why[160];      /* for FAILED/DISABLED: the reason, for pscom_info */
+    char path[256];     /* the module file, "" for built-in plugins */
+    int user_priority;  /* PSP_<NAME> */
+    bool initialised;
+    unsigned open_cons; /* connections currently open on it */
+};
+
+/* Register the built-in plugins and load the loadable ones (idempotent). */
+void psc_plugins_load(void);
+
+/* Number of known plugins (in any state) and the i-th in priority order:
+ * usable ones first, highest priority first. */
+unsigned psc_plugin_count(void);
+struct psc_plugin *psc_plugin_get(unsigned i);
+
+/* A plugin by name (case-insensitive) or NULL. */
+struct psc_plugin *psc_plugin_find(const char *name);
+/* The plugin carrying connections of type t, or NULL. */
+struct psc_plugin *psc_plugin_by_type(pscom_con_type_t t);
+
+/* Sort a list of plugins: by user priority, then built-in priority
+ * (descending); disabled and failed ones last. Exposed for the unit test. */
+void psc_plugin_sort(struct psc_plugin **list, unsigned count);
+
+/* Call every loaded plugin's progress op; 1 when one made progress. */
+int psc_plugins_progress(void);
+
+/* Destroy all plugins (library teardown). */
+void psc_plugins_unload(void);
+
+/* Public API functions this build does not implement yet (NULL terminated),
+ * for pscom_info. */
+extern const char *const psc_not_implemented[];
+
+#endif

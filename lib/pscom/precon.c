@@ -1,0 +1,821 @@
+/*
+ * Pre-connections: the TCP handshake that sets up every connection.
+ *
+ * The connector opens a TCP connection to the peer's listener and sends
+ * HELLO with its identity. The acceptor answers HELLO with its identity and
+ * the plugins it offers this peer. The connector walks its own plugins in
+ * priority order, skipping those the acceptor does not offer: for each it
+ * sends TRY with the plugin's blob, the acceptor answers ACCEPT with its
+ * blob (or REJECT), and the connector confirms with ESTABLISHED (or FAILED
+ * and the next plugin). On ESTABLISHED both sides hand the connection to the
+ * plugin; tcp keeps the pre-connection's socket as its data socket. The
+ * record format is in precon_codec.h and doc/wire-protocol.md.
+ *
+ * Records are read exactly (header, then payload), never past the end of a
+ * record, so the bytes that follow ESTABLISHED belong to the plugin.
+ */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "core.h"
+#include "precon_codec.h"
+
+enum pc_state {
+    PC_TCP_CONNECTING, /* connector: non-blocking connect under way */
+    PC_RETRY_WAIT,     /* connector: waiting to connect again */
+    PC_HELLO,          /* waiting for the peer's HELLO */
+    PC_NEGOTIATE,      /* choosing a plugin */
+    PC_SWITCH,         /* ESTABLISHED queued; switch once it is written */
+};
+
+static const char *const state_names[] = {"connecting", "waiting to retry",
+                                          "hello", "plugin negotiation",
+                                          "switching"};
+
+#define OUT_MAX (PSC_PRECON_HDR_LEN + PSC_PRECON_PLUGIN_DATA_MAX + 4096)
+
+struct psc_precon {
+    struct psc_list next; /* psc_ctx.precons */
+    struct psc_con *con;
+    int fd;
+    bool connector;
+    enum pc_state state;
+
+    struct sockaddr_in addr; /* connector: where to connect */
+    unsigned attempts;
+    uint64_t retry_at;
+    uint64_t deadline;
+
+    uint8_t hdr[PSC_PRECON_HDR_LEN];
+    size_t hdr_have;
+    struct psc_precon_hdr h;
+    uint8_t *payload;
+    size_t payload_have;
+
+    uint8_t out[2 * OUT_MAX];
+    size_t out_len, out_off;
+
+    pscom_plugin_peer_t peer;
+    char peer_host[PSC_PRECON_STR_MAX + 1];
+    char peer_boot[PSC_PRECON_STR_MAX + 1];
+    char peer_list[256]; /* the peer's plugin list, for messages */
+    struct psc_plugin *offer[PSC_PRECON_MAX_PLUGINS]; /* acceptor: offered */
+    unsigned offer_count;
+    struct psc_plugin *cand[PSC_PRECON_MAX_PLUGINS];  /* connector: to try */
+    unsigned cand_count, cand_next;
+    struct psc_plugin *trying;
+    void *try_priv;
+};
+
+/* What a record handler tells the reader. */
+enum { PC_GO_ON = 0, PC_STOP = 1 };
+
+static void on_fd(int fd, uint32_t events, void *arg);
+
+static const char *pc_peer(struct psc_precon *pc)
+{
+    return pc->con->peer_addr[0] ? pc->con->peer_addr : "?";
+}
+
+static void set_peer_addr(struct psc_con *con, const struct sockaddr_in *sa)
+{
+    char ip[INET_ADDRSTRLEN] = "?";
+    inet_ntop(AF_INET, &sa->sin_addr, ip, sizeof(ip));
+    snprintf(con->peer_addr, sizeof(con->peer_addr), "%s:%u", ip,
+             ntohs(sa->sin_port));
+}
+
+static void abort_trying(struct psc_precon *pc)
+{
+    if (!pc->trying) return;
+    const pscom_plugin_ops_t *ops = pc->trying->desc->ops;
+    if (ops->hs_abort) ops->hs_abort(pc->con, pc->try_priv);
+    free(pc->try_priv);
+    pc->trying = NULL;
+    pc->try_priv = NULL;
+}
+
+static void close_fd(struct psc_precon *pc)
+{
+    if (pc->fd < 0) return;
+    pscom_plugin_fd_del(pc->fd);
+    close(pc->fd);
+    pc->fd = -1;
+}
+
+static void reset_io(struct psc_precon *pc)
+{
+    free(pc->payload);
+    pc->payload = NULL;
+    pc->hdr_have = 0;
+    pc->payload_have = 0;
+    pc->out_len = pc->out_off = 0;
+}
+
+void psc_precon_destroy(struct psc_precon *pc)
+{
+    abort_trying(pc);
+    close_fd(pc);
+    reset_io(pc);
+    psc_list_del(&pc->next);
+    if (pc->con && pc->con->precon == pc) pc->con->precon = NULL;
+    free(pc);
+}
+
+static struct psc_precon *pc_new(struct psc_con *con, bool connector)
+{
+    struct psc_precon *pc = calloc(1, sizeof(*pc));
+    if (!pc) return NULL;
+    pc->con = con;
+    pc->fd = -1;
+    pc->connector = connector;
+    pc->deadline = psc_now_ms() + psc_settings.connect_timeout_ms;
+    psc_list_add_tail(&pc->next, &psc_ctx.precons);
+    con->precon = pc;
+    return pc;
+}
+
+/* The handshake failed for good. */
+static int pc_fail(struct psc_precon *pc, pscom_err_t err)
+{
+    struct psc_con *con = pc->con;
+    bool connector = pc->connector;
+
+    psc_precon_destroy(pc);
+    if (connector) {
+        psc_con_fail(con, PSCOM_OP_CONNECT, err);
+    } else {
+        psc_con_retire(con);
+    }
+    return PC_STOP;
+}
+
+static uint64_t backoff_ms(unsigned attempt)
+{
+    uint64_t ms = 10ull << (attempt < 7 ? attempt : 7); /* 10 ms .. 1.28 s */
+    return ms + (uint64_t)(rand() % (int)(ms / 2 + 1));
+}
+
+/* The connector may try again (refused, reset, timed out). */
+static int pc_retry_or_fail(struct psc_precon *pc, pscom_err_t err,
+                            const char *why)
+{
+    if (pc->connector && pc->attempts < psc_settings.retry) {
+        uint64_t wait = backoff_ms(pc->attempts);
+        psc_debug("connect to %s: %s; attempt %u of %u in %llu ms", pc_peer(pc),
+                  why, pc->attempts + 1, psc_settings.retry,
+                  (unsigned long long)wait);
+        abort_trying(pc);
+        close_fd(pc);
+        reset_io(pc);
+        pc->state = PC_RETRY_WAIT;
+        pc->retry_at = psc_now_ms() + wait;
+        return PC_STOP;
+    }
+    if (pc->connector)
+        psc_err("connect to %s failed after %u attempts: %s. Is the peer "
+                "running and listening there? (PSP_RETRY=%u, "
+                "PSP_CONNECT_TIMEOUT=%u ms)", pc_peer(pc), pc->attempts, why,
+                psc_settings.retry, psc_settings.connect_timeout_ms);
+    else
+        psc_debug("handshake from %s dropped: %s", pc_peer(pc), why);
+    return pc_fail(pc, err);
+}
+
+/* ---------------------------------------------------------------------- */
+/* Writing records                                                        */
+/* ---------------------------------------------------------------------- */
+
+static int pc_flush(struct psc_precon *pc)
+{
+    while (pc->out_off < pc->out_len) {
+        ssize_t n = send(pc->fd, pc->out + pc->out_off, pc->out_len - pc->out_off,
+                         MSG_NOSIGNAL | MSG_DONTWAIT);
+        if (n < 0) {
+            if (errno == EINTR) continue;
+            if (errno == EAGAIN || errno == EWOULDBLOCK) {
+                pscom_plugin_fd_mod(pc->fd, EPOLLIN | EPOLLOUT);
+                return 0;
+            }
+            return -1;
+        }
+        pc->out_off += n;
+    }
+    pc->out_len = pc->out_off = 0;
+    pscom_plugin_fd_mod(pc->fd, EPOLLIN);
+    return 0;
+}
+
+static void begin(struct psc_precon_writer *w, uint8_t *buf, uint8_t type)
+{
+    psc_precon_begin(w, buf, OUT_MAX, type);
+}
+
+/* Queue a finished record and write what can be written. */
+static int pc_send(struct psc_precon *pc, struct psc_precon_writer *w)
+{
+    long len = psc_precon_finish(w);
+    uint8_t type = w->buf[5];
+    if (len < 0 || pc->out_len + (size_t)len > sizeof(pc->out)) {
+        psc_err("handshake with %s: internal error encoding a %s record",
+                pc_peer(pc), psc_precon_type_str(type));
+        return -1;
+    }
+    if (psc_settings.debug_precon)
+        psc_log_write(PSC_LOG_ERROR, "precon %s: send %s (%ld bytes)",
+                      pc_peer(pc), psc_precon_type_str(type), len);
+    memcpy(pc->out + pc->out_len, w->buf, len);
+    pc->out_len += len;
+    return pc_flush(pc);
+}
+
+static void put_identity(struct psc_precon_writer *w, struct psc_con *con)
+{
+    const pscom_socket_t *s = &con->sock->pub;
+    psc_precon_put(w, PSC_TAG_NAME, s->local_con_info.name, 8);
+    psc_precon_put_i32(w, PSC_TAG_RANK, s->local_con_info.rank);
+    psc_precon_put_i32(w, PSC_TAG_NODE_ID, psc_ctx.node_id);
+    psc_precon_put_str(w, PSC_TAG_BOOT_ID, psc_ctx.boot_id);
+    psc_precon_put_str(w, PSC_TAG_HOSTNAME, psc_ctx.hostname);
+    psc_precon_put_u32(w, PSC_TAG_PID, (uint32_t)getpid());
+    psc_precon_put_u32(w, PSC_TAG_PORT,
+                       s->listen_portno > 0 ? (uint32_t)s->listen_portno : 0);
+    psc_precon_put_u64(w, PSC_TAG_CON_ID, con->id);
+}
+
+static int send_simple(struct psc_precon *pc, uint8_t type, const char *plugin)
+{
+    uint8_t buf[OUT_MAX];
+    struct psc_precon_writer w;
+    begin(&w, buf, type);
+    if (plugin) psc_precon_put_str(&w, PSC_TAG_PLUGIN, plugin);
+    return pc_send(pc, &w);
+}
+
+static int send_error(struct psc_precon *pc, pscom_err_t code, const char *text)
+{
+    uint8_t buf[OUT_MAX];
+    struct psc_precon_writer w;
+    begin(&w, buf, PSC_PRECON_ERROR);
+    psc_precon_put_i32(&w, PSC_TAG_ERROR_CODE, code);
+    psc_precon_put_str(&w, PSC_TAG_ERROR_TEXT, text);
+    return pc_send(pc, &w);
+}
+
+/* ---------------------------------------------------------------------- */
+/* Plugin negotiation                                                     */
+/* ---------------------------------------------------------------------- */
+
+static bool plugin_usable(struct psc_precon *pc, struct psc_plugin *p)
+{
+    if (p->state != PSC_PLUGIN_LOADED) return false;
+    const pscom_plugin_t *d = p->desc;
+    uint64_t mask = pc->con->sock->con_type_mask;
+    if ((unsigned)d->con_type >= 64 || !(mask & ((uint64_t)1 << d->con_type)))
+        return false;
+    if ((d->flags & PSCOM_PLUGIN_LOCAL_ONLY) && !pc->peer.same_node)
+        return false;
+    return !d->ops->offer || d->ops->offer(&pc->peer);
+}
+
+/* Our usable plugins in priority order. */
+static unsigned usable_plugins(struct psc_precon *pc, struct psc_plugin **out)
+{
+    unsigned n = 0;
+    for (unsigned i = 0; i < psc_plugin_count() && n < PSC_PRECON_MAX_PLUGINS;
+         i++) {
+        struct psc_plugin *p = psc_plugin_get(i);
+        if (plugin_usable(pc, p)) out[n++] = p;
+    }
+    return n;
+}
+
+static void list_str(char *buf, size_t len, struct psc_plugin **list,
+                     unsigned n)
+{
+    size_t off = 0;
+    buf[0] = 0;
+    for (unsigned i = 0; i < n && off < len; i++)
+        off += snprintf(buf + off, len - off, "%s%s", i ? "," : "",
+                        list[i]->name);
+    if (!n) snprintf(buf, len, "none");
+}
+
+static int try_next(struct psc_precon *pc)
+{
+    abort_trying(pc);
+    while (pc->cand_next < pc->cand_count) {
+        struct psc_plugin *p = pc->cand[pc->cand_next++];
+        const pscom_plugin_t *d = p->desc;
+        void *priv = calloc(1, d->con_priv_size ? d->con_priv_size : 1);
+        uint8_t blob[PSC_PRECON_PLUGIN_DATA_MAX];
+        size_t blen = sizeof(blob);
+        int rc = priv ? d->ops->hs_start(pc->con, priv, blob, &blen) : -ENOMEM;
+        if (rc) {
+            psc_debug("connect to %s: %s is not available for this "
+                      "connection (%s); trying the next transport",
+                      pc_peer(pc), d->name, strerror(rc < 0 ? -rc : rc));
+            free(priv);
+            continue;
+        }
+        pc->trying = p;
+        pc->try_priv = priv;
+        uint8_t buf[OUT_MAX];
+        struct psc_precon_writer w;
+        begin(&w, buf, PSC_PRECON_TRY);
+        psc_precon_put_str(&w, PSC_TAG_PLUGIN, d->name);
+        if (blen) psc_precon_put(&w, PSC_TAG_PLUGIN_DATA, blob, blen);
+        pc->state = PC_NEGOTIATE;
+        if (pc_send(pc, &w)) return pc_retry_or_fail(pc, PSCOM_ERR_IOERROR,
+                                                     strerror(errno));
+        return PC_GO_ON;
+    }
+
+    char ours[128];
+    list_str(ours, sizeof(ours), pc->cand, 0);
+    struct psc_plugin *mine[PSC_PRECON_MAX_PLUGINS];
+    list_str(ours, sizeof(ours), mine, usable_plugins(pc, mine));
+    char text[1024];
+    snprintf(text, sizeof(text),
+             "no common transport: %s offers [%s], %s offers [%s]",
+             psc_ctx.hostname, ours, pc->peer_host, pc->peer_list);
+    psc_err("connect to %s: %s; check PSP_<TRANSPORT> settings and the "
+            "sockets' transport masks", pc_peer(pc), text);
+    send_error(pc, PSCOM_ERR_CONNECTION_REFUSED, text);
+    return pc_fail(pc, PSCOM_ERR_CONNECTION_REFUSED);
+}
+
+/* The handshake is over: hand the connection to the plugin. */
+static int do_switch(struct psc_precon *pc)
+{
+    struct psc_con *con = pc->con;
+    struct psc_plugin *p = pc->trying;
+    void *priv = pc->try_priv;
+    int fd = pc->fd;
+
+    pc->trying = NULL;
+    pc->try_priv = NULL;
+    pscom_plugin_fd_del(fd);
+    pc->fd = -1;
+    bool connector = pc->connector;
+    psc_precon_destroy(pc);
+
+    int rc = p->desc->ops->open(con, priv, fd);
+    if (rc < 0) {
+        psc_err("%s: transport %s failed to start: %s", psc_con_str(con),
+                p->name, strerror(-rc));
+        close(fd);
+        free(priv);
+        if (connector) {
+            psc_con_fail(con, PSCOM_OP_CONNECT, PSCOM_ERR_IOERROR);
+        } else {
+            psc_con_retire(con);
+        }
+        return PC_STOP;
+    }
+    if (rc == 0) close(fd);
+    if (!connector) psc_con_make_visible(con);
+    psc_con_established(con, p, priv);
+    if (!connector && con->sock->pub.ops.con_accept)
+        con->sock->pub.ops.con_accept(&con->pub);
+    return PC_STOP;
+}
+
+/* ---------------------------------------------------------------------- */
+/* Handling records                                                       */
+/* ---------------------------------------------------------------------- */
+
+static int take_identity(struct psc_precon *pc, const struct psc_precon_msg *m)
+{
+    if (!m->has_name || !m->has_rank || !m->has_node_id || !m->boot_id ||
+        !m->hostname || !m->has_pid) {
+        psc_err("handshake with %s: HELLO without the peer's identity; "
+                "dropping the connection", pc_peer(pc));
+        return -1;
+    }
+    pscom_con_info_t *ri = &pc->con->pub.remote_con_info;
+    memcpy(ri->name, m->name, 8);
+    if (m->rank != PSCOM_RANK_UNDEFINED) {
+        if (pc->connector && ri->rank != PSCOM_RANK_UNDEFINED && ri->rank != m->rank)
+            psc_warn("connect to %s: expected rank %d, the peer says it is "
+                     "rank %d", pc_peer(pc), ri->rank, m->rank);
+        ri->rank = m->rank;
+    }
+    ri->node_id = m->node_id;
+    ri->tcp.portno = m->has_port ? (int32_t)m->port : -1;
+    snprintf(pc->peer_host, sizeof(pc->peer_host), "%s", m->hostname);
+    snprintf(pc->peer_boot, sizeof(pc->peer_boot), "%s", m->boot_id);
+    pc->peer.same_node = !strcmp(pc->peer_boot, psc_ctx.boot_id) &&
+                         !strcmp(pc->peer_host, psc_ctx.hostname);
+    pc->peer.node_id = m->node_id;
+    pc->peer.rank = m->rank;
+    pc->peer.pid = (pid_t)m->pid;
+    pc->peer.hostname = pc->peer_host;
+
+    size_t off = 0;
+    pc->peer_list[0] = 0;
+    for (unsigned i = 0; i < m->plugin_count && off < sizeof(pc->peer_list); i++)
+        off += snprintf(pc->peer_list + off, sizeof(pc->peer_list) - off,
+                        "%s%s", i ? "," : "", m->plugins[i]);
+    return 0;
+}
+
+static int on_hello_acceptor(struct psc_precon *pc,
+                             const struct psc_precon_msg *m)
+{
+    if (take_identity(pc, m)) return pc_fail(pc, PSCOM_ERR_IOERROR);
+    pc->offer_count = usable_plugins(pc, pc->offer);
+
+    const char *names[PSC_PRECON_MAX_PLUGINS];
+    for (unsigned i = 0; i < pc->offer_count; i++) names[i] = pc->offer[i]->name;
+    uint8_t buf[OUT_MAX];
+    struct psc_precon_writer w;
+    begin(&w, buf, PSC_PRECON_HELLO);
+    put_identity(&w, pc->con);
+    psc_precon_put_plugins(&w, names, pc->offer_count);
+    pc->con->pub.state = PSCOM_CON_STATE_ACCEPTING;
+    pc->state = PC_NEGOTIATE;
+    if (pc_send(pc, &w)) return pc_fail(pc, PSCOM_ERR_IOERROR);
+    return PC_GO_ON;
+}
+
+static int on_hello_connector(struct psc_precon *pc,
+                              const struct psc_precon_msg *m)
+{
+    if (take_identity(pc, m)) return pc_fail(pc, PSCOM_ERR_IOERROR);
+    struct psc_plugin *mine[PSC_PRECON_MAX_PLUGINS];
+    unsigned n = usable_plugins(pc, mine);
+    pc->cand_count = pc->cand_next = 0;
+    for (unsigned i = 0; i < n; i++)
+        for (unsigned j = 0; j < m->plugin_count; j++)
+            if (!strcmp(mine[i]->name, m->plugins[j])) {
+                pc->cand[pc->cand_count++] = mine[i];
+                break;
+            }
+    return try_next(pc);
+}
+
+static int on_try(struct psc_precon *pc, const struct psc_precon_msg *m)
+{
+    struct psc_plugin *p = NULL;
+    for (unsigned i = 0; m->plugin && i < pc->offer_count; i++)
+        if (!strcmp(pc->offer[i]->name, m->plugin)) p = pc->offer[i];
+    abort_trying(pc);
+    if (!p) {
+        psc_debug("handshake from %s: asked for %s, which we do not offer",
+                  pc_peer(pc), m->plugin ? m->plugin : "(none)");
+        return send_simple(pc, PSC_PRECON_REJECT, m->plugin) ? pc_fail(pc, PSCOM_ERR_IOERROR)
+                                                             : PC_GO_ON;
+    }
+    const pscom_plugin_t *d = p->desc;
+    void *priv = calloc(1, d->con_priv_size ? d->con_priv_size : 1);
+    uint8_t blob[PSC_PRECON_PLUGIN_DATA_MAX];
+    size_t blen = sizeof(blob);
+    int rc = priv ? d->ops->hs_start(pc->con, priv, blob, &blen) : -ENOMEM;
+    if (!rc) {
+        pc->trying = p;
+        pc->try_priv = priv;
+        rc = d->ops->hs_connect(pc->con, priv, m->plugin_data, m->plugin_data_len);
+    } else {
+        free(priv);
+    }
+    if (rc) {
+        psc_debug("handshake from %s: %s failed here (%s); rejecting it",
+                  pc_peer(pc), d->name, strerror(rc < 0 ? -rc : rc));
+        abort_trying(pc);
+        return send_simple(pc, PSC_PRECON_REJECT, d->name) ? pc_fail(pc, PSCOM_ERR_IOERROR)
+                                                           : PC_GO_ON;
+    }
+    uint8_t buf[OUT_MAX];
+    struct psc_precon_writer w;
+    begin(&w, buf, PSC_PRECON_ACCEPT);
+    psc_precon_put_str(&w, PSC_TAG_PLUGIN, d->name);
+    if (blen) psc_precon_put(&w, PSC_TAG_PLUGIN_DATA, blob, blen);
+    return pc_send(pc, &w) ? pc_fail(pc, PSCOM_ERR_IOERROR) : PC_GO_ON;
+}
+
+static bool about_trying(struct psc_precon *pc, const struct psc_precon_msg *m)
+{
+    return pc->trying && m->plugin && !strcmp(m->plugin, pc->trying->name);
+}
+
+static int on_accept(struct psc_precon *pc, const struct psc_precon_msg *m)
+{
+    if (!about_trying(pc, m)) {
+        psc_err("handshake with %s: ACCEPT for a transport we did not ask "
+                "for; dropping the connection", pc_peer(pc));
+        return pc_fail(pc, PSCOM_ERR_IOERROR);
+    }
+    const pscom_plugin_t *d = pc->trying->desc;
+    int rc = d->ops->hs_connect(pc->con, pc->try_priv, m->plugin_data,
+                                m->plugin_data_len);
+    if (rc) {
+        psc_debug("connect to %s: %s failed (%s); trying the next transport",
+                  pc_peer(pc), d->name, strerror(rc < 0 ? -rc : rc));
+        if (send_simple(pc, PSC_PRECON_FAILED, d->name))
+            return pc_retry_or_fail(pc, PSCOM_ERR_IOERROR, strerror(errno));
+        return try_next(pc);
+    }
+    if (send_simple(pc, PSC_PRECON_ESTABLISHED, d->name))
+        return pc_retry_or_fail(pc, PSCOM_ERR_IOERROR, strerror(errno));
+    pc->state = PC_SWITCH;
+    if (pc->out_len) return PC_GO_ON; /* switch when ESTABLISHED is out */
+    return do_switch(pc);
+}
+
+static int on_error(struct psc_precon *pc, const struct psc_precon_msg *m)
+{
+    pscom_err_t code = m->has_error_code ? (pscom_err_t)m->error_code
+                                         : PSCOM_ERR_CONNECTION_REFUSED;
+    if (code >= 0 || code < PSCOM_ERR_CONNECTION_REFUSED)
+        code = PSCOM_ERR_CONNECTION_REFUSED;
+    psc_err("%s %s refused the connection: %s (%s)",
+            pc->connector ? "connect to" : "handshake from", pc_peer(pc),
+            m->error_text ? m->error_text : "no reason given",
+            pscom_err_str(code));
+    return pc_fail(pc, code);
+}
+
+static int handle_record(struct psc_precon *pc)
+{
+    struct psc_precon_msg *m = malloc(sizeof(*m));
+    if (!m) return pc_fail(pc, PSCOM_ERR_STDERROR);
+    int rc = psc_precon_msg_decode(pc->h.type, pc->payload, pc->h.len, m);
+    if (rc) {
+        free(m);
+        psc_err("handshake with %s: malformed %s record (%s); dropping the "
+                "connection", pc_peer(pc), psc_precon_type_str(pc->h.type),
+                psc_precon_status_str(rc));
+        return pc_fail(pc, PSCOM_ERR_IOERROR);
+    }
+    if (psc_settings.debug_precon)
+        psc_log_write(PSC_LOG_ERROR, "precon %s: got %s in state %s",
+                      pc_peer(pc), psc_precon_type_str(m->type),
+                      state_names[pc->state]);
+
+    int ret;
+    uint8_t t = m->type;
+    if (t == PSC_PRECON_ERROR) {
+        ret = on_error(pc, m);
+    } else if (pc->state == PC_HELLO && t == PSC_PRECON_HELLO) {
+        ret = pc->connector ? on_hello_connector(pc, m) : on_hello_acceptor(pc, m);
+    } else if (pc->state == PC_NEGOTIATE && !pc->connector &&
+               t == PSC_PRECON_TRY) {
+        ret = on_try(pc, m);
+    } else if (pc->state == PC_NEGOTIATE && !pc->connector &&
+               t == PSC_PRECON_ESTABLISHED && about_trying(pc, m)) {
+        ret = do_switch(pc);
+    } else if (pc->state == PC_NEGOTIATE && !pc->connector &&
+               t == PSC_PRECON_FAILED) {
+        abort_trying(pc);
+        ret = PC_GO_ON;
+    } else if (pc->state == PC_NEGOTIATE && pc->connector &&
+               t == PSC_PRECON_ACCEPT) {
+        ret = on_accept(pc, m);
+    } else if (pc->state == PC_NEGOTIATE && pc->connector &&
+               t == PSC_PRECON_REJECT && about_trying(pc, m)) {
+        ret = try_next(pc);
+    } else {
+        psc_err("handshake with %s: unexpected %s record in state %s; "
+                "dropping the connection", pc_peer(pc),
+                psc_precon_type_str(t), state_names[pc->state]);
+        ret = pc_fail(pc, PSCOM_ERR_IOERROR);
+    }
+    free(m);
+    return ret;
+}
+
+/* A record header arrived: check it. */
+static int header_arrived(struct psc_precon *pc)
+{
+    int rc = psc_precon_hdr_decode(pc->hdr, &pc->h,
+                                   psc_settings.precon_max_payload);
+    if (rc == PSC_PRECON_E_VERSION) {
+        char text[160];
+        snprintf(text, sizeof(text),
+                 "pre-connection protocol version %u is not supported; this "
+                 "side speaks version %u", pc->h.version, PSC_PRECON_VERSION);
+        psc_err("%s %s: %s (peer and this library are of incompatible "
+                "releases)", pc->connector ? "connect to" : "handshake from",
+                pc_peer(pc), text);
+        send_error(pc, PSCOM_ERR_UNSUPPORTED_VERSION, text);
+        return pc_fail(pc, PSCOM_ERR_UNSUPPORTED_VERSION);
+    }
+    if (rc) {
+        psc_err("%s %s: %s; dropping the connection",
+                pc->connector ? "connect to" : "handshake from", pc_peer(pc),
+                psc_precon_status_str(rc));
+        return pc_fail(pc, PSCOM_ERR_IOERROR);
+    }
+    if (pc->h.len) {
+        pc->payload = malloc(pc->h.len);
+        if (!pc->payload) return pc_fail(pc, PSCOM_ERR_STDERROR);
+    }
+    pc->payload_have = 0;
+    return PC_GO_ON;
+}
+
+static int pc_read(struct psc_precon *pc)
+{
+    for (;;) {
+        uint8_t *dst;
+        size_t want;
+        if (pc->hdr_have < PSC_PRECON_HDR_LEN) {
+            dst = pc->hdr + pc->hdr_have;
+            want = PSC_PRECON_HDR_LEN - pc->hdr_have;
+        } else {
+            dst = pc->payload + pc->payload_have;
+            want = pc->h.len - pc->payload_have;
+        }
+        ssize_t n = want ? recv(pc->fd, dst, want, MSG_DONTWAIT) : 0;
+        if (want && n == 0) {
+            return pc_retry_or_fail(pc, PSCOM_ERR_EOF,
+                                    "the peer closed the connection during "
+                                    "the handshake");
+        }
+        if (n < 0) {
+            if (errno == EINTR) continue;
+            if (errno == EAGAIN || errno == EWOULDBLOCK) return PC_GO_ON;
+            return pc_retry_or_fail(pc, PSCOM_ERR_IOERROR, strerror(errno));
+        }
+        if (pc->hdr_have < PSC_PRECON_HDR_LEN) {
+            pc->hdr_have += n;
+            if (pc->hdr_have < PSC_PRECON_HDR_LEN) continue;
+            if (header_arrived(pc)) return PC_STOP;
+            if (pc->h.len) continue;
+        } else {
+            pc->payload_have += n;
+            if (pc->payload_have < pc->h.len) continue;
+        }
+        int rc = handle_record(pc);
+        if (rc) return rc;
+        free(pc->payload);
+        pc->payload = NULL;
+        pc->hdr_have = 0;
+    }
+}
+
+/* ---------------------------------------------------------------------- */
+/* Connecting and accepting                                               */
+/* ---------------------------------------------------------------------- */
+
+static void tune_socket(int fd)
+{
+    int one = 1;
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+}
+
+static int send_hello(struct psc_precon *pc)
+{
+    uint8_t buf[OUT_MAX];
+    struct psc_precon_writer w;
+    begin(&w, buf, PSC_PRECON_HELLO);
+    put_identity(&w, pc->con);
+    pc->state = PC_HELLO;
+    return pc_send(pc, &w);
+}
+
+static int start_tcp_connect(struct psc_precon *pc)
+{
+    pc->attempts++;
+    pc->fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (pc->fd < 0) {
+        int e = errno;
+        if (e == EMFILE || e == ENFILE)
+            psc_err("connect to %s: no file descriptor left (%s); raise the "
+                    "open files limit (ulimit -n)", pc_peer(pc), strerror(e));
+        return pc_fail(pc, PSCOM_ERR_STDERROR);
+    }
+    tune_socket(pc->fd);
+    pc->state = PC_TCP_CONNECTING;
+    int rc = connect(pc->fd, (struct sockaddr *)&pc->addr, sizeof(pc->addr));
+    if (rc < 0 && errno != EINPROGRESS)
+        return pc_retry_or_fail(pc, PSCOM_ERR_CONNECTION_REFUSED, strerror(errno));
+    if (pscom_plugin_fd_add(pc->fd, EPOLLOUT, 1, on_fd, pc))
+        return pc_fail(pc, PSCOM_ERR_STDERROR);
+    return PC_GO_ON;
+}
+
+static void on_fd(int fd, uint32_t events, void *arg)
+{
+    struct psc_precon *pc = arg;
+    (void)fd;
+
+    if (pc->state == PC_TCP_CONNECTING) {
+        int err = 0;
+        socklen_t len = sizeof(err);
+        getsockopt(pc->fd, SOL_SOCKET, SO_ERROR, &err, &len);
+        if (err) {
+            pc_retry_or_fail(pc, err == ECONNREFUSED ? PSCOM_ERR_CONNECTION_REFUSED
+                                                     : PSCOM_ERR_IOERROR,
+                             strerror(err));
+            return;
+        }
+        if (!(events & EPOLLOUT)) return;
+        if (send_hello(pc)) pc_retry_or_fail(pc, PSCOM_ERR_IOERROR, strerror(errno));
+        return;
+    }
+    if ((events & EPOLLOUT) && pc->out_len) {
+        if (pc_flush(pc)) {
+            pc_retry_or_fail(pc, PSCOM_ERR_IOERROR, strerror(errno));
+            return;
+        }
+        if (pc->state == PC_SWITCH && !pc->out_len) {
+            do_switch(pc);
+            return;
+        }
+    }
+    if (events & (EPOLLIN | EPOLLERR | EPOLLHUP)) pc_read(pc);
+}
+
+pscom_err_t psc_precon_connect(struct psc_con *con, const char *host, int port,
+                               const char *peer_name)
+{
+    struct addrinfo hints = {.ai_family = AF_INET, .ai_socktype = SOCK_STREAM};
+    struct addrinfo *res = NULL;
+    int rc = getaddrinfo(host, NULL, &hints, &res);
+    if (rc || !res) {
+        psc_err("connect to %s:%d: cannot resolve the host: %s", host, port,
+                rc ? gai_strerror(rc) : "no address");
+        return PSCOM_ERR_INVALID;
+    }
+    struct precon_addr {
+        struct sockaddr_in sa;
+    } a;
+    memcpy(&a.sa, res->ai_addr, sizeof(a.sa));
+    freeaddrinfo(res);
+    a.sa.sin_port = htons((uint16_t)port);
+    (void)peer_name;
+
+    struct psc_precon *pc = pc_new(con, true);
+    if (!pc) return PSCOM_ERR_STDERROR;
+    pc->addr = a.sa;
+    set_peer_addr(con, &a.sa);
+    con->pub.state = PSCOM_CON_STATE_CONNECTING;
+    con->pub.type = PSCOM_CON_TYPE_NONE;
+    start_tcp_connect(pc);
+    return PSCOM_SUCCESS;
+}
+
+void psc_precon_accept(struct psc_sock *sock, int fd)
+{
+    struct psc_con *con = psc_con_create(sock);
+    struct psc_precon *pc = con ? pc_new(con, false) : NULL;
+    if (!pc) {
+        psc_err("accept: out of memory for a new connection");
+        free(con);
+        close(fd);
+        return;
+    }
+    struct sockaddr_in sa;
+    socklen_t len = sizeof(sa);
+    if (getpeername(fd, (struct sockaddr *)&sa, &len) == 0)
+        set_peer_addr(con, &sa);
+    tune_socket(fd);
+    pc->fd = fd;
+    pc->state = PC_HELLO;
+    con->pub.state = PSCOM_CON_STATE_ACCEPTING;
+    if (pscom_plugin_fd_add(fd, EPOLLIN, 1, on_fd, pc)) {
+        pc_fail(pc, PSCOM_ERR_STDERROR);
+        return;
+    }
+}
+
+void psc_precon_drop_socket(struct psc_sock *sock)
+{
+    struct psc_list *pos, *tmp;
+    psc_list_for_each_safe(pos, tmp, &psc_ctx.precons) {
+        struct psc_precon *pc = psc_list_entry(pos, struct psc_precon, next);
+        if (pc->con->sock != sock || pc->con->visible) continue;
+        pc_fail(pc, PSCOM_ERR_EOF);
+    }
+}
+
+void psc_precon_check_timeouts(void)
+{
+    uint64_t now = psc_now_ms();
+    struct psc_list *pos, *tmp;
+    psc_list_for_each_safe(pos, tmp, &psc_ctx.precons) {
+        struct psc_precon *pc = psc_list_entry(pos, struct psc_precon, next);
+        if (pc->state == PC_RETRY_WAIT) {
+            if (now >= pc->retry_at) start_tcp_connect(pc);
+            continue;
+        }
+        if (now < pc->deadline) continue;
+        char why[160];
+        snprintf(why, sizeof(why), "handshake stalled in state \"%s\" for %u "
+                 "ms (PSP_CONNECT_TIMEOUT)", state_names[pc->state],
+                 psc_settings.connect_timeout_ms);
+        pc->deadline = now + psc_settings.connect_timeout_ms;
+        pc_retry_or_fail(pc, PSCOM_ERR_IOERROR, why);
+    }
+}

@@ -1,0 +1,180 @@
+/*
+ * The progress engine: one round polls every plugin that has open
+ * connections and, through one epoll set, the file descriptors of listeners,
+ * handshakes and stream transports.
+ *
+ * Latency: a round makes no system call when only plugins that poll memory
+ * (or read their sockets directly) are busy. The epoll set is asked on every
+ * round while a "hot" descriptor (a handshake, a transport waiting to write)
+ * is registered with events, and only every 16th round otherwise, so an idle
+ * listener costs a sixteenth of a system call per round.
+ */
+#include <errno.h>
+#include <sched.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "core.h"
+
+struct ufd {
+    pscom_plugin_fd_cb_t cb; /* NULL: slot unused */
+    void *arg;
+    uint32_t events;
+    bool hot;
+};
+
+static int epfd = -1;
+static struct ufd *ufds;
+static int ufd_cap;
+static unsigned hot_count;
+
+static int ensure_epoll(void)
+{
+    if (epfd >= 0) return 0;
+    epfd = epoll_create1(EPOLL_CLOEXEC);
+    if (epfd < 0) {
+        psc_err("epoll_create1: %s", strerror(errno));
+        return -1;
+    }
+    return 0;
+}
+
+static int ensure_slot(int fd)
+{
+    if (fd < ufd_cap) return 0;
+    int cap = ufd_cap ? ufd_cap : 64;
+    while (cap <= fd) cap *= 2;
+    struct ufd *n = realloc(ufds, cap * sizeof(*n));
+    if (!n) return -1;
+    memset(n + ufd_cap, 0, (cap - ufd_cap) * sizeof(*n));
+    ufds = n;
+    ufd_cap = cap;
+    return 0;
+}
+
+static void hot_update(struct ufd *u, bool was)
+{
+    bool now = u->cb && u->hot && u->events;
+    if (was && !now) hot_count--;
+    if (!was && now) hot_count++;
+}
+
+static bool is_hot(const struct ufd *u)
+{
+    return u->cb && u->hot && u->events;
+}
+
+int pscom_plugin_fd_add(int fd, uint32_t events, int hot,
+                        pscom_plugin_fd_cb_t cb, void *arg)
+{
+    if (fd < 0 || !cb || ensure_epoll() || ensure_slot(fd)) return -1;
+    struct ufd *u = &ufds[fd];
+    if (u->cb) {
+        psc_err("internal: file descriptor %d registered twice", fd);
+        return -1;
+    }
+    struct epoll_event ev = {.events = events, .data.fd = fd};
+    if (epoll_ctl(epfd, EPOLL_CTL_ADD, fd, &ev) < 0) {
+        psc_err("epoll_ctl(ADD, fd %d): %s", fd, strerror(errno));
+        return -1;
+    }
+    *u = (struct ufd){.cb = cb, .arg = arg, .events = events, .hot = hot};
+    hot_update(u, false);
+    return 0;
+}
+
+int pscom_plugin_fd_mod(int fd, uint32_t events)
+{
+    if (fd < 0 || fd >= ufd_cap || !ufds[fd].cb) return -1;
+    struct ufd *u = &ufds[fd];
+    if (u->events == events) return 0;
+    struct epoll_event ev = {.events = events, .data.fd = fd};
+    if (epoll_ctl(epfd, EPOLL_CTL_MOD, fd, &ev) < 0) {
+        psc_err("epoll_ctl(MOD, fd %d): %s", fd, strerror(errno));
+        return -1;
+    }
+    bool was = is_hot(u);
+    u->events = events;
+    hot_update(u, was);
+    return 0;
+}
+
+void pscom_plugin_fd_del(int fd)
+{
+    if (fd < 0 || fd >= ufd_cap || !ufds[fd].cb) return;
+    struct ufd *u = &ufds[fd];
+    bool was = is_hot(u);
+    epoll_ctl(epfd, EPOLL_CTL_DEL, fd, NULL);
+    u->cb = NULL;
+    hot_update(u, was);
+    u->events = 0;
+}
+
+static int poll_fds(void)
+{
+    struct epoll_event ev[64];
+    int n = epoll_wait(epfd, ev, 64, 0);
+    for (int i = 0; i < n; i++) {
+        int fd = ev[i].data.fd;
+        /* An earlier callback of this batch may have removed it. */
+        if (fd >= ufd_cap || !ufds[fd].cb) continue;
+        ufds[fd].cb(fd, ev[i].events, ufds[fd].arg);
+    }
+    return n > 0;
+}
+
+int psc_progress(void)
+{
+    int did;
+
+    psc_ctx.depth++;
+    psc_ctx.round++;
+    did = psc_plugins_progress();
+    if (epfd >= 0 && (hot_count || (psc_ctx.round & 15) == 0))
+        did |= poll_fds();
+    if ((psc_ctx.round & 1023) == 0) psc_precon_check_timeouts();
+    psc_ctx.depth--;
+    if (!psc_ctx.depth &&
+        (!psc_list_empty(&psc_ctx.dead) || !psc_list_empty(&psc_ctx.zombies)))
+        psc_con_reap();
+    return did;
+}
+
+uint64_t psc_now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+int psc_progress_until(bool (*cond_fn)(void *arg), void *arg,
+                       unsigned timeout_ms)
+{
+    uint64_t deadline = timeout_ms ? psc_now_ms() + timeout_ms : 0;
+    unsigned n = 0;
+
+    while (!cond_fn(arg)) {
+        psc_progress();
+        if (psc_settings.sched_yield) sched_yield();
+        if (psc_ctx.threaded) {
+            psc_unlock();
+            psc_lock();
+        }
+        if (deadline && (++n & 255) == 0 && psc_now_ms() >= deadline)
+            return cond_fn(arg) ? 0 : -1;
+    }
+    return 0;
+}
+
+void psc_progress_cleanup(void)
+{
+    if (epfd >= 0) close(epfd);
+    epfd = -1;
+    free(ufds);
+    ufds = NULL;
+    ufd_cap = 0;
+    hot_count = 0;
+}

@@ -1,0 +1,629 @@
+/*
+ * The message protocol on an established connection: framing of sends,
+ * the receive state machine, eager and rendezvous transfers.
+ *
+ * Every message is a pscom_header_net_t, an extended header and a body.
+ * Eager messages carry the user's xheader and data. A send of at least the
+ * connection's rendezvous threshold first announces itself (RNDV_REQ: the
+ * user's xheader with a psc_rndv_info trailer); once a receive has matched
+ * the announcement, the receiver answers RNDV_CTS and the sender writes the
+ * body as RNDV_DATA straight into the receiver's buffer. Announcements are
+ * matched in arrival order, so matching order is the sending order also
+ * when eager and rendezvous messages mix.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core.h"
+
+_Static_assert(sizeof(pscom_header_net_t) == 8, "network header is 8 bytes");
+_Static_assert(offsetof(pscom_request_t, xheader) ==
+                   offsetof(pscom_request_t, header) + sizeof(pscom_header_net_t),
+               "the xheader must follow the header in a request");
+
+static void set_header(pscom_header_net_t *h, uint8_t type, size_t xlen,
+                       uint64_t data_len)
+{
+    h->xheader_len = (uint16_t)xlen;
+    h->msg_type = type;
+    h->data_len = data_len;
+}
+
+int psc_header_check(const pscom_header_net_t *hdr, const char **why)
+{
+    switch (hdr->msg_type) {
+    case PSC_MSG_USER:
+        return 0;
+    case PSC_MSG_RNDV_REQ:
+        if (hdr->xheader_len < sizeof(struct psc_rndv_info) || hdr->data_len) {
+            *why = "rendezvous announcement with a bad length";
+            return -1;
+        }
+        return 0;
+    case PSC_MSG_RNDV_CTS:
+        if (hdr->xheader_len != sizeof(struct psc_rndv_cts) || hdr->data_len) {
+            *why = "rendezvous clear-to-send with a bad length";
+            return -1;
+        }
+        return 0;
+    case PSC_MSG_RNDV_DATA:
+        if (hdr->xheader_len != sizeof(struct psc_rndv_data_hdr)) {
+            *why = "rendezvous data with a bad header length";
+            return -1;
+        }
+        return 0;
+    case PSC_MSG_EOF:
+        if (hdr->xheader_len || hdr->data_len) {
+            *why = "end-of-connection message with a body";
+            return -1;
+        }
+        return 0;
+    default:
+        *why = "unknown message type";
+        return -1;
+    }
+}
+
+/* ---------------------------------------------------------------------- */
+/* Send side                                                              */
+/* ---------------------------------------------------------------------- */
+
+static void frame_init(struct psc_req *req, enum psc_frame frame, void *head,
+                       size_t head_len, void *body, size_t body_len)
+{
+    req->frame = frame;
+    req->iov[0].iov_base = head;
+    req->iov[0].iov_len = head_len;
+    req->iov[1].iov_base = body;
+    req->iov[1].iov_len = body_len;
+    req->tx_left = head_len + body_len;
+}
+
+static void send_control(struct psc_con *con, uint8_t type, const void *x,
+                         size_t xlen)
+{
+    struct psc_req *req = psc_req_alloc(0, 0);
+    if (!req) {
+        psc_err("%s: out of memory for a control message; the connection "
+                "cannot go on", psc_con_str(con));
+        psc_con_fail(con, PSCOM_OP_WRITE, PSCOM_ERR_STDERROR);
+        return;
+    }
+    req->kind = PSC_REQ_CONTROL;
+    set_header((pscom_header_net_t *)req->ctrl, type, xlen, 0);
+    if (xlen) memcpy(req->ctrl + PSC_HDR_LEN, x, xlen);
+    frame_init(req, PSC_FRAME_CONTROL, req->ctrl, PSC_HDR_LEN + xlen, NULL, 0);
+    psc_con_enqueue(con, req);
+}
+
+void psc_proto_send_eof(struct psc_con *con)
+{
+    send_control(con, PSC_MSG_EOF, NULL, 0);
+}
+
+void psc_proto_send(struct psc_con *con, struct psc_req *req)
+{
+    pscom_request_t *r = &req->pub;
+
+    if (con->failed || con->closing) {
+        psc_debug("send on %s refused: the connection is %s",
+                  psc_con_str(con), con->failed ? "broken" : "closing");
+        psc_req_done(req, PSCOM_REQ_STATE_ERROR);
+        return;
+    }
+    if (r->data_len >= con->rndv_threshold) {
+        struct psc_rndv_info info = {.sender_id = ++psc_ctx.next_id,
+                                     .data_len = r->data_len};
+        req->id = info.sender_id;
+        memcpy((char *)&r->xheader + r->xheader_len, &info, sizeof(info));
+        set_header(&r->header, PSC_MSG_RNDV_REQ,
+                   r->xheader_len + sizeof(info), 0);
+        r->state |= PSCOM_REQ_STATE_RENDEZVOUS_REQUEST;
+        frame_init(req, PSC_FRAME_RNDV_REQ, &r->header,
+                   PSC_HDR_LEN + r->xheader_len + sizeof(info), NULL, 0);
+    } else {
+        set_header(&r->header, PSC_MSG_USER, r->xheader_len, r->data_len);
+        frame_init(req, PSC_FRAME_EAGER, &r->header,
+                   PSC_HDR_LEN + r->xheader_len, r->data, r->data_len);
+    }
+    psc_con_enqueue(con, req);
+}
+
+void psc_proto_frame_sent(struct psc_con *con, struct psc_req *req)
+{
+    switch (req->frame) {
+    case PSC_FRAME_RNDV_REQ:
+        psc_list_add_tail(&req->next, &con->rndv_sendq);
+        break;
+    case PSC_FRAME_CONTROL:
+        psc_req_release(req);
+        break;
+    default:
+        psc_req_done(req, 0);
+        break;
+    }
+}
+
+int pscom_plugin_tx_pending(pscom_plugin_con_t *con)
+{
+    return !psc_list_empty(&con->sendq);
+}
+
+int pscom_plugin_tx_peek(pscom_plugin_con_t *con, struct iovec *iov,
+                         int iov_max, size_t *total)
+{
+    int n = 0;
+    size_t sum = 0;
+    struct psc_list *pos;
+
+    psc_list_for_each(pos, &con->sendq) {
+        struct psc_req *req = psc_list_entry(pos, struct psc_req, next);
+        size_t skip = req->iov[0].iov_len + req->iov[1].iov_len - req->tx_left;
+        for (int i = 0; i < 2; i++) {
+            size_t len = req->iov[i].iov_len;
+            if (skip >= len) {
+                skip -= len;
+                continue;
+            }
+            if (n == iov_max) goto out;
+            iov[n].iov_base = (char *)req->iov[i].iov_base + skip;
+            iov[n].iov_len = len - skip;
+            sum += len - skip;
+            skip = 0;
+            n++;
+        }
+    }
+out:
+    *total = sum;
+    return n;
+}
+
+int pscom_plugin_tx_done(pscom_plugin_con_t *con, size_t n)
+{
+    struct psc_list sent;
+    psc_list_init(&sent);
+
+    /* Update the queue first: completions may run application code that
+     * posts more sends on this connection. */
+    while (n) {
+        struct psc_req *req = psc_list_first(&con->sendq, struct psc_req, next);
+        if (!req) {
+            psc_err("%s: the transport reports more bytes written than were "
+                    "queued", psc_con_str(con));
+            break;
+        }
+        size_t take = n < req->tx_left ? n : req->tx_left;
+        req->pub.state |= PSCOM_REQ_STATE_IO_STARTED;
+        req->tx_left -= take;
+        n -= take;
+        if (req->tx_left) break;
+        psc_list_del(&req->next);
+        psc_list_add_tail(&req->next, &sent);
+    }
+    while (!psc_list_empty(&sent)) {
+        struct psc_req *req = psc_list_first(&sent, struct psc_req, next);
+        psc_list_del(&req->next);
+        psc_proto_frame_sent(con, req);
+    }
+    return con->failed || con->zombie ? -1 : 0;
+}
+
+/* ---------------------------------------------------------------------- */
+/* Receive side                                                           */
+/* ---------------------------------------------------------------------- */
+
+void psc_rx_init(struct psc_rx *rx)
+{
+    if (rx->hbuf && rx->hbuf != rx->hinline) free(rx->hbuf);
+    memset(rx, 0, offsetof(struct psc_rx, hinline));
+    rx->hbuf = rx->hinline;
+    rx->hcap = sizeof(rx->hinline);
+    rx->phase = PSC_RX_HEADER;
+    rx->need = PSC_HDR_LEN;
+}
+
+static void rx_next_message(struct psc_rx *rx)
+{
+    rx->phase = PSC_RX_HEADER;
+    rx->have = 0;
+    rx->need = PSC_HDR_LEN;
+    rx->req = NULL;
+    rx->left = 0;
+    rx->dst = NULL;
+    rx->dst_left = 0;
+    rx->truncated = false;
+}
+
+/* A protocol violation: the peer is broken or not a pscom peer. */
+static int rx_protocol_error(struct psc_con *con, const char *why)
+{
+    psc_err("%s: received a malformed message (%s); closing the "
+            "connection", psc_con_str(con), why);
+    psc_con_fail(con, PSCOM_OP_READ, PSCOM_ERR_IOERROR);
+    return -1;
+}
+
+/* Copy the matched message's header and xheader into req, and aim the body
+ * at req's buffer. */
+static void accept_into(struct psc_req *req, struct psc_con *con,
+                        const pscom_header_net_t *hdr)
+{
+    pscom_request_t *r = &req->pub;
+    size_t xl = hdr->xheader_len;
+    size_t room = r->xheader_len < r->max_xheader_len ? r->xheader_len
+                                                      : r->max_xheader_len;
+    r->header = *hdr;
+    memcpy(&r->xheader, hdr + 1, xl < room ? xl : room);
+    r->connection = &con->pub;
+    r->state |= PSCOM_REQ_STATE_IO_STARTED;
+    if (hdr->data_len > r->data_len) r->state |= PSCOM_REQ_STATE_TRUNCATED;
+}
+
+/* Aim the body of `total` bytes at req (user buffer, or generated buffer). */
+static void rx_body_to(struct psc_rx *rx, struct psc_req *req, size_t total)
+{
+    rx->phase = PSC_RX_DATA;
+    rx->req = req;
+    rx->left = total;
+    req->received = 0;
+    if (req->kind == PSC_REQ_GENERATED) {
+        rx->dst = req->gbuf;
+        rx->dst_left = total;
+    } else {
+        rx->dst = req->pub.data;
+        rx->dst_left = total < req->pub.data_len ? total : req->pub.data_len;
+        rx->truncated = total > req->pub.data_len;
+    }
+}
+
+static int rx_body_done(struct psc_con *con)
+{
+    struct psc_req *req = con->rx.req;
+    bool truncated = con->rx.truncated;
+
+    rx_next_message(&con->rx);
+    if (!req) return 0;
+    if (req->kind == PSC_REQ_GENERATED) {
+        req->got_all = true;
+        return 0;
+    }
+    psc_req_done(req, truncated ? PSCOM_REQ_STATE_TRUNCATED : 0);
+    return con->failed || con->zombie ? -1 : 0;
+}
+
+/* An unexpected message: keep it until a receive is posted. */
+static struct psc_req *generate(struct psc_con *con, pscom_header_net_t *hdr,
+                                const struct psc_rndv_info *rndv)
+{
+    struct psc_req *g = psc_req_alloc(hdr->xheader_len, 0);
+    if (g && !rndv && hdr->data_len) {
+        g->gbuf = malloc(hdr->data_len);
+        if (!g->gbuf) {
+            psc_req_release(g);
+            g = NULL;
+        }
+    }
+    if (!g) {
+        psc_err("%s: out of memory keeping an unexpected message of %llu "
+                "bytes; post receives earlier or lower PSP_RENDEZVOUS; "
+                "closing the connection", psc_con_str(con),
+                (unsigned long long)hdr->data_len);
+        psc_con_fail(con, PSCOM_OP_READ, PSCOM_ERR_STDERROR);
+        return NULL;
+    }
+    g->kind = PSC_REQ_GENERATED;
+    g->pub.state = PSCOM_REQ_STATE_GRECV_REQUEST | PSCOM_REQ_STATE_POSTED;
+    memcpy(&g->pub.header, hdr, PSC_HDR_LEN + hdr->xheader_len);
+    g->pub.xheader_len = hdr->xheader_len;
+    g->pub.connection = &con->pub;
+    g->pub.data_len = hdr->data_len;
+    g->pub.data = g->gbuf;
+    if (rndv) {
+        g->rndv = *rndv;
+        g->rndv_gen = true;
+    }
+    psc_genrecvq_add(con, g);
+    return g;
+}
+
+/* The receive that takes a user message: default_recv, then posted. */
+static struct psc_req *find_receiver(struct psc_con *con,
+                                     pscom_header_net_t *hdr)
+{
+    pscom_socket_t *s = &con->sock->pub;
+    if (s->ops.default_recv) {
+        pscom_request_t *r = s->ops.default_recv(&con->pub, hdr);
+        if (r) {
+            r->state = PSCOM_REQ_STATE_RECV_REQUEST | PSCOM_REQ_STATE_POSTED;
+            return req_of(r);
+        }
+    }
+    return psc_match_posted(con, hdr);
+}
+
+/* The receiver of an announced rendezvous is known: ask for the body. */
+static void rndv_start_recv(struct psc_con *con, struct psc_req *req,
+                            const struct psc_rndv_info *info)
+{
+    req->id = ++psc_ctx.next_id;
+    req->rndv = *info;
+    req->pub.state |= PSCOM_REQ_STATE_RENDEZVOUS_REQUEST;
+    psc_list_add_tail(&req->next, &con->rndv_recvq);
+    struct psc_rndv_cts cts = {.sender_id = info->sender_id,
+                               .receiver_id = req->id};
+    send_control(con, PSC_MSG_RNDV_CTS, &cts, sizeof(cts));
+}
+
+static struct psc_req *find_by_id(struct psc_list *queue, uint64_t id)
+{
+    struct psc_list *pos;
+    psc_list_for_each(pos, queue) {
+        struct psc_req *req = psc_list_entry(pos, struct psc_req, next);
+        if (req->id == id) return req;
+    }
+    return NULL;
+}
+
+static int rx_user(struct psc_con *con, pscom_header_net_t *hdr)
+{
+    struct psc_req *req = find_receiver(con, hdr);
+    if (req) {
+        accept_into(req, con, hdr);
+    } else {
+        req = generate(con, hdr, NULL);
+        if (!req) return -1;
+    }
+    rx_body_to(&con->rx, req, hdr->data_len);
+    if (!hdr->data_len) return rx_body_done(con);
+    return 0;
+}
+
+static int rx_rndv_req(struct psc_con *con, pscom_header_net_t *hdr)
+{
+    struct psc_rndv_info info;
+    size_t ulen = hdr->xheader_len - sizeof(info);
+
+    memcpy(&info, (char *)(hdr + 1) + ulen, sizeof(info));
+    if (info.data_len > PSCOM_DATA_LEN_MASK)
+        return rx_protocol_error(con, "rendezvous length out of range");
+    /* Present it to matching as the user message it stands for. */
+    set_header(hdr, PSC_MSG_USER, ulen, info.data_len);
+
+    rx_next_message(&con->rx);
+    struct psc_req *req = find_receiver(con, hdr);
+    if (!req) return generate(con, hdr, &info) ? 0 : -1;
+    accept_into(req, con, hdr);
+    rndv_start_recv(con, req, &info);
+    return 0;
+}
+
+static int rx_rndv_cts(struct psc_con *con, pscom_header_net_t *hdr)
+{
+    struct psc_rndv_cts cts;
+    memcpy(&cts, hdr + 1, sizeof(cts));
+    rx_next_message(&con->rx);
+
+    struct psc_req *req = find_by_id(&con->rndv_sendq, cts.sender_id);
+    if (!req) return rx_protocol_error(con, "clear-to-send for no send");
+    psc_list_del(&req->next);
+
+    pscom_header_net_t *h = (pscom_header_net_t *)req->ctrl;
+    struct psc_rndv_data_hdr dh = {.receiver_id = cts.receiver_id};
+    set_header(h, PSC_MSG_RNDV_DATA, sizeof(dh), req->pub.data_len);
+    memcpy(req->ctrl + PSC_HDR_LEN, &dh, sizeof(dh));
+    frame_init(req, PSC_FRAME_RNDV_DATA, req->ctrl, PSC_HDR_LEN + sizeof(dh),
+               req->pub.data, req->pub.data_len);
+    psc_con_enqueue(con, req);
+    return con->failed || con->zombie ? -1 : 0;
+}
+
+static int rx_rndv_data(struct psc_con *con, pscom_header_net_t *hdr)
+{
+    struct psc_rndv_data_hdr dh;
+    memcpy(&dh, hdr + 1, sizeof(dh));
+    uint64_t len = hdr->data_len;
+
+    struct psc_req *req = find_by_id(&con->rndv_recvq, dh.receiver_id);
+    if (!req) return rx_protocol_error(con, "rendezvous data for no receive");
+    if (len != req->rndv.data_len)
+        return rx_protocol_error(con, "rendezvous data of another length "
+                                      "than announced");
+    psc_list_del(&req->next);
+    rx_body_to(&con->rx, req, len);
+    if (!len) return rx_body_done(con);
+    return 0;
+}
+
+static int rx_dispatch(struct psc_con *con)
+{
+    pscom_header_net_t *hdr = (pscom_header_net_t *)con->rx.hbuf;
+
+    switch (hdr->msg_type) {
+    case PSC_MSG_USER:
+        return rx_user(con, hdr);
+    case PSC_MSG_RNDV_REQ:
+        return rx_rndv_req(con, hdr);
+    case PSC_MSG_RNDV_CTS:
+        return rx_rndv_cts(con, hdr);
+    case PSC_MSG_RNDV_DATA:
+        return rx_rndv_data(con, hdr);
+    case PSC_MSG_EOF:
+        rx_next_message(&con->rx);
+        con->got_eof = true;
+        psc_debug("%s: the peer closed the connection", psc_con_str(con));
+        psc_con_fail(con, PSCOM_OP_READ, PSCOM_ERR_EOF);
+        return -1;
+    }
+    return rx_protocol_error(con, "unknown message type");
+}
+
+/* The 8-byte header is complete: check it and make room for the xheader. */
+static int rx_header_done(struct psc_con *con)
+{
+    struct psc_rx *rx = &con->rx;
+    const pscom_header_net_t *hdr = (const pscom_header_net_t *)rx->hbuf;
+    const char *why = NULL;
+
+    if (psc_header_check(hdr, &why)) return rx_protocol_error(con, why);
+    rx->need = PSC_HDR_LEN + hdr->xheader_len;
+    if (rx->need > rx->hcap) {
+        uint8_t *big = malloc(rx->need);
+        if (!big) return rx_protocol_error(con, "no memory for the xheader");
+        memcpy(big, rx->hbuf, PSC_HDR_LEN);
+        if (rx->hbuf != rx->hinline) free(rx->hbuf);
+        rx->hbuf = big;
+        rx->hcap = rx->need;
+    }
+    rx->phase = PSC_RX_XHEADER;
+    return 0;
+}
+
+int pscom_plugin_rx_push(pscom_plugin_con_t *con, const void *buf, size_t len)
+{
+    struct psc_rx *rx = &con->rx;
+    const char *p = buf;
+
+    if (con->failed || con->zombie) return -1;
+    while (len) {
+        if (rx->phase == PSC_RX_DATA) {
+            size_t take = len < rx->left ? len : rx->left;
+            size_t keep = take < rx->dst_left ? take : rx->dst_left;
+            if (keep) {
+                memcpy(rx->dst, p, keep);
+                rx->dst += keep;
+                rx->dst_left -= keep;
+            }
+            rx->req->received += take;
+            rx->left -= take;
+            p += take;
+            len -= take;
+            if (!rx->left && rx_body_done(con)) return -1;
+            continue;
+        }
+        size_t take = rx->need - rx->have;
+        if (take > len) take = len;
+        memcpy(rx->hbuf + rx->have, p, take);
+        rx->have += take;
+        p += take;
+        len -= take;
+        if (rx->have < rx->need) continue;
+        if (rx->phase == PSC_RX_HEADER) {
+            if (rx_header_done(con)) return -1;
+            if (rx->have < rx->need) continue;
+        }
+        if (rx_dispatch(con)) return -1;
+        if (con->failed || con->zombie) return -1;
+    }
+    return 0;
+}
+
+size_t pscom_plugin_rx_direct(pscom_plugin_con_t *con, void **buf)
+{
+    struct psc_rx *rx = &con->rx;
+    if (rx->phase != PSC_RX_DATA || !rx->dst_left) return 0;
+    *buf = rx->dst;
+    return rx->dst_left;
+}
+
+int pscom_plugin_rx_direct_done(pscom_plugin_con_t *con, size_t n)
+{
+    struct psc_rx *rx = &con->rx;
+    rx->dst += n;
+    rx->dst_left -= n;
+    rx->left -= n;
+    rx->req->received += n;
+    if (!rx->left) return rx_body_done(con);
+    return 0;
+}
+
+/* ---------------------------------------------------------------------- */
+/* Posting receives                                                       */
+/* ---------------------------------------------------------------------- */
+
+/* A receive takes over an unexpected message. */
+static void merge_generated(struct psc_req *req, struct psc_req *g)
+{
+    struct psc_con *con = g->gcon;
+    size_t total = g->pub.header.data_len;
+
+    accept_into(req, con, &g->pub.header);
+    req->pub.state |= PSCOM_REQ_STATE_GRECV_MERGED;
+
+    if (g->rndv_gen) {
+        rndv_start_recv(con, req, &g->rndv);
+        psc_req_release(g);
+        return;
+    }
+    size_t have = g->received;
+    size_t fit = req->pub.data_len < total ? req->pub.data_len : total;
+    size_t copy = have < fit ? have : fit;
+    if (copy) memcpy(req->pub.data, g->gbuf, copy);
+
+    if (g->got_all) {
+        psc_req_release(g);
+        psc_req_done(req, 0);
+        return;
+    }
+    /* The body is still arriving: let the rest go to the user buffer. */
+    struct psc_rx *rx = &con->rx;
+    rx->req = req;
+    req->received = have;
+    rx->dst = (char *)req->pub.data + copy;
+    rx->dst_left = fit - copy;
+    rx->truncated = total > req->pub.data_len;
+    psc_req_release(g);
+}
+
+void psc_proto_post_recv(struct psc_req *req)
+{
+    struct psc_req *g = psc_match_generated(req);
+    if (g) {
+        merge_generated(req, g);
+        return;
+    }
+    if (req->pub.connection && con_of(req->pub.connection)->failed) {
+        psc_req_done(req, PSCOM_REQ_STATE_ERROR);
+        return;
+    }
+    psc_recvq_add(req);
+}
+
+/* ---------------------------------------------------------------------- */
+/* Failure                                                                */
+/* ---------------------------------------------------------------------- */
+
+static void fail_queue(struct psc_list *queue)
+{
+    while (!psc_list_empty(queue)) {
+        struct psc_req *req = psc_list_first(queue, struct psc_req, next);
+        psc_list_del(&req->next);
+        if (req->kind == PSC_REQ_CONTROL)
+            psc_req_release(req);
+        else
+            psc_req_done(req, PSCOM_REQ_STATE_ERROR);
+    }
+}
+
+void psc_proto_fail_requests(struct psc_con *con)
+{
+    struct psc_req *cur = con->rx.req;
+    rx_next_message(&con->rx);
+
+    /* Unexpected messages that arrived whole stay receivable; the rest go. */
+    struct psc_list *pos, *tmp;
+    psc_list_for_each_safe(pos, tmp, &con->net_recvq) {
+        struct psc_req *g = psc_list_entry(pos, struct psc_req, next);
+        if (g->got_all && !g->rndv_gen) continue;
+        psc_list_del(&g->next);
+        psc_list_del(&g->next_any);
+        psc_req_release(g);
+    }
+    if (cur && cur->kind != PSC_REQ_GENERATED)
+        psc_req_done(cur, PSCOM_REQ_STATE_ERROR);
+
+    fail_queue(&con->sendq);
+    fail_queue(&con->rndv_sendq);
+    fail_queue(&con->rndv_recvq);
+    fail_queue(&con->recvq_user);
+}

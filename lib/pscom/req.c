@@ -1,0 +1,369 @@
+/*
+ * Requests: creation, posting, waiting, cancelling and probing.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core.h"
+
+/* Room at pub.xheader for `xlen` bytes plus the protocol trailer. */
+static size_t xheader_room(size_t xlen)
+{
+    size_t need = xlen + PSC_XHEADER_SPARE;
+    return need > sizeof(pscom_xheader_t) ? need : sizeof(pscom_xheader_t);
+}
+
+struct psc_req *psc_req_alloc(size_t xlen, size_t user_size)
+{
+    size_t room = xheader_room(xlen);
+    size_t user_off =
+        (offsetof(struct psc_req, pub.xheader) + room + 15) & ~(size_t)15;
+    struct psc_req *req = calloc(1, user_off + user_size);
+    if (!req) return NULL;
+
+    req->magic = PSC_REQ_MAGIC;
+    psc_list_init(&req->next);
+    psc_list_init(&req->next_any);
+    req->pub.max_xheader_len = xlen;
+    req->pub.user_size = user_size;
+    req->pub.user = user_size ? (struct PSCOM_req_user *)((char *)req + user_off)
+                              : NULL;
+    return req;
+}
+
+void psc_req_release(struct psc_req *req)
+{
+    req->magic = PSC_REQ_FREED;
+    free(req->gbuf);
+    free(req);
+}
+
+pscom_request_t *pscom_request_create(size_t max_xheader_len, size_t user_size)
+{
+    if (max_xheader_len > UINT16_MAX - PSC_XHEADER_SPARE) {
+        psc_err("pscom_request_create: max_xheader_len %zu is larger than "
+                "the %zu bytes an extended header can have",
+                max_xheader_len, (size_t)(UINT16_MAX - PSC_XHEADER_SPARE));
+        return NULL;
+    }
+    struct psc_req *req = psc_req_alloc(max_xheader_len, user_size);
+    if (!req) {
+        psc_err("pscom_request_create: out of memory (%zu bytes of user "
+                "storage requested)", user_size);
+        return NULL;
+    }
+    req->pub.state = PSCOM_REQ_STATE_DONE;
+    return &req->pub;
+}
+
+static bool req_is_queued(struct psc_req *req)
+{
+    return (req->pub.state & PSCOM_REQ_STATE_POSTED) &&
+           !(req->pub.state & PSCOM_REQ_STATE_DONE);
+}
+
+void pscom_request_free(pscom_request_t *request)
+{
+    if (!request) return;
+    struct psc_req *req = req_of(request);
+    if (req->magic != PSC_REQ_MAGIC) {
+        psc_err("pscom_request_free(%p): not a request, or freed twice",
+                (void *)request);
+        return;
+    }
+    if (req_is_queued(req)) {
+        psc_err("pscom_request_free(%p): the request is still posted "
+                "(state %s); wait for it or cancel it first; not freed",
+                (void *)request, pscom_req_state_str(request->state));
+        return;
+    }
+    psc_req_release(req);
+}
+
+void psc_req_done(struct psc_req *req, pscom_req_state_t extra)
+{
+    req->pub.state |= extra | PSCOM_REQ_STATE_IO_DONE | PSCOM_REQ_STATE_DONE;
+    if (req->kind == PSC_REQ_CONTROL) {
+        psc_req_release(req);
+        return;
+    }
+    if (req->inplace_done) req->inplace_done(req->pub.state, req->inplace_priv);
+    if (req->pub.ops.io_done) req->pub.ops.io_done(&req->pub);
+    if (req->self_free) psc_req_release(req);
+}
+
+static bool con_usable(pscom_connection_t *connection, const char *what)
+{
+    if (!connection) {
+        psc_err("%s: the request has no connection", what);
+        return false;
+    }
+    struct psc_con *con = con_of(connection);
+    if (con->magic != PSC_CON_MAGIC) {
+        psc_err("%s: connection %p is not an open connection (closed "
+                "already?)", what, (void *)connection);
+        return false;
+    }
+    return true;
+}
+
+void pscom_post_send(pscom_request_t *request)
+{
+    struct psc_req *req = req_of(request);
+
+    psc_lock();
+    if (req_is_queued(req)) {
+        psc_err("pscom_post_send: request %p is posted already",
+                (void *)request);
+        psc_unlock();
+        return;
+    }
+    request->state = PSCOM_REQ_STATE_SEND_REQUEST | PSCOM_REQ_STATE_POSTED;
+    if (request->xheader_len > request->max_xheader_len ||
+        request->data_len > PSCOM_DATA_LEN_MASK ||
+        !con_usable(request->connection, "pscom_post_send")) {
+        if (request->xheader_len > request->max_xheader_len)
+            psc_err("pscom_post_send: xheader_len %zu exceeds the request's "
+                    "max_xheader_len %zu",
+                    request->xheader_len, request->max_xheader_len);
+        if (request->data_len > PSCOM_DATA_LEN_MASK)
+            psc_err("pscom_post_send: data_len %zu exceeds the largest "
+                    "message (%llu bytes)",
+                    request->data_len, (unsigned long long)PSCOM_DATA_LEN_MASK);
+        psc_req_done(req, PSCOM_REQ_STATE_ERROR);
+        psc_unlock();
+        return;
+    }
+    psc_proto_send(con_of(request->connection), req);
+    psc_unlock();
+}
+
+void pscom_post_recv(pscom_request_t *request)
+{
+    struct psc_req *req = req_of(request);
+
+    psc_lock();
+    if (req_is_queued(req)) {
+        psc_err("pscom_post_recv: request %p is posted already",
+                (void *)request);
+        psc_unlock();
+        return;
+    }
+    request->state = PSCOM_REQ_STATE_RECV_REQUEST | PSCOM_REQ_STATE_POSTED;
+    if (request->xheader_len > request->max_xheader_len) {
+        psc_err("pscom_post_recv: xheader_len %zu exceeds the request's "
+                "max_xheader_len %zu",
+                request->xheader_len, request->max_xheader_len);
+        psc_req_done(req, PSCOM_REQ_STATE_ERROR);
+        psc_unlock();
+        return;
+    }
+    if (request->connection) {
+        if (!con_usable(request->connection, "pscom_post_recv")) {
+            psc_req_done(req, PSCOM_REQ_STATE_ERROR);
+            psc_unlock();
+            return;
+        }
+        request->socket = request->connection->socket;
+    }
+    psc_proto_post_recv(req);
+    psc_unlock();
+}
+
+/* A self-freeing send of copies or of the caller's buffers. */
+static void send_simple(pscom_connection_t *connection, void *xheader,
+                        size_t xheader_len, void *data, size_t data_len,
+                        bool copy, void (*done)(pscom_req_state_t, void *),
+                        void *priv)
+{
+    struct psc_req *req = psc_req_alloc(xheader_len, copy ? data_len : 0);
+    if (!req) {
+        psc_err("pscom_send: out of memory for a %zu byte message",
+                data_len);
+        if (done) done(PSCOM_REQ_STATE_ERROR | PSCOM_REQ_STATE_DONE, priv);
+        return;
+    }
+    req->self_free = true;
+    req->inplace_done = done;
+    req->inplace_priv = priv;
+    req->pub.connection = connection;
+    req->pub.xheader_len = xheader_len;
+    if (xheader_len) memcpy(&req->pub.xheader, xheader, xheader_len);
+    req->pub.data_len = data_len;
+    if (copy) {
+        if (data_len) memcpy(req->pub.user, data, data_len);
+        req->pub.data = req->pub.user;
+    } else {
+        req->pub.data = data;
+    }
+    pscom_post_send(&req->pub);
+}
+
+void pscom_send(pscom_connection_t *connection, void *xheader,
+                size_t xheader_len, void *data, size_t data_len)
+{
+    send_simple(connection, xheader, xheader_len, data, data_len, true, NULL,
+                NULL);
+}
+
+void pscom_send_inplace(pscom_connection_t *connection, void *xheader,
+                        size_t xheader_len, void *data, size_t data_len,
+                        void (*io_done)(pscom_req_state_t state, void *priv),
+                        void *priv)
+{
+    send_simple(connection, xheader, xheader_len, data, data_len, false,
+                io_done, priv);
+}
+
+pscom_err_t pscom_recv(pscom_connection_t *connection, pscom_socket_t *socket,
+                       void *xheader, size_t xheader_len, void *data,
+                       size_t data_len)
+{
+    pscom_request_t *req = pscom_request_create(xheader_len, 0);
+    if (!req) return PSCOM_ERR_STDERROR;
+
+    req->connection = connection;
+    req->socket = socket;
+    req->xheader_len = xheader_len;
+    req->data = data;
+    req->data_len = data_len;
+    pscom_post_recv(req);
+    pscom_wait(req);
+
+    pscom_err_t ret = PSCOM_ERR_IOERROR;
+    if (pscom_req_successful(req)) {
+        if (xheader_len) memcpy(xheader, &req->xheader, xheader_len);
+        ret = PSCOM_SUCCESS;
+    }
+    pscom_request_free(req);
+    return ret;
+}
+
+static bool req_done_cond(void *arg)
+{
+    return ((pscom_request_t *)arg)->state & PSCOM_REQ_STATE_DONE;
+}
+
+void pscom_wait(pscom_request_t *request)
+{
+    if (request->state & PSCOM_REQ_STATE_DONE) return;
+    psc_lock();
+    psc_progress_until(req_done_cond, request, 0);
+    psc_unlock();
+}
+
+void pscom_wait_all(pscom_request_t **requests)
+{
+    for (; *requests; requests++) pscom_wait(*requests);
+}
+
+int pscom_test_any(void)
+{
+    psc_lock();
+    int ret = psc_progress();
+    psc_unlock();
+    return ret;
+}
+
+void pscom_wait_any(void)
+{
+    psc_lock();
+    while (!psc_progress()) {
+        if (psc_settings.sched_yield) sched_yield();
+        if (psc_ctx.threaded) {
+            psc_unlock();
+            psc_lock();
+        }
+    }
+    psc_unlock();
+}
+
+/* Unlink a receive that no message has matched yet. */
+static int cancel_recv_locked(struct psc_req *req)
+{
+    pscom_req_state_t st = req->pub.state;
+    if (!(st & PSCOM_REQ_STATE_RECV_REQUEST) || !(st & PSCOM_REQ_STATE_POSTED) ||
+        (st & (PSCOM_REQ_STATE_IO_STARTED | PSCOM_REQ_STATE_DONE)))
+        return 0;
+    psc_list_del(&req->next);
+    psc_req_done(req, PSCOM_REQ_STATE_CANCELED);
+    return 1;
+}
+
+/* Unlink a send whose first byte has not been written yet. */
+static int cancel_send_locked(struct psc_req *req)
+{
+    pscom_req_state_t st = req->pub.state;
+    if (!(st & PSCOM_REQ_STATE_SEND_REQUEST) || !(st & PSCOM_REQ_STATE_POSTED) ||
+        (st & (PSCOM_REQ_STATE_IO_STARTED | PSCOM_REQ_STATE_DONE)))
+        return 0;
+    psc_list_del(&req->next);
+    psc_req_done(req, PSCOM_REQ_STATE_CANCELED);
+    return 1;
+}
+
+int pscom_cancel_send(pscom_request_t *request)
+{
+    psc_lock();
+    int ret = cancel_send_locked(req_of(request));
+    psc_unlock();
+    return ret;
+}
+
+int pscom_cancel_recv(pscom_request_t *request)
+{
+    psc_lock();
+    int ret = cancel_recv_locked(req_of(request));
+    psc_unlock();
+    return ret;
+}
+
+int pscom_cancel(pscom_request_t *request)
+{
+    if (request->state & PSCOM_REQ_STATE_SEND_REQUEST)
+        return pscom_cancel_send(request);
+    if (request->state & PSCOM_REQ_STATE_RECV_REQUEST)
+        return pscom_cancel_recv(request);
+    return 0;
+}
+
+static int iprobe_locked(pscom_request_t *request)
+{
+    struct psc_req *req = req_of(request);
+    struct psc_req *g = psc_peek_generated(req);
+    if (!g) return 0;
+
+    size_t xlen = g->pub.header.xheader_len;
+    request->header = g->pub.header;
+    memcpy(&request->xheader, &g->pub.xheader,
+           xlen < request->max_xheader_len ? xlen : request->max_xheader_len);
+    request->connection = &g->gcon->pub;
+    return 1;
+}
+
+int pscom_iprobe(pscom_request_t *request)
+{
+    psc_lock();
+    if (request->connection) request->socket = request->connection->socket;
+    int found = iprobe_locked(request);
+    if (!found) {
+        psc_progress();
+        found = iprobe_locked(request);
+    }
+    psc_unlock();
+    return found;
+}
+
+static bool probe_cond(void *arg)
+{
+    return iprobe_locked(arg);
+}
+
+void pscom_probe(pscom_request_t *request)
+{
+    psc_lock();
+    if (request->connection) request->socket = request->connection->socket;
+    psc_progress_until(probe_cond, request, 0);
+    psc_unlock();
+}

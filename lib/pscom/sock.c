@@ -1,0 +1,317 @@
+/*
+ * Sockets: creation, listening, endpoint strings, transport masks, closing.
+ */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "core.h"
+
+
+
+pscom_socket_t *pscom_open_socket(size_t userdata_size,
+                                  size_t connection_userdata_size,
+                                  int local_rank, uint64_t socket_flags)
+{
+    if (!psc_ctx.initialised) pscom_init(PSCOM_VERSION);
+
+    struct psc_sock *sock = calloc(1, sizeof(*sock) + userdata_size);
+    if (!sock) {
+        psc_err("pscom_open_socket: out of memory");
+        return NULL;
+    }
+    sock->magic = PSC_SOCK_MAGIC;
+    psc_list_init(&sock->cons);
+    psc_list_init(&sock->recvq_any);
+    psc_list_init(&sock->genrecvq_any);
+    sock->listen_fd = -1;
+    sock->con_type_mask = ~(uint64_t)0;
+
+    pscom_socket_t *s = &sock->pub;
+    s->listen_portno = -1;
+    s->local_con_info.node_id = psc_ctx.node_id;
+    s->local_con_info.rank = local_rank;
+    s->local_con_info.tcp.portno = -1;
+    s->local_con_info.id = sock;
+    s->userdata_size = userdata_size;
+    s->connection_userdata_size = connection_userdata_size;
+    /* Default name: the pid, so that two processes differ. */
+    char name[16];
+    snprintf(name, sizeof(name), "%08x", (unsigned)getpid());
+    memcpy(s->local_con_info.name, name, 8);
+    (void)socket_flags;
+
+    psc_lock();
+    psc_list_add_tail(&sock->next_sock, &psc_ctx.sockets);
+    psc_unlock();
+    return s;
+}
+
+void pscom_socket_set_name(pscom_socket_t *socket, const char *name)
+{
+    if (!socket || !name) return;
+    memset(socket->local_con_info.name, 0, sizeof(socket->local_con_info.name));
+    strncpy(socket->local_con_info.name, name,
+            sizeof(socket->local_con_info.name));
+}
+
+int pscom_get_portno(pscom_socket_t *socket)
+{
+    return socket ? socket->listen_portno : -1;
+}
+
+static void on_listen_ready(int fd, uint32_t events, void *arg)
+{
+    struct psc_sock *sock = arg;
+
+    for (int i = 0; i < 64; i++) {
+        int cfd = accept4(fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+        if (cfd < 0) {
+            if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)
+                return;
+            if (errno == EMFILE || errno == ENFILE)
+                psc_err("accept on port %d: %s; raise the limit of open "
+                        "files (ulimit -n)", sock->pub.listen_portno,
+                        strerror(errno));
+            else
+                psc_warn("accept on port %d: %s", sock->pub.listen_portno,
+                         strerror(errno));
+            return;
+        }
+        psc_precon_accept(sock, cfd);
+    }
+}
+
+static int listen_register(struct psc_sock *sock)
+{
+    return pscom_plugin_fd_add(sock->listen_fd, EPOLLIN, 0, on_listen_ready,
+                               sock);
+}
+
+pscom_err_t pscom_listen(pscom_socket_t *sk, int portno)
+{
+    struct psc_sock *sock = sock_of(sk);
+    int fd = -1;
+
+    psc_lock();
+    if (sock->listen_fd >= 0) {
+        pscom_err_t ret = PSCOM_SUCCESS;
+        if (portno != PSCOM_ANYPORT && portno != sk->listen_portno)
+            ret = PSCOM_ERR_ALREADY;
+        else if (sock->listen_suspended)
+            pscom_resume_listen(sk);
+        psc_unlock();
+        return ret;
+    }
+
+    if (portno == PSCOM_LISTEN_FD0) {
+        fd = 0;
+    } else {
+        fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+        if (fd < 0) goto err_sys;
+        int one = 1;
+        setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+        struct sockaddr_in sa = {.sin_family = AF_INET,
+                                 .sin_addr.s_addr = htonl(INADDR_ANY),
+                                 .sin_port = htons(portno == PSCOM_ANYPORT
+                                                       ? 0
+                                                       : (uint16_t)portno)};
+        if (bind(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0) goto err_sys;
+        unsigned backlog = psc_settings.tcp_backlog;
+        if (listen(fd, backlog > 0x7fffffff ? 0x7fffffff : (int)backlog) < 0)
+            goto err_sys;
+    }
+    fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
+
+    struct sockaddr_in sa;
+    socklen_t salen = sizeof(sa);
+    if (getsockname(fd, (struct sockaddr *)&sa, &salen) < 0) goto err_sys;
+
+    sock->listen_fd = fd;
+    sock->listen_suspended = false;
+    sk->listen_portno = ntohs(sa.sin_port);
+    sk->local_con_info.tcp.portno = sk->listen_portno;
+    if (listen_register(sock)) goto err_sys;
+    psc_debug("socket %.8s listens on port %d", sk->local_con_info.name,
+              sk->listen_portno);
+    psc_unlock();
+    return PSCOM_SUCCESS;
+
+err_sys: {
+    int e = errno;
+    if (portno == PSCOM_ANYPORT)
+        psc_err("pscom_listen on any port: %s", strerror(e));
+    else
+        psc_err("pscom_listen on port %d: %s%s", portno, strerror(e),
+                e == EADDRINUSE ? "; the port is taken, choose another or "
+                                  "PSCOM_ANYPORT" : "");
+    if (fd > 0) close(fd);
+    sock->listen_fd = -1;
+    sk->listen_portno = -1;
+    psc_unlock();
+    errno = e;
+    return PSCOM_ERR_STDERROR;
+}
+}
+
+void pscom_stop_listen(pscom_socket_t *socket)
+{
+    struct psc_sock *sock = sock_of(socket);
+    psc_lock();
+    if (sock->listen_fd >= 0) {
+        pscom_plugin_fd_del(sock->listen_fd);
+        close(sock->listen_fd);
+        sock->listen_fd = -1;
+        socket->listen_portno = -1;
+        socket->local_con_info.tcp.portno = -1;
+    }
+    psc_unlock();
+}
+
+void pscom_suspend_listen(pscom_socket_t *socket)
+{
+    struct psc_sock *sock = sock_of(socket);
+    psc_lock();
+    if (sock->listen_fd >= 0 && !sock->listen_suspended) {
+        pscom_plugin_fd_del(sock->listen_fd);
+        sock->listen_suspended = true;
+    }
+    psc_unlock();
+}
+
+void pscom_resume_listen(pscom_socket_t *socket)
+{
+    struct psc_sock *sock = sock_of(socket);
+    psc_lock();
+    if (sock->listen_fd >= 0 && sock->listen_suspended) {
+        if (listen_register(sock) == 0) sock->listen_suspended = false;
+    } else if (sock->listen_fd < 0) {
+        psc_unlock();
+        pscom_listen(socket, PSCOM_ANYPORT);
+        return;
+    }
+    psc_unlock();
+}
+
+pscom_err_t pscom_socket_get_ep_str(pscom_socket_t *socket, char **ep_str)
+{
+    if (!socket || !ep_str) return PSCOM_ERR_INVALID;
+    if (socket->listen_portno < 0) {
+        psc_err("pscom_socket_get_ep_str: socket %.8s is not listening; call "
+                "pscom_listen first", socket->local_con_info.name);
+        return PSCOM_ERR_INVALID;
+    }
+    char buf[64];
+    snprintf(buf, sizeof(buf), "%s:%d@%.8s", psc_ctx.node_addr,
+             socket->listen_portno, socket->local_con_info.name);
+    *ep_str = strdup(buf);
+    return *ep_str ? PSCOM_SUCCESS : PSCOM_ERR_STDERROR;
+}
+
+void pscom_socket_free_ep_str(char *ep_str)
+{
+    free(ep_str);
+}
+
+/* ---------------------------------------------------------------------- */
+/* Transport masks                                                        */
+/* ---------------------------------------------------------------------- */
+
+static uint64_t type_bit(pscom_con_type_t t)
+{
+    return (unsigned)t < 64 ? (uint64_t)1 << t : 0;
+}
+
+void pscom_con_type_mask_all(pscom_socket_t *socket)
+{
+    sock_of(socket)->con_type_mask = ~(uint64_t)0;
+}
+
+void pscom_con_type_mask_only(pscom_socket_t *socket, pscom_con_type_t con_type)
+{
+    sock_of(socket)->con_type_mask = type_bit(con_type);
+}
+
+void pscom_con_type_mask_add(pscom_socket_t *socket, pscom_con_type_t con_type)
+{
+    sock_of(socket)->con_type_mask |= type_bit(con_type);
+}
+
+void pscom_con_type_mask_del(pscom_socket_t *socket, pscom_con_type_t con_type)
+{
+    sock_of(socket)->con_type_mask &= ~type_bit(con_type);
+}
+
+int pscom_con_type_mask_is_set(pscom_socket_t *socket,
+                               pscom_con_type_t con_type)
+{
+    return (sock_of(socket)->con_type_mask & type_bit(con_type)) != 0;
+}
+
+void *pscom_con_type_mask_backup(pscom_socket_t *socket)
+{
+    uint64_t *copy = malloc(sizeof(*copy));
+    if (copy) *copy = sock_of(socket)->con_type_mask;
+    return copy;
+}
+
+void pscom_con_type_mask_restore(pscom_socket_t *socket,
+                                 void *con_type_mask_backup)
+{
+    if (!con_type_mask_backup) return;
+    sock_of(socket)->con_type_mask = *(uint64_t *)con_type_mask_backup;
+    free(con_type_mask_backup);
+}
+
+/* ---------------------------------------------------------------------- */
+/* Closing                                                                */
+/* ---------------------------------------------------------------------- */
+
+static void sock_close(struct psc_sock *sock)
+{
+    pscom_stop_listen(&sock->pub);
+    psc_precon_drop_socket(sock);
+    while (!psc_list_empty(&sock->cons)) {
+        struct psc_con *con =
+            psc_list_first(&sock->cons, struct psc_con, next_con);
+        psc_con_close(con);
+    }
+    /* Posted any-source receives and unexpected messages go with it. */
+    while (!psc_list_empty(&sock->recvq_any)) {
+        struct psc_req *req =
+            psc_list_first(&sock->recvq_any, struct psc_req, next);
+        psc_list_del(&req->next);
+        psc_req_done(req, PSCOM_REQ_STATE_ERROR);
+    }
+    while (!psc_list_empty(&sock->genrecvq_any)) {
+        struct psc_req *g =
+            psc_list_first(&sock->genrecvq_any, struct psc_req, next_any);
+        psc_list_del(&g->next_any);
+        psc_list_del(&g->next);
+        psc_req_release(g);
+    }
+    psc_list_del(&sock->next_sock);
+    sock->magic = 0;
+    free(sock);
+}
+
+void pscom_close_socket(pscom_socket_t *socket)
+{
+    psc_lock();
+    if (socket) {
+        if (sock_of(socket)->magic == PSC_SOCK_MAGIC) sock_close(sock_of(socket));
+    } else {
+        while (!psc_list_empty(&psc_ctx.sockets))
+            sock_close(psc_list_first(&psc_ctx.sockets, struct psc_sock,
+                                      next_sock));
+    }
+    if (!psc_ctx.depth) psc_con_reap();
+    psc_unlock();
+}

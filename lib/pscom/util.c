@@ -1,0 +1,237 @@
+/*
+ * Small public utilities, node identity and dumps.
+ */
+#include <arpa/inet.h>
+#include <ctype.h>
+#include <errno.h>
+#include <ifaddrs.h>
+#include <net/if.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "core.h"
+#include "psc_build.h"
+
+ssize_t pscom_readall(int fd, void *buf, size_t count)
+{
+    size_t done = 0;
+    while (done < count) {
+        ssize_t n = read(fd, (char *)buf + done, count - done);
+        if (n > 0) {
+            done += n;
+        } else if (n == 0) {
+            break;
+        } else if (errno != EINTR) {
+            return done ? (ssize_t)done : -1;
+        }
+    }
+    return (ssize_t)done;
+}
+
+ssize_t pscom_writeall(int fd, const void *buf, size_t count)
+{
+    size_t done = 0;
+    while (done < count) {
+        ssize_t n = write(fd, (const char *)buf + done, count - done);
+        if (n >= 0) {
+            done += n;
+        } else if (errno != EINTR) {
+            return done ? (ssize_t)done : -1;
+        }
+    }
+    return (ssize_t)done;
+}
+
+int pscom_atoport(const char *service, const char *proto)
+{
+    char *end;
+    long p = strtol(service, &end, 10);
+    if (*service && !*end) return (p > 0 && p < 65536) ? (int)p : -1;
+    struct servent *se = getservbyname(service, proto ? proto : "tcp");
+    return se ? ntohs(se->s_port) : -1;
+}
+
+int pscom_atoaddr(const char *address, struct in_addr *addr)
+{
+    struct addrinfo hints = {.ai_family = AF_INET};
+    struct addrinfo *res = NULL;
+    if (!address || getaddrinfo(address, NULL, &hints, &res) || !res) return -1;
+    *addr = ((struct sockaddr_in *)res->ai_addr)->sin_addr;
+    freeaddrinfo(res);
+    return 0;
+}
+
+int pscom_ascii_to_sockaddr_in(const char *host, const char *port,
+                               const char *protocol, struct sockaddr_in *addr)
+{
+    int p = pscom_atoport(port, protocol);
+    if (p < 0) return -1;
+    memset(addr, 0, sizeof(*addr));
+    addr->sin_family = AF_INET;
+    addr->sin_port = htons((uint16_t)p);
+    return pscom_atoaddr(host, &addr->sin_addr);
+}
+
+const char *pscom_dumpstr(const void *buf, size_t size)
+{
+    static __thread char out[256];
+    const unsigned char *p = buf;
+    size_t off = 0, i;
+    for (i = 0; i < size && off + 4 < sizeof(out) - 8; i++)
+        off += snprintf(out + off, sizeof(out) - off, "%02x ", p[i]);
+    off += snprintf(out + off, sizeof(out) - off, "'");
+    for (i = 0; i < size && off + 2 < sizeof(out) - 4; i++)
+        out[off++] = isprint(p[i]) ? (char)p[i] : '.';
+    snprintf(out + off, sizeof(out) - off, "%s'", i < size ? "..." : "");
+    return out;
+}
+
+void pscom_set_debug(int level)
+{
+    psc_settings.debug = level;
+    psc_log_level = level;
+}
+
+int pscom_get_nodeid(void)
+{
+    if (!psc_ctx.initialised) pscom_init(PSCOM_VERSION);
+    return psc_ctx.node_id;
+}
+
+int pscom_is_cuda_enabled(void)
+{
+    return 0;
+}
+
+/* For programs built with PSCOM_CUDA_AWARENESS: this build knows no device
+ * memory, so every pointer is host memory. */
+int pscom_is_gpu_mem(const void *ptr);
+int pscom_is_gpu_mem(const void *ptr)
+{
+    (void)ptr;
+    return 0;
+}
+
+/* ---------------------------------------------------------------------- */
+/* Node identity                                                          */
+/* ---------------------------------------------------------------------- */
+
+/* Parse PSP_NETWORK "a.b.c.d[/bits]"; 0 on success. */
+static int parse_network(const char *s, uint32_t *net, uint32_t *mask)
+{
+    char buf[64];
+    snprintf(buf, sizeof(buf), "%s", s);
+    char *slash = strchr(buf, '/');
+    int bits = -1;
+    if (slash) {
+        *slash = 0;
+        bits = atoi(slash + 1);
+        if (bits < 0 || bits > 32) return -1;
+    }
+    struct in_addr a;
+    if (inet_pton(AF_INET, buf, &a) != 1) return -1;
+    *net = ntohl(a.s_addr);
+    if (bits < 0) {
+        /* Without a prefix length, the zero low bytes say what is free. */
+        bits = 32;
+        while (bits > 0 && !(*net & (1u << (32 - bits)))) bits--;
+        bits = (bits + 7) / 8 * 8;
+    }
+    *mask = bits ? ~0u << (32 - bits) : 0;
+    *net &= *mask;
+    return 0;
+}
+
+static uint32_t pick_address(void)
+{
+    uint32_t net = 0, mask = 0, found = 0;
+    bool want_net = psc_settings.network && psc_settings.network[0];
+    if (want_net && parse_network(psc_settings.network, &net, &mask)) {
+        psc_err("PSP_NETWORK=\"%s\" is not a network like 192.168.1.0 or "
+                "10.0.0.0/8; ignored", psc_settings.network);
+        want_net = false;
+    }
+    struct ifaddrs *ifa = NULL;
+    if (getifaddrs(&ifa) == 0) {
+        for (struct ifaddrs *i = ifa; i; i = i->ifa_next) {
+            if (!i->ifa_addr || i->ifa_addr->sa_family != AF_INET) continue;
+            if (!(i->ifa_flags & IFF_UP)) continue;
+            uint32_t a =
+                ntohl(((struct sockaddr_in *)i->ifa_addr)->sin_addr.s_addr);
+            if (want_net ? (a & mask) != net : (i->ifa_flags & IFF_LOOPBACK))
+                continue;
+            found = a;
+            break;
+        }
+        freeifaddrs(ifa);
+    }
+    if (!found && want_net)
+        psc_err("PSP_NETWORK=\"%s\": no interface of this host is in that "
+                "network; using the default address", psc_settings.network);
+    return found ? found : INADDR_LOOPBACK;
+}
+
+void psc_node_identity_init(void)
+{
+    if (gethostname(psc_ctx.hostname, sizeof(psc_ctx.hostname) - 1))
+        snprintf(psc_ctx.hostname, sizeof(psc_ctx.hostname), "localhost");
+
+    FILE *f = fopen("/proc/sys/kernel/random/boot_id", "r");
+    if (!f || !fgets(psc_ctx.boot_id, sizeof(psc_ctx.boot_id), f))
+        snprintf(psc_ctx.boot_id, sizeof(psc_ctx.boot_id), "hostid-%lx",
+                 gethostid());
+    if (f) fclose(f);
+    psc_ctx.boot_id[strcspn(psc_ctx.boot_id, "\n")] = 0;
+
+    uint32_t a = pick_address();
+    psc_ctx.node_id = (int)a;
+    struct in_addr ia = {.s_addr = htonl(a)};
+    inet_ntop(AF_INET, &ia, psc_ctx.node_addr, sizeof(psc_ctx.node_addr));
+}
+
+/* ---------------------------------------------------------------------- */
+/* Dumps                                                                  */
+/* ---------------------------------------------------------------------- */
+
+void pscom_dump_connection(FILE *out, pscom_connection_t *connection)
+{
+    if (!connection) return;
+    struct psc_con *con = con_of(connection);
+    fprintf(out, "%s state=%s sendq=%zu recvq=%zu unexpected=%zu\n",
+            psc_con_str(con), pscom_con_state_str(connection->state),
+            psc_list_count(&con->sendq), psc_list_count(&con->recvq_user),
+            psc_list_count(&con->net_recvq));
+}
+
+void pscom_dump_reqstat(FILE *out)
+{
+    size_t any = psc_list_count(&psc_ctx.recvq_any);
+    struct psc_list *pos;
+    psc_list_for_each(pos, &psc_ctx.sockets) {
+        struct psc_sock *s = psc_list_entry(pos, struct psc_sock, next_sock);
+        any += psc_list_count(&s->recvq_any);
+    }
+    fprintf(out, "pscom requests: %zu any-source receives posted\n", any);
+}
+
+void pscom_dump_info(FILE *out)
+{
+    fprintf(out, "pscom %s on %s (%s), node id %d\n", PSC_VERSION_STRING,
+            psc_ctx.hostname, psc_ctx.node_addr, psc_ctx.node_id);
+    struct psc_list *spos;
+    psc_list_for_each(spos, &psc_ctx.sockets) {
+        struct psc_sock *s = psc_list_entry(spos, struct psc_sock, next_sock);
+        fprintf(out, "socket %.8s port %d\n", s->pub.local_con_info.name,
+                s->pub.listen_portno);
+        struct psc_list *cpos;
+        psc_list_for_each(cpos, &s->cons) {
+            fprintf(out, "  ");
+            pscom_dump_connection(out, &psc_list_entry(cpos, struct psc_con,
+                                                       next_con)->pub);
+        }
+    }
+}

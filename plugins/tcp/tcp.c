@@ -1,0 +1,288 @@
+/*
+ * The tcp plugin: the universal fallback, built into libpscom.
+ *
+ * It keeps the pre-connection's socket as the data socket. Reads go into a
+ * read-ahead buffer, except that the body of a message whose receive buffer
+ * is known is read straight into that buffer (readv of the buffer and the
+ * read-ahead, so that the next header comes with the same call). Writes are
+ * vectored (sendmsg over the queued frames).
+ *
+ * Polling: while few connections are open, progress reads each socket
+ * directly (one recv per connection and round, the cheapest busy poll);
+ * with more, the sockets go into the core's epoll set.
+ */
+#include <errno.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <stdbool.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "pscom_plugin.h"
+
+#define IOV_BATCH 64
+
+struct tcp_con {
+    pscom_plugin_con_t *con;
+    int fd;
+    bool want_out;        /* EPOLLOUT armed: a write would block */
+    struct tcp_con *next; /* tcp_cons: open connections */
+    struct tcp_con **pprev;
+    char *ra;             /* read-ahead buffer */
+};
+
+static size_t cfg_sndbuf, cfg_rcvbuf, cfg_readahead, cfg_rendezvous;
+static unsigned cfg_direct_poll;
+static int cfg_nodelay;
+
+static const pscom_config_row_t tcp_rows[] = {
+    {"PSP_TCP_SNDBUF", PSCOM_CONFIG_SIZE, "0",
+     "SO_SNDBUF of tcp data sockets; 0 keeps the kernel's autotuning", "tcp",
+     NULL, &cfg_sndbuf},
+    {"PSP_TCP_RCVBUF", PSCOM_CONFIG_SIZE, "0",
+     "SO_RCVBUF of tcp data sockets; 0 keeps the kernel's autotuning", "tcp",
+     NULL, &cfg_rcvbuf},
+    {"PSP_TCP_NODELAY", PSCOM_CONFIG_BOOL, "1",
+     "TCP_NODELAY on tcp data sockets (send small messages at once)", "tcp",
+     NULL, &cfg_nodelay},
+    {"PSP_READAHEAD", PSCOM_CONFIG_SIZE, "32768",
+     "bytes read ahead from a tcp socket in one call", "tcp", NULL,
+     &cfg_readahead},
+    {"PSP_TCP_RENDEZVOUS", PSCOM_CONFIG_SIZE, "inf",
+     "rendezvous threshold on tcp connections", "tcp", "PSP_RENDEZVOUS",
+     &cfg_rendezvous},
+    {"PSP_TCP_DIRECT_POLL", PSCOM_CONFIG_UINT, "4",
+     "up to this many tcp connections are polled with a direct read each "
+     "round; beyond, they are polled through epoll", "tcp", NULL,
+     &cfg_direct_poll},
+};
+
+static struct tcp_con *tcp_cons;
+static unsigned tcp_count;
+
+static void update_epoll(void);
+
+static int tcp_init(void)
+{
+    pscom_plugin_config_register(tcp_rows, sizeof(tcp_rows) / sizeof(tcp_rows[0]));
+    if (cfg_readahead < 64) cfg_readahead = 64;
+    return 0;
+}
+
+static int tcp_hs_start(pscom_plugin_con_t *con, void *priv, void *blob,
+                        size_t *len)
+{
+    *len = 0;
+    return 0;
+}
+
+static int tcp_hs_connect(pscom_plugin_con_t *con, void *priv, const void *blob,
+                          size_t len)
+{
+    return 0;
+}
+
+static bool direct_mode(void)
+{
+    return tcp_count <= cfg_direct_poll;
+}
+
+static uint32_t wanted_events(struct tcp_con *tc)
+{
+    uint32_t ev = direct_mode() ? 0 : EPOLLIN;
+    if (tc->want_out) ev |= EPOLLOUT;
+    return ev;
+}
+
+/* Read what the socket has. 1 if something was read, 0 if nothing, -1 when
+ * the connection is gone. */
+static int tcp_read(struct tcp_con *tc)
+{
+    int did = 0;
+    for (;;) {
+        void *direct;
+        size_t dlen = pscom_plugin_rx_direct(tc->con, &direct);
+        ssize_t n;
+        size_t asked;
+        if (dlen) {
+            struct iovec iov[2] = {{direct, dlen}, {tc->ra, cfg_readahead}};
+            asked = dlen + cfg_readahead;
+            n = readv(tc->fd, iov, 2);
+        } else {
+            asked = cfg_readahead;
+            n = recv(tc->fd, tc->ra, cfg_readahead, MSG_DONTWAIT);
+        }
+        if (n > 0) {
+            did = 1;
+            size_t d = (size_t)n < dlen ? (size_t)n : dlen;
+            if (d && pscom_plugin_rx_direct_done(tc->con, d)) return -1;
+            if ((size_t)n > d && pscom_plugin_rx_push(tc->con, tc->ra, n - d))
+                return -1;
+            if ((size_t)n < asked) return did;
+            continue;
+        }
+        if (n == 0) {
+            pscom_plugin_con_error(tc->con, PSCOM_OP_READ, PSCOM_ERR_EOF,
+                                   "read", 0);
+            return -1;
+        }
+        if (errno == EINTR) continue;
+        if (errno == EAGAIN || errno == EWOULDBLOCK) return did;
+        int e = errno;
+        pscom_plugin_con_error(tc->con, PSCOM_OP_READ,
+                               e == ECONNRESET ? PSCOM_ERR_EOF
+                                               : PSCOM_ERR_IOERROR,
+                               "read", e);
+        return -1;
+    }
+}
+
+static void set_want_out(struct tcp_con *tc, bool on)
+{
+    if (tc->want_out == on) return;
+    tc->want_out = on;
+    pscom_plugin_fd_mod(tc->fd, wanted_events(tc));
+}
+
+static void tcp_tx_kick(pscom_plugin_con_t *con, void *priv)
+{
+    struct tcp_con *tc = priv;
+    struct iovec iov[IOV_BATCH];
+    size_t total;
+
+    for (;;) {
+        int cnt = pscom_plugin_tx_peek(con, iov, IOV_BATCH, &total);
+        if (!cnt) {
+            set_want_out(tc, false);
+            return;
+        }
+        struct msghdr msg = {.msg_iov = iov, .msg_iovlen = cnt};
+        ssize_t n = sendmsg(tc->fd, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
+        if (n < 0) {
+            if (errno == EINTR) continue;
+            if (errno == EAGAIN || errno == EWOULDBLOCK) {
+                set_want_out(tc, true);
+                return;
+            }
+            int e = errno;
+            pscom_plugin_con_error(con, PSCOM_OP_WRITE,
+                                   e == EPIPE || e == ECONNRESET
+                                       ? PSCOM_ERR_EOF
+                                       : PSCOM_ERR_IOERROR,
+                                   "write", e);
+            return;
+        }
+        if (pscom_plugin_tx_done(con, (size_t)n)) return;
+        if ((size_t)n < total) {
+            set_want_out(tc, true);
+            return;
+        }
+    }
+}
+
+static void on_fd(int fd, uint32_t events, void *arg)
+{
+    struct tcp_con *tc = arg;
+    if (events & (EPOLLIN | EPOLLERR | EPOLLHUP)) {
+        if (tcp_read(tc) < 0) return;
+    }
+    if (events & EPOLLOUT) tcp_tx_kick(tc->con, tc);
+}
+
+static void update_epoll(void)
+{
+    for (struct tcp_con *tc = tcp_cons; tc; tc = tc->next)
+        pscom_plugin_fd_mod(tc->fd, wanted_events(tc));
+}
+
+static int tcp_open(pscom_plugin_con_t *con, void *priv, int fd)
+{
+    struct tcp_con *tc = priv;
+    int one = 1;
+
+    tc->ra = malloc(cfg_readahead);
+    if (!tc->ra) return -ENOMEM;
+    tc->con = con;
+    tc->fd = fd;
+    if (cfg_nodelay) setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    if (cfg_sndbuf) {
+        int v = cfg_sndbuf > 0x7fffffff ? 0x7fffffff : (int)cfg_sndbuf;
+        setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &v, sizeof(v));
+    }
+    if (cfg_rcvbuf) {
+        int v = cfg_rcvbuf > 0x7fffffff ? 0x7fffffff : (int)cfg_rcvbuf;
+        setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &v, sizeof(v));
+    }
+
+    tc->next = tcp_cons;
+    tc->pprev = &tcp_cons;
+    if (tcp_cons) tcp_cons->pprev = &tc->next;
+    tcp_cons = tc;
+    bool was_direct = direct_mode();
+    tcp_count++;
+    if (pscom_plugin_fd_add(fd, 0, 1, on_fd, tc)) {
+        *tc->pprev = tc->next;
+        if (tc->next) tc->next->pprev = tc->pprev;
+        tcp_count--;
+        free(tc->ra);
+        return -EIO;
+    }
+    if (was_direct != direct_mode()) update_epoll();
+    else pscom_plugin_fd_mod(fd, wanted_events(tc));
+    return 1; /* keep the socket */
+}
+
+static void tcp_close(pscom_plugin_con_t *con, void *priv)
+{
+    struct tcp_con *tc = priv;
+    if (tc->fd < 0) return;
+    *tc->pprev = tc->next;
+    if (tc->next) tc->next->pprev = tc->pprev;
+    bool was_direct = direct_mode();
+    tcp_count--;
+    pscom_plugin_fd_del(tc->fd);
+    close(tc->fd);
+    tc->fd = -1;
+    free(tc->ra);
+    tc->ra = NULL;
+    if (was_direct != direct_mode()) update_epoll();
+}
+
+static int tcp_progress(void)
+{
+    if (!direct_mode()) return 0;
+    int did = 0;
+    struct tcp_con *tc = tcp_cons;
+    while (tc) {
+        /* Reading may run callbacks that close this or other connections;
+         * closing only takes effect at the end of the round, so the list
+         * stays intact while we walk it. */
+        struct tcp_con *next = tc->next;
+        if (tcp_read(tc) > 0) did = 1;
+        tc = next;
+    }
+    return did;
+}
+
+static const pscom_plugin_ops_t tcp_ops = {
+    .init = tcp_init,
+    .hs_start = tcp_hs_start,
+    .hs_connect = tcp_hs_connect,
+    .open = tcp_open,
+    .close = tcp_close,
+    .tx_kick = tcp_tx_kick,
+    .progress = tcp_progress,
+};
+
+const pscom_plugin_t pscom_plugin_tcp = {
+    .api_version = PSCOM_PLUGIN_API_VERSION,
+    .name = "tcp",
+    .con_type = PSCOM_CON_TYPE_TCP,
+    .priority = 2,
+    .con_priv_size = sizeof(struct tcp_con),
+    .rendezvous = &cfg_rendezvous,
+    .ops = &tcp_ops,
+};

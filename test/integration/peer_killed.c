@@ -1,0 +1,501 @@
+/*
+ * A peer killed with SIGKILL.
+ *
+ * Part 1: the survivor streams 64 KiB messages to the victim with a window
+ * of 8 posted sends and has 2 receives posted on that connection; it also
+ * has a connection to a third process. The orchestrator kills the victim in
+ * the middle of the stream. The survivor must see con_error for that
+ * connection and every pending request end with PSCOM_REQ_STATE_ERROR
+ * within 2 seconds (a generous behavioural deadline), no request complete
+ * successfully after con_error, a later send on the dead connection fail,
+ * no SIGPIPE, and its connection to the third process keep working.
+ *
+ * Part 2: the survivor (this time the passive side) is blocked in
+ * pscom_wait() on a receive when the peer is killed: the wait returns, with
+ * PSCOM_REQ_STATE_ERROR, within 2 seconds.
+ */
+#include "itest.h"
+
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+
+#define MSG_LEN      (64 * 1024)
+#define SEND_WINDOW  8
+#define RECV_POSTED  2
+#define STREAM_NOTE  20  /* messages the victim takes before it is killed */
+#define DEADLINE     2.0 /* seconds from the kill to the errors */
+#define GIVE_UP      15.0
+
+static uint32_t stream_seed(uint32_t seq)
+{
+    return 0x57e40000u + seq;
+}
+
+/* ---------------------------------------------------------------------- */
+/* Part 1                                                                 */
+
+static int victim(itest_link_t *link, void *arg)
+{
+    pscom_socket_t *sock;
+    pscom_connection_t *con;
+    pscom_request_t *req;
+    void *buf;
+    char *ep;
+
+    itest_pscom_init();
+    sock = itest_open_socket("victim", 1);
+    ep   = itest_ep_str(sock);
+    itest_link_send_str(link, ep);
+    free(ep);
+    itest_step("waiting for the survivor to connect");
+    con = itest_wait_accept(1);
+
+    itest_step("receiving the stream until killed");
+    req = itest_request(8);
+    buf = itest_alloc_guarded(MSG_LEN);
+    for (uint32_t seq = 0;; seq++) {
+        uint32_t xseq;
+        req->connection  = con;
+        req->socket      = sock;
+        req->data        = buf;
+        req->data_len    = MSG_LEN;
+        req->xheader_len = sizeof(xseq);
+        pscom_post_recv(req);
+        pscom_wait(req);
+        ITEST_ASSERT_REQ_OK(req, "stream message %u", seq);
+        memcpy(&xseq, &req->xheader.user, sizeof(xseq));
+        ITEST_ASSERT_EQ(xseq, seq, "stream order");
+        ITEST_ASSERT_PATTERN(buf, MSG_LEN, stream_seed(seq),
+                             "stream message %u", seq);
+        if (seq == STREAM_NOTE) itest_link_send_str(link, "streaming");
+    }
+    return 0;
+}
+
+/* Echo every message back until the connection ends. */
+static int third(itest_link_t *link, void *arg)
+{
+    pscom_socket_t *sock;
+    pscom_connection_t *con;
+    char *ep;
+    unsigned echoed = 0;
+
+    itest_pscom_init();
+    sock = itest_open_socket("third", 1);
+    ep   = itest_ep_str(sock);
+    itest_link_send_str(link, ep);
+    free(ep);
+    itest_step("waiting for the survivor to connect");
+    con = itest_wait_accept(1);
+
+    for (;;) {
+        pscom_request_t *req = itest_request(64);
+        void *buf            = malloc(1 << 20);
+        ITEST_ASSERT(buf != NULL, "out of memory");
+        itest_substep("waiting for message %u to echo", echoed);
+        req->connection  = con;
+        req->socket      = sock;
+        req->data        = buf;
+        req->data_len    = 1 << 20;
+        req->xheader_len = 64;
+        pscom_post_recv(req);
+        pscom_wait(req);
+        if (req->state & PSCOM_REQ_STATE_ERROR) {
+            itest_note("connection ended after %u echoes (%s)", echoed,
+                       pscom_req_state_str(req->state));
+            pscom_request_free(req);
+            free(buf);
+            break;
+        }
+        ITEST_ASSERT_REQ_OK(req, "message %u to echo", echoed);
+        {
+            pscom_request_t *s = itest_request(64);
+            pscom_req_prepare(s, con, buf, req->header.data_len,
+                              &req->xheader.user, req->header.xheader_len);
+            pscom_post_send(s);
+            pscom_wait(s);
+            ITEST_ASSERT_REQ_OK(s, "echo %u", echoed);
+            pscom_request_free(s);
+        }
+        echoed++;
+        pscom_request_free(req);
+        free(buf);
+    }
+    ITEST_ASSERT(echoed >= 2, "the survivor exchanged %u messages with the "
+                              "third process, expected 2", echoed);
+    pscom_close_socket(sock);
+    return 0;
+}
+
+/* Send a pattern to the third process and check the echo. */
+static void exchange(pscom_connection_t *con, uint32_t seed, const char *when)
+{
+    pscom_request_t *s = itest_request(8), *r = itest_request(8);
+    size_t len         = 64 * 1024;
+    void *out          = malloc(len);
+    void *in           = itest_alloc_guarded(len);
+
+    itest_step("exchanging a message with the third process (%s)", when);
+    ITEST_ASSERT(out != NULL, "out of memory");
+    itest_fill(out, len, seed);
+    r->connection  = con;
+    r->socket      = con->socket;
+    r->data        = in;
+    r->data_len    = len;
+    r->xheader_len = 4;
+    pscom_post_recv(r);
+    pscom_req_prepare(s, con, out, len, &seed, sizeof(seed));
+    pscom_post_send(s);
+    pscom_wait(s);
+    ITEST_ASSERT_REQ_OK(s, "send to the third process (%s)", when);
+    pscom_wait(r);
+    ITEST_ASSERT_REQ_OK(r, "echo from the third process (%s)", when);
+    ITEST_ASSERT_EQ(r->header.data_len, len, "echo length");
+    ITEST_ASSERT(memcmp(&r->xheader.user, &seed, sizeof(seed)) == 0,
+                 "echoed xheader");
+    ITEST_ASSERT_PATTERN(in, len, seed, "echo from the third process (%s)",
+                         when);
+    pscom_request_free(s);
+    pscom_request_free(r);
+    free(out);
+    free(in);
+}
+
+static pscom_connection_t *con_v;
+static double t_last_done;
+static int done_after_error_ok; /* requests done successfully after con_error */
+
+static void stream_io_done(pscom_request_t *req)
+{
+    t_last_done = itest_now();
+    if (itest_con_error_of(con_v) && pscom_req_successful(req))
+        done_after_error_ok++;
+}
+
+static const char *states_str(pscom_request_t **sends, pscom_request_t **recvs)
+{
+    static char buf[2048];
+    size_t n = 0;
+    for (int i = 0; i < SEND_WINDOW; i++)
+        n += (size_t)snprintf(buf + n, sizeof(buf) - n, "send[%d]=%s ", i,
+                              pscom_req_state_str(sends[i]->state));
+    for (int i = 0; i < RECV_POSTED && n < sizeof(buf); i++)
+        n += (size_t)snprintf(buf + n, sizeof(buf) - n, "recv[%d]=%s ", i,
+                              pscom_req_state_str(recvs[i]->state));
+    return buf;
+}
+
+static int survivor(itest_link_t *link, void *arg)
+{
+    pscom_socket_t *sock;
+    pscom_connection_t *con_t;
+    pscom_request_t *sends[SEND_WINDOW], *recvs[RECV_POSTED], *late;
+    void *sbuf[SEND_WINDOW], *rbuf[RECV_POSTED];
+    uint32_t seq = 0;
+    double t_kill = -1.0;
+    const itest_con_event_t *ev;
+    char *ep_v, *ep_t;
+
+    itest_pscom_init();
+    sock = itest_open_socket("survivor", 0);
+    ep_v = itest_link_recv_str(link);
+    ep_t = itest_link_recv_str(link);
+    itest_step("connecting to the victim %s", ep_v);
+    con_v = itest_connect(sock, ep_v);
+    itest_step("connecting to the third process %s", ep_t);
+    con_t = itest_connect(sock, ep_t);
+    free(ep_v);
+    free(ep_t);
+    exchange(con_t, 0x3b0001u, "before the kill");
+
+    itest_step("streaming to the victim until it is killed");
+    for (int i = 0; i < RECV_POSTED; i++) {
+        rbuf[i]  = itest_alloc_guarded(MSG_LEN);
+        recvs[i] = itest_request(8);
+        recvs[i]->connection  = con_v;
+        recvs[i]->socket      = sock;
+        recvs[i]->data        = rbuf[i];
+        recvs[i]->data_len    = MSG_LEN;
+        recvs[i]->xheader_len = 4;
+        recvs[i]->ops.io_done = stream_io_done;
+        pscom_post_recv(recvs[i]);
+    }
+    for (int i = 0; i < SEND_WINDOW; i++) {
+        sbuf[i]  = malloc(MSG_LEN);
+        sends[i] = itest_request(8);
+        ITEST_ASSERT(sbuf[i] != NULL, "out of memory");
+        itest_fill(sbuf[i], MSG_LEN, stream_seed(seq));
+        pscom_req_prepare(sends[i], con_v, sbuf[i], MSG_LEN, &seq, sizeof(seq));
+        sends[i]->ops.io_done = stream_io_done;
+        pscom_post_send(sends[i]);
+        seq++;
+    }
+    for (;;) {
+        int all_done = 1;
+        int errored  = itest_con_error_of(con_v) != NULL;
+
+        itest_progress_once();
+        for (int i = 0; i < SEND_WINDOW; i++) {
+            pscom_request_t *s = sends[i];
+            if (!pscom_req_is_done(s)) {
+                all_done = 0;
+            } else if (pscom_req_successful(s) && !errored &&
+                       !itest_con_error_of(con_v)) {
+                itest_fill(sbuf[i], MSG_LEN, stream_seed(seq));
+                pscom_req_prepare(s, con_v, sbuf[i], MSG_LEN, &seq,
+                                  sizeof(seq));
+                pscom_post_send(s);
+                seq++;
+                all_done = 0;
+            }
+        }
+        for (int i = 0; i < RECV_POSTED; i++) {
+            if (!pscom_req_is_done(recvs[i])) all_done = 0;
+        }
+        if (all_done && itest_con_error_of(con_v)) break;
+        if (t_kill < 0 && itest_link_ready(link, 0)) {
+            t_kill = itest_link_recv_double(link);
+            itest_note("victim killed; %u sends posted so far", seq);
+        }
+        if (t_kill > 0 && itest_now() - t_kill > GIVE_UP)
+            ITEST_FAIL("%.0f s after the victim was killed: con_error %s, "
+                       "requests: %s",
+                       GIVE_UP,
+                       itest_con_error_of(con_v) ? "called" : "not called",
+                       states_str(sends, recvs));
+    }
+    if (t_kill < 0) t_kill = itest_link_recv_double(link);
+
+    itest_step("checking how the requests ended");
+    ev = itest_con_error_of(con_v);
+    itest_note("con_error %.3f s after the kill (op %s, %s); last request "
+               "done %.3f s after the kill; %u sends posted; %s",
+               ev->t - t_kill, pscom_op_str(ev->op), pscom_err_str(ev->err),
+               t_last_done - t_kill, seq, states_str(sends, recvs));
+    ITEST_ASSERT(ev->t >= t_kill,
+                 "con_error was called %.3f s before the victim was killed",
+                 t_kill - ev->t);
+    ITEST_ASSERT(ev->t - t_kill <= DEADLINE,
+                 "con_error came %.3f s after the kill, more than %.1f s",
+                 ev->t - t_kill, DEADLINE);
+    ITEST_ASSERT(t_last_done - t_kill <= DEADLINE,
+                 "the last pending request ended %.3f s after the kill, more "
+                 "than %.1f s",
+                 t_last_done - t_kill, DEADLINE);
+    ITEST_ASSERT_EQ(done_after_error_ok, 0,
+                    "requests that completed successfully after con_error");
+    for (int i = 0; i < RECV_POSTED; i++) {
+        ITEST_ASSERT_REQ_STATE(recvs[i], PSCOM_REQ_STATE_ERROR,
+                               "receive %d posted on the killed peer's "
+                               "connection",
+                               i);
+    }
+    {
+        int n_err = 0;
+        for (int i = 0; i < SEND_WINDOW; i++) {
+            if (sends[i]->state & PSCOM_REQ_STATE_ERROR) {
+                ITEST_ASSERT_REQ_STATE(sends[i], PSCOM_REQ_STATE_ERROR,
+                                       "send slot %d", i);
+                n_err++;
+            } else {
+                ITEST_ASSERT_REQ_OK(sends[i], "send slot %d ended neither "
+                                              "successful nor with ERROR",
+                                    i);
+            }
+        }
+        itest_note("%d of %d send slots ended with ERROR", n_err, SEND_WINDOW);
+    }
+    for (int i = 0; i < itest_con_error_count(); i++) {
+        ITEST_ASSERT(itest_con_error_get(i)->con != con_t,
+                     "con_error was called for the connection to the third "
+                     "process");
+    }
+
+    itest_step("a send posted on the dead connection fails");
+    late = itest_request(8);
+    pscom_req_prepare(late, con_v, sbuf[0], MSG_LEN, &seq, sizeof(seq));
+    {
+        double t0 = itest_now();
+        pscom_post_send(late);
+        while (!pscom_req_is_done(late) && itest_now() - t0 < DEADLINE)
+            itest_progress_once();
+        ITEST_ASSERT_REQ_STATE(late, PSCOM_REQ_STATE_ERROR,
+                               "send posted after con_error (waited %.1f s)",
+                               DEADLINE);
+    }
+
+    exchange(con_t, 0x3b0002u, "after the kill");
+
+    for (int i = 0; i < SEND_WINDOW; i++) {
+        pscom_request_free(sends[i]);
+        free(sbuf[i]);
+    }
+    for (int i = 0; i < RECV_POSTED; i++) {
+        pscom_request_free(recvs[i]);
+        free(rbuf[i]);
+    }
+    pscom_request_free(late);
+    itest_step("closing");
+    pscom_close_socket(sock);
+    return 0;
+}
+
+/* ---------------------------------------------------------------------- */
+/* Part 2: blocked in pscom_wait                                          */
+
+static int waiter(itest_link_t *link, void *arg)
+{
+    pscom_socket_t *sock;
+    pscom_connection_t *con;
+    pscom_request_t *req;
+    char buf[256];
+    char *ep;
+    double t_kill, t_ret;
+
+    itest_pscom_init();
+    sock = itest_open_socket("waiter", 1);
+    ep   = itest_ep_str(sock);
+    itest_link_send_str(link, ep);
+    free(ep);
+    itest_step("waiting for the victim to connect");
+    con = itest_wait_accept(1);
+
+    req = itest_request(8);
+    req->connection  = con;
+    req->socket      = sock;
+    req->data        = buf;
+    req->data_len    = sizeof(buf);
+    req->xheader_len = 0;
+    pscom_post_recv(req);
+    itest_link_send_str(link, "waiting");
+    itest_step("blocked in pscom_wait() on a receive from the victim");
+    pscom_wait(req);
+    t_ret = itest_now();
+    t_kill = itest_link_recv_double(link);
+    itest_step("checking the receive");
+    itest_note("pscom_wait returned %.3f s after the kill, state %s",
+               t_ret - t_kill, pscom_req_state_str(req->state));
+    ITEST_ASSERT(t_ret >= t_kill,
+                 "pscom_wait returned %.3f s before the peer was killed "
+                 "(state %s)",
+                 t_kill - t_ret, pscom_req_state_str(req->state));
+    ITEST_ASSERT_REQ_STATE(req, PSCOM_REQ_STATE_ERROR,
+                           "receive from the killed peer");
+    ITEST_ASSERT(t_ret - t_kill <= DEADLINE,
+                 "pscom_wait returned %.3f s after the kill, more than %.1f s",
+                 t_ret - t_kill, DEADLINE);
+    ITEST_ASSERT(itest_con_error_of(con) != NULL,
+                 "con_error was not called for the killed peer's connection");
+    pscom_request_free(req);
+    itest_step("closing");
+    pscom_close_socket(sock);
+    return 0;
+}
+
+static int victim2(itest_link_t *link, void *arg)
+{
+    pscom_socket_t *sock;
+    pscom_connection_t *con;
+    pscom_request_t *req;
+    char buf[16];
+    char *ep;
+
+    itest_pscom_init();
+    sock = itest_open_socket("victim2", 0);
+    ep   = itest_link_recv_str(link);
+    itest_step("connecting to %s", ep);
+    con = itest_connect(sock, ep);
+    free(ep);
+    itest_step("waiting to be killed");
+    req = itest_request(0);
+    req->connection = con;
+    req->socket     = sock;
+    req->data       = buf;
+    req->data_len   = sizeof(buf);
+    pscom_post_recv(req);
+    pscom_wait(req);
+    ITEST_FAIL("a receive completed that nobody sent (state %s)",
+               pscom_req_state_str(req->state));
+}
+
+/* ---------------------------------------------------------------------- */
+
+static int check_killed(itest_child_t *c)
+{
+    int status = itest_child_wait(c);
+    if (WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL) return 0;
+    itest_note("the victim was to be killed, but it ended by itself:");
+    itest_child_check(c);
+    return 1;
+}
+
+static int part1(void)
+{
+    itest_child_t vic, thr, sur;
+    char *ep_v, *ep_t, *note;
+    double t_kill;
+    int failed = 0;
+
+    itest_note("part 1: victim killed while the survivor streams to it");
+    itest_spawn(&vic, "victim", victim, NULL);
+    ep_v = itest_link_recv_str(&vic.link);
+    itest_spawn(&thr, "third", third, NULL);
+    ep_t = itest_link_recv_str(&thr.link);
+    itest_spawn(&sur, "survivor", survivor, NULL);
+    itest_link_send_str(&sur.link, ep_v);
+    itest_link_send_str(&sur.link, ep_t);
+    free(ep_v);
+    free(ep_t);
+
+    itest_step("waiting until the stream runs");
+    note = itest_link_recv_str(&vic.link);
+    free(note);
+    t_kill = itest_now();
+    itest_child_kill(&vic, SIGKILL);
+    itest_link_send_double(&sur.link, t_kill);
+    itest_step("victim killed, waiting for the others");
+    failed |= check_killed(&vic);
+    failed |= itest_children_check((itest_child_t *[]){&sur, &thr}, 2);
+    return failed;
+}
+
+static int part2(void)
+{
+    itest_child_t wai, vic;
+    char *ep, *note;
+    double t_kill;
+    int failed = 0;
+
+    itest_note("part 2: peer killed while the survivor is blocked in "
+               "pscom_wait");
+    itest_spawn(&wai, "waiter", waiter, NULL);
+    ep = itest_link_recv_str(&wai.link);
+    itest_spawn(&vic, "victim2", victim2, NULL);
+    itest_link_send_str(&vic.link, ep);
+    free(ep);
+
+    itest_step("waiting until the waiter blocks");
+    note = itest_link_recv_str(&wai.link);
+    free(note);
+    itest_sleep_ms(300);
+    t_kill = itest_now();
+    itest_child_kill(&vic, SIGKILL);
+    itest_link_send_double(&wai.link, t_kill);
+    failed |= check_killed(&vic);
+    failed |= itest_children_check((itest_child_t *[]){&wai}, 1);
+    return failed;
+}
+
+int main(void)
+{
+    int failed = 0;
+
+    itest_watchdog(ITEST_DEFAULT_TIMEOUT + 10);
+    itest_note("transport %s", itest_transport_name());
+    failed |= part1();
+    failed |= part2();
+    itest_note("%s", failed ? "FAILED" : "passed");
+    return failed ? 1 : 0;
+}

@@ -1,0 +1,817 @@
+/*
+ * The configuration table: value parsing, registration from the
+ * environment, parent fallback, unknown-variable warnings, the
+ * pscom_env_get_* readers and the printed forms.
+ */
+#include <limits.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "config.h"
+#include "log.h"
+#include "pscom.h"
+#include "pscom_plugin.h"
+
+static int v_int;
+static unsigned v_uint;
+static size_t v_size;
+static int v_bool;
+static char *v_str;
+static char *v_dir;
+static unsigned v_child;
+
+static const pscom_config_row_t test_rows[] = {
+    {"PSP_TEST_INT", PSCOM_CONFIG_INT, "5", "an int | with a bar", "test",
+     NULL, &v_int},
+    {"PSP_TEST_UINT", PSCOM_CONFIG_UINT, "10", "an unsigned", "test", NULL,
+     &v_uint},
+    {"PSP_TEST_SIZE", PSCOM_CONFIG_SIZE, "64k", "a size", "test", NULL,
+     &v_size},
+    {"PSP_TEST_BOOL", PSCOM_CONFIG_BOOL, "1", "a boolean", "test", NULL,
+     &v_bool},
+    {"PSP_TEST_STR", PSCOM_CONFIG_STR, NULL, "a <string>", "test", NULL,
+     &v_str},
+    {"PSP_TEST_DIR", PSCOM_CONFIG_DIR, "/opt/x", "a directory", "test", NULL,
+     &v_dir},
+    {"PSP_TEST_CHILD", PSCOM_CONFIG_UINT, "3", "falls back to the parent",
+     "test", "PSP_TEST_PARENT", &v_child},
+};
+#define N_TEST_ROWS (sizeof(test_rows) / sizeof(test_rows[0]))
+
+/* ---------------------------------------------------------------------- */
+/* Helpers                                                                */
+/* ---------------------------------------------------------------------- */
+
+static char log_path[64];
+
+/* Send diagnostics to a fresh temporary file. */
+static void log_capture_start(void)
+{
+    int fd;
+
+    strcpy(log_path, "/tmp/test_config_log.XXXXXX");
+    fd = mkstemp(log_path);
+    assert_true(fd >= 0);
+    close(fd);
+    psc_log_open(log_path);
+    assert_true(psc_log_stream() != stderr);
+}
+
+/* Back to stderr; returns what was logged (free it). */
+static char *log_capture_end(void)
+{
+    FILE *f;
+    long n;
+    char *buf;
+
+    psc_log_open(NULL);
+    f = fopen(log_path, "r");
+    assert_non_null(f);
+    fseek(f, 0, SEEK_END);
+    n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    buf = malloc((size_t)n + 1);
+    assert_non_null(buf);
+    assert_int_equal(fread(buf, 1, (size_t)n, f), (size_t)n);
+    buf[n] = '\0';
+    fclose(f);
+    unlink(log_path);
+    return buf;
+}
+
+/* Remove every PSP_* variable, so that the tests see only their own. */
+static void clear_psp_environment(void)
+{
+    for (;;) {
+        char **ep;
+        char name[256];
+
+        for (ep = environ; *ep; ep++)
+            if (strncmp(*ep, "PSP_", 4) == 0) break;
+        if (!*ep) return;
+        snprintf(name, sizeof(name), "%.*s", (int)strcspn(*ep, "="), *ep);
+        unsetenv(name);
+    }
+}
+
+static int setup(void **state)
+{
+    clear_psp_environment();
+    psc_log_level = 1;
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    clear_psp_environment();
+    psc_config_cleanup();
+    psc_log_open(NULL);
+    psc_settings.debug_param = 0;
+    return 0;
+}
+
+/* Parse text for a row of `type` with default `def`. */
+static int parse(pscom_config_type_t type, const char *def, const char *text,
+                 void *out)
+{
+    pscom_config_row_t row = {"PSP_X", type, def, "", "test", NULL, out};
+
+    return psc_config_parse(&row, text, out);
+}
+
+/* ---------------------------------------------------------------------- */
+/* Parsing                                                                */
+/* ---------------------------------------------------------------------- */
+
+static void test_parse_int(void **state)
+{
+    int v;
+
+    assert_int_equal(parse(PSCOM_CONFIG_INT, "0", "42", &v), 0);
+    assert_int_equal(v, 42);
+    assert_int_equal(parse(PSCOM_CONFIG_INT, "0", "-7", &v), 0);
+    assert_int_equal(v, -7);
+    assert_int_equal(parse(PSCOM_CONFIG_INT, "0", "+7", &v), 0);
+    assert_int_equal(v, 7);
+    assert_int_equal(parse(PSCOM_CONFIG_INT, "0", "0x1f", &v), 0);
+    assert_int_equal(v, 31);
+    assert_int_equal(parse(PSCOM_CONFIG_INT, "0", "-0X10", &v), 0);
+    assert_int_equal(v, -16);
+    assert_int_equal(parse(PSCOM_CONFIG_INT, "0", " 12 ", &v), 0);
+    assert_int_equal(v, 12);
+    assert_int_equal(parse(PSCOM_CONFIG_INT, "0", "010", &v), 0);
+    assert_int_equal(v, 10); /* not octal */
+    assert_int_equal(parse(PSCOM_CONFIG_INT, "0", "2147483647", &v), 0);
+    assert_int_equal(v, INT_MAX);
+    assert_int_equal(parse(PSCOM_CONFIG_INT, "0", "-2147483648", &v), 0);
+    assert_int_equal(v, INT_MIN);
+
+    v = 99;
+    assert_int_equal(parse(PSCOM_CONFIG_INT, "0", "2147483648", &v), -1);
+    assert_int_equal(parse(PSCOM_CONFIG_INT, "0", "-2147483649", &v), -1);
+    assert_int_equal(parse(PSCOM_CONFIG_INT, "0", "99999999999999999999", &v),
+                     -1);
+    assert_int_equal(parse(PSCOM_CONFIG_INT, "0", "abc", &v), -1);
+    assert_int_equal(parse(PSCOM_CONFIG_INT, "0", "", &v), -1);
+    assert_int_equal(parse(PSCOM_CONFIG_INT, "0", "12abc", &v), -1);
+    assert_int_equal(parse(PSCOM_CONFIG_INT, "0", "1.5", &v), -1);
+    assert_int_equal(parse(PSCOM_CONFIG_INT, "0", "0x", &v), -1);
+    assert_int_equal(parse(PSCOM_CONFIG_INT, "0", "--1", &v), -1);
+    assert_int_equal(parse(PSCOM_CONFIG_INT, "0", "- 1", &v), -1);
+    assert_int_equal(parse(PSCOM_CONFIG_INT, "0", "inf", &v), -1);
+    assert_int_equal(parse(PSCOM_CONFIG_INT, "0", "4k", &v), -1);
+    assert_int_equal(v, 99); /* nothing written on failure */
+}
+
+static void test_parse_uint(void **state)
+{
+    unsigned v;
+
+    assert_int_equal(parse(PSCOM_CONFIG_UINT, "10", "17", &v), 0);
+    assert_int_equal(v, 17);
+    assert_int_equal(parse(PSCOM_CONFIG_UINT, "10", "0x10", &v), 0);
+    assert_int_equal(v, 16);
+    assert_int_equal(parse(PSCOM_CONFIG_UINT, "10", "inf", &v), 0);
+    assert_int_equal(v, UINT_MAX);
+    assert_int_equal(parse(PSCOM_CONFIG_UINT, "10", "INF", &v), 0);
+    assert_int_equal(v, UINT_MAX);
+    assert_int_equal(parse(PSCOM_CONFIG_UINT, "10", "auto", &v), 0);
+    assert_int_equal(v, 10);
+    assert_int_equal(parse(PSCOM_CONFIG_UINT, "10", "4294967295", &v), 0);
+    assert_int_equal(v, UINT_MAX);
+
+    v = 99;
+    assert_int_equal(parse(PSCOM_CONFIG_UINT, "10", "4294967296", &v), -1);
+    assert_int_equal(parse(PSCOM_CONFIG_UINT, "10", "-1", &v), -1);
+    assert_int_equal(parse(PSCOM_CONFIG_UINT, "10", "+1", &v), -1);
+    assert_int_equal(parse(PSCOM_CONFIG_UINT, "10", "1k", &v), -1);
+    assert_int_equal(parse(PSCOM_CONFIG_UINT, "10", "ten", &v), -1);
+    assert_int_equal(parse(PSCOM_CONFIG_UINT, "10", "infinite", &v), -1);
+    assert_int_equal(v, 99);
+}
+
+static void test_parse_size(void **state)
+{
+    size_t v;
+
+    assert_int_equal(parse(PSCOM_CONFIG_SIZE, "64k", "4k", &v), 0);
+    assert_int_equal(v, 4096);
+    assert_int_equal(parse(PSCOM_CONFIG_SIZE, "64k", "4K", &v), 0);
+    assert_int_equal(v, 4096);
+    assert_int_equal(parse(PSCOM_CONFIG_SIZE, "64k", "2m", &v), 0);
+    assert_int_equal(v, 2u << 20);
+    assert_int_equal(parse(PSCOM_CONFIG_SIZE, "64k", "3G", &v), 0);
+    assert_int_equal(v, (size_t)3 << 30);
+    assert_int_equal(parse(PSCOM_CONFIG_SIZE, "64k", "0x10k", &v), 0);
+    assert_int_equal(v, 16384);
+    assert_int_equal(parse(PSCOM_CONFIG_SIZE, "64k", "1000", &v), 0);
+    assert_int_equal(v, 1000);
+    assert_int_equal(parse(PSCOM_CONFIG_SIZE, "64k", "inf", &v), 0);
+    assert_true(v == SIZE_MAX);
+    assert_int_equal(parse(PSCOM_CONFIG_SIZE, "64k", "auto", &v), 0);
+    assert_int_equal(v, 65536);
+    assert_int_equal(
+        parse(PSCOM_CONFIG_SIZE, "64k", "18446744073709551615", &v), 0);
+    assert_true(v == SIZE_MAX);
+
+    v = 99;
+    assert_int_equal(
+        parse(PSCOM_CONFIG_SIZE, "64k", "18446744073709551616", &v), -1);
+    assert_int_equal(parse(PSCOM_CONFIG_SIZE, "64k", "17179869184G", &v), -1);
+    assert_int_equal(parse(PSCOM_CONFIG_SIZE, "64k", "-1", &v), -1);
+    assert_int_equal(parse(PSCOM_CONFIG_SIZE, "64k", "4kb", &v), -1);
+    assert_int_equal(parse(PSCOM_CONFIG_SIZE, "64k", "4T", &v), -1);
+    assert_int_equal(parse(PSCOM_CONFIG_SIZE, "64k", "k", &v), -1);
+    assert_int_equal(parse(PSCOM_CONFIG_SIZE, "64k", "", &v), -1);
+    assert_int_equal(v, 99);
+}
+
+static void test_parse_bool(void **state)
+{
+    static const char *const yes[] = {"1", "yes", "YES", "true", "True", "on",
+                                      "ON"};
+    static const char *const no[] = {"0", "no", "No", "false", "FALSE", "off",
+                                     "Off"};
+    int v;
+
+    for (size_t i = 0; i < sizeof(yes) / sizeof(yes[0]); i++) {
+        v = 0;
+        assert_int_equal(parse(PSCOM_CONFIG_BOOL, "0", yes[i], &v), 0);
+        assert_int_equal(v, 1);
+        v = 1;
+        assert_int_equal(parse(PSCOM_CONFIG_BOOL, "0", no[i], &v), 0);
+        assert_int_equal(v, 0);
+    }
+    v = 7;
+    assert_int_equal(parse(PSCOM_CONFIG_BOOL, "0", "2", &v), -1);
+    assert_int_equal(parse(PSCOM_CONFIG_BOOL, "0", "maybe", &v), -1);
+    assert_int_equal(parse(PSCOM_CONFIG_BOOL, "0", "", &v), -1);
+    assert_int_equal(v, 7);
+}
+
+static void test_parse_strings(void **state)
+{
+    char text[] = "hello";
+    char *s = NULL;
+
+    assert_int_equal(parse(PSCOM_CONFIG_STR, NULL, text, &s), 0);
+    assert_string_equal(s, "hello");
+    assert_ptr_not_equal(s, text); /* a copy */
+    free(s);
+
+    assert_int_equal(parse(PSCOM_CONFIG_STR, NULL, "", &s), 0);
+    assert_string_equal(s, "");
+    free(s);
+
+    assert_int_equal(parse(PSCOM_CONFIG_DIR, NULL, "/tmp", &s), 0);
+    assert_string_equal(s, "/tmp/");
+    free(s);
+    assert_int_equal(parse(PSCOM_CONFIG_DIR, NULL, "/tmp/", &s), 0);
+    assert_string_equal(s, "/tmp/");
+    free(s);
+    assert_int_equal(parse(PSCOM_CONFIG_DIR, NULL, "", &s), 0);
+    assert_string_equal(s, "");
+    free(s);
+}
+
+/* ---------------------------------------------------------------------- */
+/* Registration                                                           */
+/* ---------------------------------------------------------------------- */
+
+static void test_register_defaults(void **state)
+{
+    psc_config_register(test_rows, N_TEST_ROWS);
+
+    assert_int_equal(v_int, 5);
+    assert_int_equal(v_uint, 10);
+    assert_int_equal(v_size, 65536);
+    assert_int_equal(v_bool, 1);
+    assert_null(v_str);
+    assert_string_equal(v_dir, "/opt/x/");
+    assert_int_equal(v_child, 3);
+    assert_ptr_equal(psc_config_find("PSP_TEST_INT"), &test_rows[0]);
+    assert_null(psc_config_find("PSP_TEST_NOPE"));
+    assert_string_equal(psc_config_source(&test_rows[0]), "default");
+}
+
+static void test_register_environment(void **state)
+{
+    char buf[64];
+
+    setenv("PSP_TEST_INT", "-3", 1);
+    setenv("PSP_TEST_UINT", "inf", 1);
+    setenv("PSP_TEST_SIZE", "2M", 1);
+    setenv("PSP_TEST_BOOL", "off", 1);
+    setenv("PSP_TEST_STR", "", 1);
+    setenv("PSP_TEST_DIR", "/var/lib", 1);
+    psc_config_register(test_rows, N_TEST_ROWS);
+
+    assert_int_equal(v_int, -3);
+    assert_int_equal(v_uint, UINT_MAX);
+    assert_int_equal(v_size, 2 << 20);
+    assert_int_equal(v_bool, 0);
+    assert_non_null(v_str);
+    assert_string_equal(v_str, "");
+    assert_string_equal(v_dir, "/var/lib/");
+    assert_string_equal(psc_config_source(&test_rows[0]), "environment");
+    assert_string_equal(psc_config_source(&test_rows[6]), "default");
+
+    psc_config_value_str(&test_rows[1], buf, sizeof(buf));
+    assert_string_equal(buf, "inf");
+    psc_config_value_str(&test_rows[2], buf, sizeof(buf));
+    assert_string_equal(buf, "2097152");
+
+    /* Reload: back to the default when the variable goes away. */
+    unsetenv("PSP_TEST_INT");
+    setenv("PSP_TEST_UINT", "auto", 1);
+    psc_config_reload();
+    assert_int_equal(v_int, 5);
+    assert_int_equal(v_uint, 10);
+    assert_string_equal(psc_config_source(&test_rows[0]), "default");
+}
+
+static void test_register_bad_value_keeps_default(void **state)
+{
+    char *log;
+
+    setenv("PSP_TEST_INT", "12abc", 1);
+    setenv("PSP_TEST_UINT", "-1", 1);
+    setenv("PSP_TEST_SIZE", "4T", 1);
+    setenv("PSP_TEST_BOOL", "perhaps", 1);
+    log_capture_start();
+    psc_config_register(test_rows, N_TEST_ROWS);
+    log = log_capture_end();
+
+    assert_int_equal(v_int, 5);
+    assert_int_equal(v_uint, 10);
+    assert_int_equal(v_size, 65536);
+    assert_int_equal(v_bool, 1);
+    assert_string_equal(psc_config_source(&test_rows[0]), "default");
+
+    /* Visible at the default PSP_DEBUG=1, naming variable, text, type and
+     * the default kept. */
+    assert_non_null(strstr(log, "<pscom:"));
+    assert_non_null(strstr(log, "PSP_TEST_INT=\"12abc\" is not an integer"));
+    assert_non_null(strstr(log, "keeping the default 5"));
+    assert_non_null(strstr(log, "PSP_TEST_UINT=\"-1\" is not an unsigned"));
+    assert_non_null(strstr(log, "keeping the default 10"));
+    assert_non_null(strstr(log, "PSP_TEST_SIZE=\"4T\" is not a size"));
+    assert_non_null(strstr(log, "keeping the default 65536"));
+    assert_non_null(strstr(log, "PSP_TEST_BOOL=\"perhaps\" is not a boolean"));
+    free(log);
+}
+
+static void test_parent_fallback(void **state)
+{
+    setenv("PSP_TEST_PARENT", "77", 1);
+    psc_config_register(test_rows, N_TEST_ROWS);
+    assert_int_equal(v_child, 77);
+    assert_string_equal(psc_config_source(&test_rows[6]), "PSP_TEST_PARENT");
+
+    setenv("PSP_TEST_CHILD", "8", 1);
+    psc_config_reload();
+    assert_int_equal(v_child, 8);
+    assert_string_equal(psc_config_source(&test_rows[6]), "environment");
+
+    unsetenv("PSP_TEST_CHILD");
+    unsetenv("PSP_TEST_PARENT");
+    psc_config_reload();
+    assert_int_equal(v_child, 3);
+    assert_string_equal(psc_config_source(&test_rows[6]), "default");
+}
+
+static void test_duplicate_ignored(void **state)
+{
+    static int other;
+    static const pscom_config_row_t dup[] = {
+        {"PSP_TEST_INT", PSCOM_CONFIG_INT, "123", "again", "other", NULL,
+         &other},
+    };
+    char *log;
+
+    other = -1;
+    psc_config_register(test_rows, N_TEST_ROWS);
+    log_capture_start();
+    psc_config_register(dup, 1);
+    /* The same table again is not a duplicate. */
+    psc_config_register(test_rows, N_TEST_ROWS);
+    log = log_capture_end();
+
+    assert_int_equal(other, -1);
+    assert_ptr_equal(psc_config_find("PSP_TEST_INT"), &test_rows[0]);
+    assert_non_null(strstr(log, "PSP_TEST_INT of other is ignored"));
+    assert_non_null(strstr(log, "test already registered"));
+    assert_null(strstr(log, "of test is ignored"));
+    free(log);
+}
+
+/* ---------------------------------------------------------------------- */
+/* Unknown variables                                                      */
+/* ---------------------------------------------------------------------- */
+
+static void test_unknown_variables(void **state)
+{
+    char *log;
+    int n;
+
+    psc_config_register(test_rows, N_TEST_ROWS);
+    setenv("PSP_TEST_INT", "1", 1);  /* known */
+    setenv("PSP_TEST_INTT", "1", 1); /* one letter too many */
+    setenv("PSP_TSET_UINT", "1", 1); /* two letters swapped */
+    setenv("PSP_QQQQQQQQQQQQQQQQQQQQ", "1", 1);
+    setenv("NOT_PSP_TEST_INTT", "1", 1); /* not ours */
+
+    log_capture_start();
+    n = psc_config_check_unknown();
+    log = log_capture_end();
+
+    assert_int_equal(n, 3);
+    assert_non_null(strstr(log, "PSP_TEST_INTT is set but no setting of this "
+                                "name exists; did you mean PSP_TEST_INT?"));
+    assert_non_null(strstr(log, "PSP_TSET_UINT is set but no setting of this "
+                                "name exists; did you mean PSP_TEST_UINT?"));
+    assert_non_null(strstr(log, "PSP_QQQQQQQQQQQQQQQQQQQQ is set but no "
+                                "setting of this name exists"));
+    assert_null(strstr(log, "PSP_QQQQQQQQQQQQQQQQQQQQ is set but no setting "
+                            "of this name exists; did you mean"));
+    assert_null(strstr(log, "NOT_PSP"));
+    assert_null(strstr(log, "PSP_TEST_INT is set"));
+    free(log);
+    unsetenv("NOT_PSP_TEST_INTT");
+
+    clear_psp_environment();
+    assert_int_equal(psc_config_check_unknown(), 0);
+}
+
+static void test_unknown_mpi_variables_known(void **state)
+{
+    psc_config_core_register();
+    setenv("PSP_DIRECT_CONNECT", "1", 1);
+    setenv("PSP_KEEP_CONNECTIONS", "1", 1);
+    setenv("PSP_HARD_ABORT", "2", 1);
+    setenv("PSP_ONDEMAND", "1", 1);
+    assert_int_equal(psc_config_check_unknown(), 0);
+}
+
+/* ---------------------------------------------------------------------- */
+/* pscom_env_get_*                                                        */
+/* ---------------------------------------------------------------------- */
+
+static void test_env_get(void **state)
+{
+    int i = 4;
+    unsigned u = 5;
+    size_t z = 6;
+    char *s = (char *)"keep";
+    char *d = (char *)"keepdir/";
+    char *log;
+
+    /* Unset: untouched. */
+    pscom_env_get_int(&i, "PSP_TEST_E");
+    pscom_env_get_uint(&u, "PSP_TEST_E");
+    pscom_env_get_size_t(&z, "PSP_TEST_E");
+    pscom_env_get_str(&s, "PSP_TEST_E");
+    pscom_env_get_dir(&d, "PSP_TEST_E");
+    assert_int_equal(i, 4);
+    assert_int_equal(u, 5);
+    assert_int_equal(z, 6);
+    assert_string_equal(s, "keep");
+    assert_string_equal(d, "keepdir/");
+
+    /* Bad: untouched, and said so. */
+    setenv("PSP_TEST_E", "x1", 1);
+    log_capture_start();
+    pscom_env_get_int(&i, "PSP_TEST_E");
+    pscom_env_get_uint(&u, "PSP_TEST_E");
+    pscom_env_get_size_t(&z, "PSP_TEST_E");
+    log = log_capture_end();
+    assert_int_equal(i, 4);
+    assert_int_equal(u, 5);
+    assert_int_equal(z, 6);
+    assert_non_null(strstr(log, "PSP_TEST_E=\"x1\" is not an integer"));
+    assert_non_null(strstr(log, "keeping the value 4"));
+    assert_non_null(strstr(log, "keeping the value 5"));
+    assert_non_null(strstr(log, "keeping the value 6"));
+    free(log);
+
+    setenv("PSP_TEST_E", "-2", 1);
+    log_capture_start();
+    pscom_env_get_uint(&u, "PSP_TEST_E");
+    pscom_env_get_size_t(&z, "PSP_TEST_E");
+    log = log_capture_end();
+    assert_int_equal(u, 5);
+    assert_int_equal(z, 6);
+    assert_non_null(strstr(log, "PSP_TEST_E=\"-2\" is not an unsigned"));
+    assert_non_null(strstr(log, "PSP_TEST_E=\"-2\" is not a size"));
+    free(log);
+    pscom_env_get_int(&i, "PSP_TEST_E");
+    assert_int_equal(i, -2);
+
+    /* auto: the caller's value is the default. */
+    setenv("PSP_TEST_E", "auto", 1);
+    pscom_env_get_uint(&u, "PSP_TEST_E");
+    pscom_env_get_size_t(&z, "PSP_TEST_E");
+    assert_int_equal(u, 5);
+    assert_int_equal(z, 6);
+
+    setenv("PSP_TEST_E", "inf", 1);
+    pscom_env_get_uint(&u, "PSP_TEST_E");
+    pscom_env_get_size_t(&z, "PSP_TEST_E");
+    assert_int_equal(u, UINT_MAX);
+    assert_true(z == SIZE_MAX);
+
+    setenv("PSP_TEST_E", "8k", 1);
+    pscom_env_get_size_t(&z, "PSP_TEST_E");
+    assert_int_equal(z, 8192);
+
+    setenv("PSP_TEST_E", "/some/dir", 1);
+    pscom_env_get_str(&s, "PSP_TEST_E");
+    pscom_env_get_dir(&d, "PSP_TEST_E");
+    assert_string_equal(s, "/some/dir");
+    assert_string_equal(d, "/some/dir/");
+}
+
+static void test_env_get_param_print(void **state)
+{
+    int i = 1;
+    char *log;
+
+    psc_settings.debug_param = 1;
+    setenv("PSP_TEST_E", "9", 1);
+    log_capture_start();
+    pscom_env_get_int(&i, "PSP_TEST_E");
+    pscom_env_get_int(&i, "PSP_TEST_UNSET");
+    log = log_capture_end();
+    assert_int_equal(i, 9);
+    assert_non_null(strstr(log, "PSP_TEST_E = 9 (environment)"));
+    assert_null(strstr(log, "PSP_TEST_UNSET"));
+    free(log);
+
+    psc_settings.debug_param = 2;
+    log_capture_start();
+    pscom_env_get_int(&i, "PSP_TEST_UNSET");
+    log = log_capture_end();
+    assert_non_null(strstr(log, "PSP_TEST_UNSET = 9 (default)"));
+    free(log);
+}
+
+/* ---------------------------------------------------------------------- */
+/* Printing                                                               */
+/* ---------------------------------------------------------------------- */
+
+/* What psc_config_print() writes (free it). */
+static char *print_to_string(int markdown)
+{
+    FILE *f = tmpfile();
+    char *buf;
+    long n;
+
+    assert_non_null(f);
+    psc_config_print(f, markdown);
+    n = ftell(f);
+    assert_true(n > 0);
+    rewind(f);
+    buf = malloc((size_t)n + 1);
+    assert_non_null(buf);
+    assert_int_equal(fread(buf, 1, (size_t)n, f), (size_t)n);
+    buf[n] = '\0';
+    fclose(f);
+    return buf;
+}
+
+static const char *const core_names[] = {
+    "PSP_DEBUG",         "PSP_DEBUG_OUT",         "PSP_DEBUG_PARAM",
+    "PSP_DEBUG_CONTYPE", "PSP_DEBUG_PRECON",      "PSP_DEBUG_VERSION",
+    "PSP_RENDEZVOUS",    "PSP_SCHED_YIELD",       "PSP_TCP_BACKLOG",
+    "PSP_RETRY",         "PSP_CONNECT_TIMEOUT",   "PSP_SHUTDOWN_TIMEOUT",
+    "PSP_NETWORK",       "PSP_PLUGINDIR",         "PSP_ONDEMAND",
+    "PSP_PRECON_MAX_RECORD",
+};
+
+static void test_print_markdown(void **state)
+{
+    char *md, *p_core, *p_mpi, *p_test;
+    char cell[96];
+
+    psc_config_register(test_rows, N_TEST_ROWS);
+    psc_config_core_register(); /* after the plugin: still printed first */
+    md = print_to_string(1);
+
+    assert_true(strncmp(md, "# Configuration reference\n", 26) == 0);
+    assert_non_null(strstr(md, "`pscom_info -c --markdown`"));
+    assert_non_null(strstr(md, "| Variable | Type | Default | Description |"));
+    for (size_t i = 0; i < sizeof(core_names) / sizeof(core_names[0]); i++) {
+        snprintf(cell, sizeof(cell), "| `%s` |", core_names[i]);
+        assert_non_null(strstr(md, cell));
+    }
+    for (size_t i = 0; i < N_TEST_ROWS; i++) {
+        snprintf(cell, sizeof(cell), "| `%s` |", test_rows[i].name);
+        assert_non_null(strstr(md, cell));
+    }
+    assert_non_null(strstr(md, "| `PSP_DIRECT_CONNECT` |"));
+    assert_non_null(strstr(md, "| `PSP_TEST_SIZE` | size | `64k` | a size |"));
+    assert_non_null(strstr(md, "| `PSP_TEST_STR` | string | unset |"));
+    assert_non_null(strstr(md, "an int \\| with a bar"));
+    assert_non_null(strstr(md, "a &lt;string&gt;"));
+    assert_non_null(strstr(md, "When unset, `PSP_TEST_PARENT` is used."));
+
+    /* Core first, then owners alphabetically. */
+    p_core = strstr(md, "| `PSP_DEBUG` |");
+    p_mpi = strstr(md, "| `PSP_DIRECT_CONNECT` |");
+    p_test = strstr(md, "| `PSP_TEST_INT` |");
+    assert_true(p_core && p_mpi && p_test);
+    assert_true(p_core < p_mpi && p_mpi < p_test);
+    /* Registration order within an owner. */
+    assert_true(strstr(md, "| `PSP_TEST_INT` |") <
+                strstr(md, "| `PSP_TEST_CHILD` |"));
+    free(md);
+}
+
+static void test_print_text(void **state)
+{
+    char *txt, *line, *end;
+
+    setenv("PSP_TEST_SIZE", "1k", 1);
+    setenv("PSP_TEST_PARENT", "42", 1);
+    psc_config_register(test_rows, N_TEST_ROWS);
+    txt = print_to_string(0);
+
+    assert_non_null(strstr(txt, "Variable"));
+    assert_non_null(strstr(txt, "Description"));
+    line = strstr(txt, "PSP_TEST_SIZE ");
+    assert_non_null(line);
+    end = strchr(line, '\n');
+    assert_non_null(end);
+    *end = '\0';
+    assert_non_null(strstr(line, " size "));
+    assert_non_null(strstr(line, " 64k "));
+    assert_non_null(strstr(line, " 1024 "));
+    assert_non_null(strstr(line, " environment "));
+    assert_non_null(strstr(line, " test "));
+    assert_non_null(strstr(line, "a size"));
+    *end = '\n';
+    line = strstr(txt, "PSP_TEST_CHILD ");
+    assert_non_null(line);
+    assert_non_null(strstr(line, " 42 "));
+    assert_non_null(strstr(line, " PSP_TEST_PARENT "));
+    free(txt);
+}
+
+static void test_print_params(void **state)
+{
+    static int late;
+    static const pscom_config_row_t late_rows[] = {
+        {"PSP_TEST_LATE", PSCOM_CONFIG_INT, "0", "late", "late", NULL, &late},
+    };
+    char *log;
+
+    setenv("PSP_TEST_INT", "7", 1);
+    setenv("PSP_TEST_LATE", "3", 1);
+    psc_config_register(test_rows, N_TEST_ROWS);
+
+    log_capture_start();
+    psc_config_print_params(1);
+    psc_config_print_params(1); /* nothing twice */
+    psc_config_register(late_rows, 1); /* shown as it comes */
+    log = log_capture_end();
+    assert_non_null(strstr(log, "PSP_TEST_INT = 7 (environment)"));
+    assert_null(strstr(strstr(log, "PSP_TEST_INT = 7") + 1,
+                       "PSP_TEST_INT = 7"));
+    assert_non_null(strstr(log, "PSP_TEST_LATE = 3 (environment)"));
+    assert_null(strstr(log, "PSP_TEST_UINT"));
+    free(log);
+
+    log_capture_start();
+    psc_config_print_params(2);
+    log = log_capture_end();
+    assert_non_null(strstr(log, "PSP_TEST_UINT = 10 (default)"));
+    assert_null(strstr(log, "PSP_TEST_INT = 7"));
+    free(log);
+}
+
+/* ---------------------------------------------------------------------- */
+/* Logging                                                                */
+/* ---------------------------------------------------------------------- */
+
+static void test_log_prefix_and_levels(void **state)
+{
+    char *log, prefix[32];
+
+    psc_log_level = 2;
+    log_capture_start();
+    psc_err("first %d", 1);
+    psc_info("hidden");
+    pscom_plugin_log(2, "plugin %s", "warns");
+    pscom_plugin_log(3, "plugin hidden");
+    psc_log_write(PSC_LOG_ERROR, "two\nlines\n");
+    assert_int_equal(pscom_plugin_log_level(), 2);
+    log = log_capture_end();
+
+    snprintf(prefix, sizeof(prefix), "<pscom:%d:", (int)getpid());
+    assert_true(strncmp(log, prefix, strlen(prefix)) == 0);
+    assert_non_null(strstr(log, "> first 1\n"));
+    assert_non_null(strstr(log, "> plugin warns\n"));
+    assert_non_null(strstr(log, "> two\n<pscom:"));
+    assert_non_null(strstr(log, "> lines\n"));
+    assert_null(strstr(log, "lines\n\n"));
+    assert_null(strstr(log, "hidden"));
+    free(log);
+}
+
+static void test_log_open_expands_and_falls_back(void **state)
+{
+    char dir[] = "/tmp/test_config_dir.XXXXXX";
+    char path[128];
+    char *log;
+    FILE *f;
+
+    assert_non_null(mkdtemp(dir));
+    setenv("TEST_CONFIG_LOGDIR", dir, 1);
+    psc_log_open("$TEST_CONFIG_LOGDIR/out.log");
+    psc_err("expanded");
+    psc_log_open(NULL);
+    snprintf(path, sizeof(path), "%s/out.log", dir);
+    f = fopen(path, "r");
+    assert_non_null(f);
+    fclose(f);
+    unlink(path);
+    rmdir(dir);
+    unsetenv("TEST_CONFIG_LOGDIR");
+
+    /* A file that cannot be opened: back to stderr, saying why there. */
+    log_capture_start();
+    {
+        char errpath[] = "/tmp/test_config_err.XXXXXX";
+        int fd = mkstemp(errpath);
+        int saved = dup(2);
+        char line[512];
+
+        assert_true(fd >= 0 && saved >= 0);
+        fflush(stderr);
+        dup2(fd, 2);
+        psc_log_open("/nonexistent-dir/x/out.log");
+        assert_ptr_equal(psc_log_stream(), stderr);
+        psc_log_open("/nonexistent-dir/x/out.log"); /* said once only */
+        fflush(stderr);
+        dup2(saved, 2);
+        close(saved);
+        close(fd);
+
+        f = fopen(errpath, "r");
+        assert_non_null(f);
+        assert_non_null(fgets(line, sizeof(line), f));
+        assert_null(fgets(path, sizeof(path), f));
+        fclose(f);
+        unlink(errpath);
+        assert_non_null(strstr(line, "cannot open the log file "
+                                     "\"/nonexistent-dir/x/out.log\""));
+        assert_non_null(strstr(line, "No such file or directory"));
+    }
+    log = log_capture_end();
+    assert_string_equal(log, ""); /* nothing went to the old file */
+    free(log);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_parse_int, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_parse_uint, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_parse_size, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_parse_bool, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_parse_strings, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_register_defaults, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_register_environment, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_register_bad_value_keeps_default,
+                                        setup, teardown),
+        cmocka_unit_test_setup_teardown(test_parent_fallback, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_duplicate_ignored, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_unknown_variables, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_unknown_mpi_variables_known,
+                                        setup, teardown),
+        cmocka_unit_test_setup_teardown(test_env_get, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_env_get_param_print, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_print_markdown, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_print_text, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_print_params, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_log_prefix_and_levels, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_log_open_expands_and_falls_back,
+                                        setup, teardown),
+    };
+
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
