@@ -25,8 +25,12 @@ static const pscom_plugin_t *const builtin[] = {
     &pscom_plugin_tcp,
 };
 
-/* Loadable plugins this project ships, in no particular order. */
-static const char *const loadable[] = {"verbs", "ucx", "ofi"};
+/* Loadable plugins this project ships, with ParaStation's names for their
+ * PSP_ priority variables. */
+static const struct {
+    const char *name;
+    const char *alias;
+} loadable[] = {{"verbs", "openib"}, {"ucx", "ucp"}, {"ofi", NULL}};
 
 #define MAX_PLUGINS 16
 
@@ -114,6 +118,7 @@ static void register_priority(struct slot *s, const char *alias)
 
 static void init_plugin(struct slot *s, const pscom_plugin_t *d)
 {
+    if (!s->rows[0].name) register_priority(s, d->alias);
     s->p.desc = d;
     if (PSCOM_PLUGIN_API_MAJOR(d->api_version) !=
         PSCOM_PLUGIN_API_MAJOR(PSCOM_PLUGIN_API_VERSION)) {
@@ -131,7 +136,6 @@ static void init_plugin(struct slot *s, const pscom_plugin_t *d)
         s->p.desc = NULL;
         return;
     }
-    register_priority(s, d->alias);
     if (s->p.user_priority <= 0) {
         s->p.state = PSC_PLUGIN_DISABLED;
         char var[40];
@@ -166,10 +170,11 @@ static void library_dir(char *dir, size_t len)
     }
 }
 
-static void load_module(const char *name)
+static void load_module(const char *name, const char *alias)
 {
     struct slot *s = new_slot(name);
     if (!s) return;
+    register_priority(s, alias);
 
     char dir[PATH_MAX];
     if (psc_settings.plugindir && psc_settings.plugindir[0])
@@ -233,7 +238,7 @@ void psc_plugins_load(void)
         if (s) init_plugin(s, builtin[i]);
     }
     for (size_t i = 0; i < sizeof(loadable) / sizeof(loadable[0]); i++)
-        load_module(loadable[i]);
+        load_module(loadable[i].name, loadable[i].alias);
     psc_plugin_sort(order, count);
 }
 

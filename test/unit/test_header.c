@@ -1,0 +1,221 @@
+/*
+ * The message header and the receive state machine against bad input:
+ * unknown types, wrong lengths, ids that name nothing, arbitrary chunking,
+ * large extended headers and random bytes. A bad stream must fail only its
+ * own connection, with con_error, and never crash.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <cmocka.h>
+
+#include "frames.h"
+
+static pscom_socket_t *sock;
+static int errors;
+static pscom_err_t last_err;
+
+static void on_error(pscom_connection_t *c, pscom_op_t op, pscom_err_t err)
+{
+    errors++;
+    last_err = err;
+}
+
+static int setup(void **state)
+{
+    assert_int_equal(pscom_init(PSCOM_VERSION), PSCOM_SUCCESS);
+    pscom_set_debug(0); /* the malformed input is on purpose */
+    sock = pscom_open_socket(0, 0, 0, 0);
+    sock->ops.con_error = on_error;
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    pscom_close_socket(sock);
+    return 0;
+}
+
+static pscom_connection_t *fresh(void)
+{
+    errors = 0;
+    return pscom_open_connection(sock);
+}
+
+static void check(void **state)
+{
+    pscom_header_net_t h = {0};
+    const char *why = NULL;
+    h.msg_type = PSC_MSG_USER;
+    h.xheader_len = 100;
+    h.data_len = PSCOM_DATA_LEN_MASK;
+    assert_int_equal(psc_header_check(&h, &why), 0);
+    h.msg_type = 200;
+    assert_int_equal(psc_header_check(&h, &why), -1);
+    assert_non_null(why);
+    h.msg_type = PSC_MSG_RNDV_CTS;
+    h.xheader_len = 3;
+    h.data_len = 0;
+    assert_int_equal(psc_header_check(&h, &why), -1);
+    h.xheader_len = sizeof(struct psc_rndv_cts);
+    assert_int_equal(psc_header_check(&h, &why), 0);
+    h.data_len = 1;
+    assert_int_equal(psc_header_check(&h, &why), -1);
+    h.msg_type = PSC_MSG_RNDV_REQ;
+    h.xheader_len = sizeof(struct psc_rndv_info) - 1;
+    h.data_len = 0;
+    assert_int_equal(psc_header_check(&h, &why), -1);
+    h.msg_type = PSC_MSG_EOF;
+    h.xheader_len = 1;
+    assert_int_equal(psc_header_check(&h, &why), -1);
+}
+
+static void unknown_type_fails_connection(void **state)
+{
+    pscom_connection_t *c = fresh();
+    char b[8];
+    pscom_request_t *r = pscom_request_create(0, 0);
+    r->connection = c;
+    r->data = b;
+    r->data_len = sizeof(b);
+    pscom_post_recv(r);
+
+    struct frame f;
+    frame_make(&f, 99, NULL, 0, NULL, 0, 0);
+    assert_int_equal(feed(c, &f), -1);
+    assert_int_equal(errors, 1);
+    assert_int_equal(last_err, PSCOM_ERR_IOERROR);
+    /* The pending receive failed with it, and new posts fail at once. */
+    assert_true(r->state & PSCOM_REQ_STATE_ERROR);
+    assert_true(pscom_req_is_done(r));
+    pscom_post_recv(r);
+    assert_true(r->state & PSCOM_REQ_STATE_ERROR);
+    /* More bytes on a failed connection are refused, not parsed. */
+    assert_int_equal(feed(c, &f), -1);
+    assert_int_equal(errors, 1);
+    pscom_request_free(r);
+    pscom_close_connection(c);
+}
+
+static void ids_that_name_nothing(void **state)
+{
+    struct frame f;
+    struct psc_rndv_cts cts = {.sender_id = 12345, .receiver_id = 1};
+    pscom_connection_t *c = fresh();
+    frame_make(&f, PSC_MSG_RNDV_CTS, &cts, sizeof(cts), NULL, 0, 0);
+    assert_int_equal(feed(c, &f), -1);
+    assert_int_equal(errors, 1);
+    pscom_close_connection(c);
+
+    struct psc_rndv_data_hdr dh = {.receiver_id = 999};
+    c = fresh();
+    frame_make(&f, PSC_MSG_RNDV_DATA, &dh, sizeof(dh), "abc", 3, 3);
+    assert_int_equal(feed(c, &f), -1);
+    assert_int_equal(errors, 1);
+    pscom_close_connection(c);
+}
+
+static void byte_by_byte(void **state)
+{
+    pscom_connection_t *c = fresh();
+    static char data[3000], out[3000];
+    for (size_t i = 0; i < sizeof(data); i++) data[i] = (char)i;
+    struct frame f;
+    frame_user(&f, 1, data, sizeof(data));
+    for (size_t i = 0; i < f.len; i++)
+        assert_int_equal(pscom_plugin_rx_push(con_of(c), f.buf + i, 1), 0);
+    pscom_request_t *r = pscom_request_create(4, 0);
+    r->connection = c;
+    r->data = out;
+    r->data_len = sizeof(out);
+    r->xheader_len = 4;
+    pscom_post_recv(r);
+    assert_true(pscom_req_successful(r));
+    assert_memory_equal(out, data, sizeof(data));
+    assert_int_equal(errors, 0);
+    pscom_request_free(r);
+    pscom_close_connection(c);
+}
+
+static void large_xheader(void **state)
+{
+    pscom_connection_t *c = fresh();
+    static uint8_t x[60000];
+    for (size_t i = 0; i < sizeof(x); i++) x[i] = (uint8_t)(i * 3);
+    struct frame f;
+    frame_make(&f, PSC_MSG_USER, x, sizeof(x), "d", 1, 1);
+    assert_int_equal(feed(c, &f), 0);
+
+    pscom_request_t *r = pscom_request_create(sizeof(x), 0);
+    char d;
+    r->connection = c;
+    r->data = &d;
+    r->data_len = 1;
+    r->xheader_len = sizeof(x);
+    pscom_post_recv(r);
+    assert_true(pscom_req_successful(r));
+    assert_int_equal(r->header.xheader_len, sizeof(x));
+    assert_memory_equal(&r->xheader, x, sizeof(x));
+    pscom_request_free(r);
+    pscom_close_connection(c);
+}
+
+static void eof_message(void **state)
+{
+    pscom_connection_t *c = fresh();
+    struct frame f;
+    frame_make(&f, PSC_MSG_EOF, NULL, 0, NULL, 0, 0);
+    assert_int_equal(feed(c, &f), -1);
+    assert_int_equal(errors, 1);
+    assert_int_equal(last_err, PSCOM_ERR_EOF);
+    pscom_close_connection(c);
+}
+
+static void random_bytes_never_crash(void **state)
+{
+    static uint8_t junk[4096];
+    uint32_t seed = 12345;
+    for (int round = 0; round < 300; round++) {
+        pscom_connection_t *c = fresh();
+        char b[64];
+        pscom_request_t *r = pscom_request_create(16, 0);
+        r->connection = c;
+        r->data = b;
+        r->data_len = sizeof(b);
+        r->xheader_len = 16;
+        pscom_post_recv(r);
+        size_t n = 1 + (seed % sizeof(junk));
+        for (size_t i = 0; i < n; i++) {
+            seed = seed * 1103515245u + 12345u;
+            junk[i] = (uint8_t)(seed >> 16);
+        }
+        /* Mostly small type values, so that all branches get exercised. */
+        junk[2] = (uint8_t)(junk[2] % 6);
+        size_t off = 0;
+        while (off < n) {
+            size_t chunk = 1 + (junk[off] % 97);
+            if (chunk > n - off) chunk = n - off;
+            if (pscom_plugin_rx_push(con_of(c), junk + off, chunk)) break;
+            off += chunk;
+        }
+        /* Either still parsing or failed once; never more than one error. */
+        assert_true(errors <= 1);
+        pscom_close_connection(c);
+        assert_true(pscom_req_is_done(r));
+        pscom_request_free(r);
+    }
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(check),
+        cmocka_unit_test(unknown_type_fails_connection),
+        cmocka_unit_test(ids_that_name_nothing),
+        cmocka_unit_test(byte_by_byte),
+        cmocka_unit_test(large_xheader),
+        cmocka_unit_test(eof_message),
+        cmocka_unit_test(random_bytes_never_crash),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}

@@ -1,0 +1,330 @@
+/*
+ * Receive matching: posting order across per-connection and any-source
+ * receives, recv_accept selection, unexpected messages received later,
+ * partially arrived messages, probe, cancel, truncation, default_recv.
+ *
+ * Messages are fed into connections with no transport through the plugin
+ * receive upcall, so the real receive path runs without a network.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <cmocka.h>
+
+#include "frames.h"
+
+static pscom_socket_t *sock;
+static pscom_connection_t *con_a, *con_b;
+
+static int setup(void **state)
+{
+    assert_int_equal(pscom_init(PSCOM_VERSION), PSCOM_SUCCESS);
+    sock = pscom_open_socket(0, 0, 0, 0);
+    con_a = pscom_open_connection(sock);
+    con_b = pscom_open_connection(sock);
+    assert_non_null(sock);
+    assert_non_null(con_a);
+    assert_non_null(con_b);
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    pscom_close_socket(sock);
+    return 0;
+}
+
+static int accept_tag_value;
+
+static int accept_tag(pscom_request_t *r, pscom_connection_t *c,
+                      pscom_header_net_t *h)
+{
+    uint32_t tag;
+    memcpy(&tag, h->xheader, sizeof(tag));
+    return h->xheader_len >= 4 && tag == (uint32_t)accept_tag_value;
+}
+
+static pscom_request_t *recv_req(pscom_connection_t *c, void *buf, size_t len)
+{
+    pscom_request_t *r = pscom_request_create(4, 0);
+    r->connection = c;
+    r->socket = c ? NULL : sock;
+    r->data = buf;
+    r->data_len = len;
+    r->xheader_len = 4;
+    pscom_post_recv(r);
+    return r;
+}
+
+static uint32_t tag_of(pscom_request_t *r)
+{
+    uint32_t t;
+    memcpy(&t, &r->xheader, 4);
+    return t;
+}
+
+static void per_con_before_any(void **state)
+{
+    char b1[8], b2[8];
+    pscom_request_t *r1 = recv_req(con_a, b1, sizeof(b1));
+    pscom_request_t *r2 = recv_req(NULL, b2, sizeof(b2));
+    struct frame f;
+
+    frame_user(&f, 1, "first", 6);
+    assert_int_equal(feed(con_a, &f), 0);
+    assert_true(pscom_req_successful(r1));
+    assert_false(pscom_req_is_done(r2));
+    assert_string_equal(b1, "first");
+
+    frame_user(&f, 2, "second", 7);
+    feed(con_a, &f);
+    assert_true(pscom_req_successful(r2));
+    assert_string_equal(b2, "second");
+    assert_ptr_equal(r2->connection, con_a);
+    assert_int_equal(tag_of(r2), 2);
+    pscom_request_free(r1);
+    pscom_request_free(r2);
+}
+
+static void any_before_per_con(void **state)
+{
+    char b1[8], b2[8];
+    pscom_request_t *r1 = recv_req(NULL, b1, sizeof(b1));
+    pscom_request_t *r2 = recv_req(con_a, b2, sizeof(b2));
+    struct frame f;
+
+    frame_user(&f, 1, "one", 4);
+    feed(con_a, &f);
+    assert_true(pscom_req_successful(r1));
+    assert_false(pscom_req_is_done(r2));
+    assert_ptr_equal(r1->connection, con_a);
+
+    /* A message from B may not go to the receive posted on A. */
+    frame_user(&f, 2, "two", 4);
+    feed(con_b, &f);
+    assert_false(pscom_req_is_done(r2));
+    frame_user(&f, 3, "three", 6);
+    feed(con_a, &f);
+    assert_true(pscom_req_successful(r2));
+    assert_string_equal(b2, "three");
+
+    /* The message from B waits as unexpected for an any-source receive. */
+    pscom_request_t *r3 = recv_req(NULL, b1, sizeof(b1));
+    assert_true(pscom_req_successful(r3));
+    assert_ptr_equal(r3->connection, con_b);
+    assert_string_equal(b1, "two");
+    pscom_request_free(r1);
+    pscom_request_free(r2);
+    pscom_request_free(r3);
+}
+
+static void recv_accept_selects(void **state)
+{
+    char b[8];
+    accept_tag_value = 5;
+    pscom_request_t *r = pscom_request_create(4, 0);
+    r->connection = con_a;
+    r->data = b;
+    r->data_len = sizeof(b);
+    r->xheader_len = 4;
+    r->ops.recv_accept = accept_tag;
+    pscom_post_recv(r);
+
+    struct frame f;
+    frame_user(&f, 3, "tag3", 5);
+    feed(con_a, &f);
+    assert_false(pscom_req_is_done(r));
+    frame_user(&f, 5, "tag5", 5);
+    feed(con_a, &f);
+    assert_true(pscom_req_successful(r));
+    assert_string_equal(b, "tag5");
+
+    /* tag 3 is still there, unexpected */
+    pscom_request_t *r3 = recv_req(con_a, b, sizeof(b));
+    assert_true(pscom_req_successful(r3));
+    assert_int_equal(tag_of(r3), 3);
+    pscom_request_free(r);
+    pscom_request_free(r3);
+}
+
+static void unexpected_in_order_and_probe(void **state)
+{
+    struct frame f;
+    for (uint32_t i = 0; i < 3; i++) {
+        char msg[16];
+        snprintf(msg, sizeof(msg), "msg%u", i);
+        frame_user(&f, 10 + i, msg, strlen(msg) + 1);
+        feed(con_b, &f);
+    }
+
+    pscom_request_t *p = pscom_request_create(4, 0);
+    p->connection = con_b;
+    p->xheader_len = 4;
+    assert_int_equal(pscom_iprobe(p), 1);
+    assert_int_equal(tag_of(p), 10);
+    assert_int_equal(p->header.data_len, 5);
+    /* Probing does not consume. */
+    assert_int_equal(pscom_iprobe(p), 1);
+    assert_int_equal(tag_of(p), 10);
+
+    char b[16];
+    for (uint32_t i = 0; i < 3; i++) {
+        pscom_request_t *r = recv_req(con_b, b, sizeof(b));
+        assert_true(pscom_req_successful(r));
+        assert_int_equal(tag_of(r), 10 + i);
+        assert_true(r->state & PSCOM_REQ_STATE_GRECV_MERGED);
+        pscom_request_free(r);
+    }
+    p->connection = con_b;
+    assert_int_equal(pscom_iprobe(p), 0);
+    pscom_request_free(p);
+}
+
+static void partial_message_merged(void **state)
+{
+    static char big[20000], out[20000];
+    for (size_t i = 0; i < sizeof(big); i++) big[i] = (char)(i * 7 + 1);
+    struct frame f;
+    frame_user(&f, 42, big, sizeof(big));
+
+    /* Header and a third of the body arrive before the receive is posted. */
+    size_t first = 8 + 4 + sizeof(big) / 3;
+    assert_int_equal(pscom_plugin_rx_push(con_of(con_a), f.buf, first), 0);
+    pscom_request_t *r = recv_req(con_a, out, sizeof(out));
+    assert_false(pscom_req_is_done(r));
+    assert_int_equal(pscom_plugin_rx_push(con_of(con_a), f.buf + first,
+                                          f.len - first), 0);
+    assert_true(pscom_req_successful(r));
+    assert_memory_equal(out, big, sizeof(big));
+    pscom_request_free(r);
+}
+
+static void cancel_unmatched(void **state)
+{
+    char b[8];
+    pscom_request_t *r = recv_req(con_a, b, sizeof(b));
+    assert_int_equal(pscom_cancel(r), 1);
+    assert_true(r->state & PSCOM_REQ_STATE_CANCELED);
+    assert_true(pscom_req_is_done(r));
+    assert_false(pscom_req_successful(r));
+    /* Cancelled receives get nothing; the message becomes unexpected. */
+    struct frame f;
+    frame_user(&f, 7, "x", 2);
+    feed(con_a, &f);
+    assert_int_equal(pscom_cancel(r), 0);
+    pscom_request_t *r2 = recv_req(con_a, b, sizeof(b));
+    assert_true(pscom_req_successful(r2));
+    pscom_request_free(r);
+    pscom_request_free(r2);
+}
+
+static void truncation_keeps_stream(void **state)
+{
+    char small[10], next[32];
+    static char body[100];
+    memset(body, 'z', sizeof(body));
+    pscom_request_t *r = recv_req(con_a, small, sizeof(small));
+    pscom_request_t *r2 = recv_req(con_a, next, sizeof(next));
+    struct frame f;
+    frame_user(&f, 1, body, sizeof(body));
+    feed(con_a, &f);
+    frame_user(&f, 2, "after", 6);
+    feed(con_a, &f);
+    assert_true(r->state & PSCOM_REQ_STATE_TRUNCATED);
+    assert_false(pscom_req_successful(r));
+    assert_int_equal(r->header.data_len, 100);
+    assert_memory_equal(small, body, sizeof(small));
+    assert_true(pscom_req_successful(r2));
+    assert_string_equal(next, "after");
+    pscom_request_free(r);
+    pscom_request_free(r2);
+}
+
+static pscom_request_t *default_req;
+static char default_buf[16];
+
+static pscom_request_t *take_tag9(pscom_connection_t *c, pscom_header_net_t *h)
+{
+    uint32_t tag;
+    memcpy(&tag, h->xheader, 4);
+    if (tag != 9) return NULL;
+    default_req->data = default_buf;
+    default_req->data_len = sizeof(default_buf);
+    default_req->xheader_len = 4;
+    return default_req;
+}
+
+static void default_recv_first(void **state)
+{
+    char b[16];
+    default_req = pscom_request_create(4, 0);
+    sock->ops.default_recv = take_tag9;
+    pscom_request_t *r = recv_req(con_a, b, sizeof(b));
+    struct frame f;
+    frame_user(&f, 9, "nine", 5);
+    feed(con_a, &f);
+    /* default_recv is asked before posted receives. */
+    assert_true(pscom_req_successful(default_req));
+    assert_string_equal(default_buf, "nine");
+    assert_false(pscom_req_is_done(r));
+    frame_user(&f, 1, "one", 4);
+    feed(con_a, &f);
+    assert_true(pscom_req_successful(r));
+    sock->ops.default_recv = NULL;
+    pscom_request_free(r);
+    pscom_request_free(default_req);
+}
+
+static void rendezvous_unexpected_sends_cts(void **state)
+{
+    struct {
+        uint32_t tag;
+        struct psc_rndv_info info;
+    } __attribute__((packed)) x = {.tag = 77,
+                                   .info = {.sender_id = 5, .data_len = 300}};
+    struct frame f;
+    frame_make(&f, PSC_MSG_RNDV_REQ, &x, sizeof(x), NULL, 0, 0);
+    feed(con_b, &f);
+    struct psc_con *cb = con_of(con_b);
+    assert_true(psc_list_empty(&cb->sendq));
+
+    static char out[300];
+    pscom_request_t *r = recv_req(con_b, out, sizeof(out));
+    assert_false(pscom_req_is_done(r));
+    assert_int_equal(r->header.data_len, 300);
+    assert_int_equal(tag_of(r), 77);
+    /* The receive is matched: a clear-to-send is queued for the sender. */
+    struct psc_req *cts = psc_list_first(&cb->sendq, struct psc_req, next);
+    assert_non_null(cts);
+    const pscom_header_net_t *h = (const pscom_header_net_t *)cts->ctrl;
+    assert_int_equal(h->msg_type, PSC_MSG_RNDV_CTS);
+    struct psc_rndv_cts c;
+    memcpy(&c, cts->ctrl + 8, sizeof(c));
+    assert_int_equal(c.sender_id, 5);
+
+    /* The data for that receive id completes it. */
+    static char body[300];
+    memset(body, 'r', sizeof(body));
+    struct psc_rndv_data_hdr dh = {.receiver_id = c.receiver_id};
+    frame_make(&f, PSC_MSG_RNDV_DATA, &dh, sizeof(dh), body, 300, 300);
+    assert_int_equal(feed(con_b, &f), 0);
+    assert_true(pscom_req_successful(r));
+    assert_memory_equal(out, body, 300);
+    pscom_request_free(r);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(per_con_before_any),
+        cmocka_unit_test(any_before_per_con),
+        cmocka_unit_test(recv_accept_selects),
+        cmocka_unit_test(unexpected_in_order_and_probe),
+        cmocka_unit_test(partial_message_merged),
+        cmocka_unit_test(cancel_unmatched),
+        cmocka_unit_test(truncation_keeps_stream),
+        cmocka_unit_test(default_recv_first),
+        cmocka_unit_test(rendezvous_unexpected_sends_cts),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
