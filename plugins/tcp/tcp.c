@@ -8,8 +8,9 @@
  * vectored (sendmsg over the queued frames).
  *
  * Polling: while few connections are open, progress reads each socket
- * directly (one recv per connection and round, the cheapest busy poll);
- * with more, the sockets go into the core's epoll set.
+ * directly (one recv per connection and round, the cheapest busy poll) and
+ * retries blocked writes; with more, the sockets go into the core's epoll
+ * set.
  */
 #include <errno.h>
 #include <netinet/in.h>
@@ -90,11 +91,12 @@ static bool direct_mode(void)
     return tcp_count <= cfg_direct_poll;
 }
 
+/* In direct mode progress reads and retries blocked writes itself, which
+ * costs one system call per connection and round instead of two. */
 static uint32_t wanted_events(struct tcp_con *tc)
 {
-    uint32_t ev = direct_mode() ? 0 : EPOLLIN;
-    if (tc->want_out) ev |= EPOLLOUT;
-    return ev;
+    if (direct_mode()) return 0;
+    return EPOLLIN | (tc->want_out ? EPOLLOUT : 0);
 }
 
 /* Read what the socket has. 1 if something was read, 0 if nothing, -1 when
@@ -261,7 +263,9 @@ static int tcp_progress(void)
          * closing only takes effect at the end of the round, so the list
          * stays intact while we walk it. */
         struct tcp_con *next = tc->next;
-        if (tcp_read(tc) > 0) did = 1;
+        int rc = tcp_read(tc);
+        if (rc > 0) did = 1;
+        if (rc >= 0 && tc->want_out) tcp_tx_kick(tc->con, tc);
         tc = next;
     }
     return did;
