@@ -118,6 +118,19 @@ typedef struct pscom_plugin_ops {
     /* Optional. Polled on every round of progress while the plugin has open
      * connections; returns 1 when it made progress. */
     int (*progress)(void);
+
+    /* Optional zero-copy rendezvous. Sender side: describe the send buffer
+     * (data, len) for the peer in at most 64 bytes at blob (e.g. pid and
+     * address); return the length, or 0 when this message should take the
+     * generic path. The buffer stays valid until the peer confirms. */
+    size_t (*rndv_describe)(pscom_plugin_con_t *con, void *priv,
+                            const void *data, size_t len, void *blob);
+    /* Receiver side: copy len bytes of the peer's buffer described by blob
+     * into dst. 0 on success; a negative errno makes the core fall back to
+     * the generic rendezvous for this message (the plugin should remember a
+     * permanent failure, e.g. EPERM, and describe no more buffers). */
+    int (*rndv_pull)(pscom_plugin_con_t *con, void *priv, const void *blob,
+                     size_t blob_len, void *dst, size_t len);
 } pscom_plugin_ops_t;
 
 /* Capabilities (pscom_plugin_t.flags). */

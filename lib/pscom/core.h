@@ -37,13 +37,23 @@ enum psc_msg_type {
     PSC_MSG_RNDV_CTS  = 2, /* receiver is ready: psc_rndv_cts, no data */
     PSC_MSG_RNDV_DATA = 3, /* rendezvous body: psc_rndv_data_hdr, data */
     PSC_MSG_EOF       = 4, /* the sender closes the connection */
-    PSC_MSG_TYPE_MAX  = 4,
+    PSC_MSG_RNDV_FIN  = 5, /* receiver pulled the body itself: psc_rndv_fin */
+    PSC_MSG_TYPE_MAX  = 5,
 };
 
-/* Appended to the user xheader of a RNDV_REQ. */
+/* Largest plugin description of a send buffer (zero-copy rendezvous). */
+#define PSC_RNDV_BLOB_MAX 64
+
+/* Ends the xheader of a RNDV_REQ: [user xheader][blob][psc_rndv_info]. */
 struct psc_rndv_info {
     uint64_t sender_id; /* the send request's id at the sender */
     uint64_t data_len;  /* the body length */
+    uint32_t blob_len;  /* bytes of plugin blob before this trailer */
+    uint32_t reserved;
+};
+
+struct psc_rndv_fin {
+    uint64_t sender_id;
 };
 
 struct psc_rndv_cts {
@@ -57,7 +67,7 @@ struct psc_rndv_data_hdr {
 
 #define PSC_HDR_LEN sizeof(pscom_header_net_t)
 /* Spare xheader room every request has for protocol trailers. */
-#define PSC_XHEADER_SPARE sizeof(struct psc_rndv_info)
+#define PSC_XHEADER_SPARE (sizeof(struct psc_rndv_info) + PSC_RNDV_BLOB_MAX)
 /* Room for a control frame: header + the largest control xheader. */
 #define PSC_CTRL_FRAME_LEN (PSC_HDR_LEN + sizeof(struct psc_rndv_cts))
 
@@ -110,7 +120,8 @@ struct psc_req {
     /* Receive side. */
     size_t received;            /* body bytes stored so far */
     void *gbuf;                 /* generated: buffer of the unexpected body */
-    struct psc_rndv_info rndv;  /* generated rendezvous: what was announced */
+    struct psc_rndv_info rndv;  /* rendezvous receive: what was announced */
+    uint8_t rndv_blob[PSC_RNDV_BLOB_MAX]; /* ... and the plugin's blob */
     struct psc_con *gcon;       /* generated: where it arrived */
 
     /* pscom_send_inplace */

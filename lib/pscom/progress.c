@@ -6,8 +6,8 @@
  * Latency: a round makes no system call when only plugins that poll memory
  * (or read their sockets directly) are busy. The epoll set is asked on every
  * round while a "hot" descriptor (a handshake, a transport waiting to write)
- * is registered with events, and only every 16th round otherwise, so an idle
- * listener costs a sixteenth of a system call per round.
+ * is registered with events, and only every 128th round otherwise, so an
+ * idle listener costs next to nothing per round.
  */
 #include <errno.h>
 #include <sched.h>
@@ -133,7 +133,7 @@ int psc_progress(void)
     psc_ctx.depth++;
     psc_ctx.round++;
     did = psc_plugins_progress();
-    if (epfd >= 0 && (hot_count || (psc_ctx.round & 15) == 0))
+    if (epfd >= 0 && (hot_count || (psc_ctx.round & 127) == 0))
         did |= poll_fds();
     if ((psc_ctx.round & 1023) == 0) psc_precon_check_timeouts();
     psc_ctx.depth--;
@@ -150,15 +150,24 @@ uint64_t psc_now_ms(void)
     return (uint64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
+/* Rounds without progress after which a waiting process starts to yield
+ * the CPU: busy polling costs nothing while a core is ours, but with more
+ * processes than cores the peer we wait for may need this core. */
+#define IDLE_ROUNDS_BEFORE_YIELD 4096
+
 int psc_progress_until(bool (*cond_fn)(void *arg), void *arg,
                        unsigned timeout_ms)
 {
     uint64_t deadline = timeout_ms ? psc_now_ms() + timeout_ms : 0;
-    unsigned n = 0;
+    unsigned n = 0, idle = 0;
 
     while (!cond_fn(arg)) {
-        psc_progress();
-        if (psc_settings.sched_yield) sched_yield();
+        if (psc_progress())
+            idle = 0;
+        else if (idle < IDLE_ROUNDS_BEFORE_YIELD)
+            idle++;
+        if (psc_settings.sched_yield || idle == IDLE_ROUNDS_BEFORE_YIELD)
+            sched_yield();
         if (psc_ctx.threaded) {
             psc_unlock();
             psc_lock();

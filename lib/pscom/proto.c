@@ -53,6 +53,12 @@ int psc_header_check(const pscom_header_net_t *hdr, const char **why)
             return -1;
         }
         return 0;
+    case PSC_MSG_RNDV_FIN:
+        if (hdr->xheader_len != sizeof(struct psc_rndv_fin) || hdr->data_len) {
+            *why = "rendezvous completion with a bad length";
+            return -1;
+        }
+        return 0;
     case PSC_MSG_EOF:
         if (hdr->xheader_len || hdr->data_len) {
             *why = "end-of-connection message with a body";
@@ -115,13 +121,21 @@ void psc_proto_send(struct psc_con *con, struct psc_req *req)
     if (r->data_len >= con->rndv_threshold) {
         struct psc_rndv_info info = {.sender_id = ++psc_ctx.next_id,
                                      .data_len = r->data_len};
+        char *x = (char *)&r->xheader + r->xheader_len;
+        const pscom_plugin_ops_t *ops =
+            con->plugin_open ? con->plugin->desc->ops : NULL;
+        if (ops && ops->rndv_describe) {
+            size_t n = ops->rndv_describe(con, con->plugin_priv, r->data,
+                                          r->data_len, x);
+            info.blob_len = n <= PSC_RNDV_BLOB_MAX ? (uint32_t)n : 0;
+        }
         req->id = info.sender_id;
-        memcpy((char *)&r->xheader + r->xheader_len, &info, sizeof(info));
-        set_header(&r->header, PSC_MSG_RNDV_REQ,
-                   r->xheader_len + sizeof(info), 0);
+        memcpy(x + info.blob_len, &info, sizeof(info));
+        size_t xlen = r->xheader_len + info.blob_len + sizeof(info);
+        set_header(&r->header, PSC_MSG_RNDV_REQ, xlen, 0);
         r->state |= PSCOM_REQ_STATE_RENDEZVOUS_REQUEST;
-        frame_init(req, PSC_FRAME_RNDV_REQ, &r->header,
-                   PSC_HDR_LEN + r->xheader_len + sizeof(info), NULL, 0);
+        frame_init(req, PSC_FRAME_RNDV_REQ, &r->header, PSC_HDR_LEN + xlen,
+                   NULL, 0);
     } else {
         set_header(&r->header, PSC_MSG_USER, r->xheader_len, r->data_len);
         frame_init(req, PSC_FRAME_EAGER, &r->header,
@@ -294,7 +308,8 @@ static int rx_body_done(struct psc_con *con)
 
 /* An unexpected message: keep it until a receive is posted. */
 static struct psc_req *generate(struct psc_con *con, pscom_header_net_t *hdr,
-                                const struct psc_rndv_info *rndv)
+                                const struct psc_rndv_info *rndv,
+                                const void *blob)
 {
     struct psc_req *g = psc_req_alloc(hdr->xheader_len, 0);
     if (g && !rndv && hdr->data_len) {
@@ -322,6 +337,7 @@ static struct psc_req *generate(struct psc_con *con, pscom_header_net_t *hdr,
     if (rndv) {
         g->rndv = *rndv;
         g->rndv_gen = true;
+        memcpy(g->rndv_blob, blob, rndv->blob_len);
     }
     psc_genrecvq_add(con, g);
     return g;
@@ -342,13 +358,34 @@ static struct psc_req *find_receiver(struct psc_con *con,
     return psc_match_posted(con, hdr);
 }
 
-/* The receiver of an announced rendezvous is known: ask for the body. */
-static void rndv_start_recv(struct psc_con *con, struct psc_req *req,
-                            const struct psc_rndv_info *info)
+/* Let the plugin copy the body from the sender's buffer. 0 when done. */
+static int rndv_try_pull(struct psc_con *con, struct psc_req *req,
+                         const struct psc_rndv_info *info, const void *blob)
 {
+    if (!info->blob_len || !con->plugin_open || con->failed) return -1;
+    const pscom_plugin_ops_t *ops = con->plugin->desc->ops;
+    if (!ops->rndv_pull) return -1;
+    size_t len = info->data_len < req->pub.data_len ? info->data_len
+                                                    : req->pub.data_len;
+    if (ops->rndv_pull(con, con->plugin_priv, blob, info->blob_len,
+                       req->pub.data, len))
+        return -1;
+    struct psc_rndv_fin fin = {.sender_id = info->sender_id};
+    send_control(con, PSC_MSG_RNDV_FIN, &fin, sizeof(fin));
+    req->received = len;
+    psc_req_done(req, 0);
+    return 0;
+}
+
+/* The receiver of an announced rendezvous is known: pull the body, or ask
+ * the sender for it. */
+static void rndv_start_recv(struct psc_con *con, struct psc_req *req,
+                            const struct psc_rndv_info *info, const void *blob)
+{
+    req->pub.state |= PSCOM_REQ_STATE_RENDEZVOUS_REQUEST;
+    if (!rndv_try_pull(con, req, info, blob)) return;
     req->id = ++psc_ctx.next_id;
     req->rndv = *info;
-    req->pub.state |= PSCOM_REQ_STATE_RENDEZVOUS_REQUEST;
     psc_list_add_tail(&req->next, &con->rndv_recvq);
     struct psc_rndv_cts cts = {.sender_id = info->sender_id,
                                .receiver_id = req->id};
@@ -371,7 +408,7 @@ static int rx_user(struct psc_con *con, pscom_header_net_t *hdr)
     if (req) {
         accept_into(req, con, hdr);
     } else {
-        req = generate(con, hdr, NULL);
+        req = generate(con, hdr, NULL, NULL);
         if (!req) return -1;
     }
     rx_body_to(&con->rx, req, hdr->data_len);
@@ -382,20 +419,26 @@ static int rx_user(struct psc_con *con, pscom_header_net_t *hdr)
 static int rx_rndv_req(struct psc_con *con, pscom_header_net_t *hdr)
 {
     struct psc_rndv_info info;
-    size_t ulen = hdr->xheader_len - sizeof(info);
+    size_t xl = hdr->xheader_len;
+    uint8_t blob[PSC_RNDV_BLOB_MAX];
 
-    memcpy(&info, (char *)(hdr + 1) + ulen, sizeof(info));
+    memcpy(&info, (char *)(hdr + 1) + xl - sizeof(info), sizeof(info));
     if (info.data_len > PSCOM_DATA_LEN_MASK)
         return rx_protocol_error(con, "rendezvous length out of range");
+    if (info.blob_len > PSC_RNDV_BLOB_MAX ||
+        info.blob_len > xl - sizeof(info))
+        return rx_protocol_error(con, "rendezvous description too long");
+    size_t ulen = xl - sizeof(info) - info.blob_len;
+    memcpy(blob, (char *)(hdr + 1) + ulen, info.blob_len);
     /* Present it to matching as the user message it stands for. */
     set_header(hdr, PSC_MSG_USER, ulen, info.data_len);
 
     rx_next_message(&con->rx);
     struct psc_req *req = find_receiver(con, hdr);
-    if (!req) return generate(con, hdr, &info) ? 0 : -1;
+    if (!req) return generate(con, hdr, &info, blob) ? 0 : -1;
     accept_into(req, con, hdr);
-    rndv_start_recv(con, req, &info);
-    return 0;
+    rndv_start_recv(con, req, &info, blob);
+    return con->failed || con->zombie ? -1 : 0;
 }
 
 static int rx_rndv_cts(struct psc_con *con, pscom_header_net_t *hdr)
@@ -415,6 +458,19 @@ static int rx_rndv_cts(struct psc_con *con, pscom_header_net_t *hdr)
     frame_init(req, PSC_FRAME_RNDV_DATA, req->ctrl, PSC_HDR_LEN + sizeof(dh),
                req->pub.data, req->pub.data_len);
     psc_con_enqueue(con, req);
+    return con->failed || con->zombie ? -1 : 0;
+}
+
+static int rx_rndv_fin(struct psc_con *con, pscom_header_net_t *hdr)
+{
+    struct psc_rndv_fin fin;
+    memcpy(&fin, hdr + 1, sizeof(fin));
+    rx_next_message(&con->rx);
+
+    struct psc_req *req = find_by_id(&con->rndv_sendq, fin.sender_id);
+    if (!req) return rx_protocol_error(con, "rendezvous completion for no send");
+    psc_list_del(&req->next);
+    psc_req_done(req, 0);
     return con->failed || con->zombie ? -1 : 0;
 }
 
@@ -448,6 +504,8 @@ static int rx_dispatch(struct psc_con *con)
         return rx_rndv_cts(con, hdr);
     case PSC_MSG_RNDV_DATA:
         return rx_rndv_data(con, hdr);
+    case PSC_MSG_RNDV_FIN:
+        return rx_rndv_fin(con, hdr);
     case PSC_MSG_EOF:
         rx_next_message(&con->rx);
         con->got_eof = true;
@@ -551,7 +609,7 @@ static void merge_generated(struct psc_req *req, struct psc_req *g)
     req->pub.state |= PSCOM_REQ_STATE_GRECV_MERGED;
 
     if (g->rndv_gen) {
-        rndv_start_recv(con, req, &g->rndv);
+        rndv_start_recv(con, req, &g->rndv, g->rndv_blob);
         psc_req_release(g);
         return;
     }
