@@ -19,9 +19,11 @@
 #include "core.h"
 #include "psc_build.h"
 
+extern const pscom_plugin_t pscom_plugin_loop;
 extern const pscom_plugin_t pscom_plugin_tcp;
 
 static const pscom_plugin_t *const builtin[] = {
+    &pscom_plugin_loop,
     &pscom_plugin_tcp,
 };
 
