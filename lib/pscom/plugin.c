@@ -178,13 +178,18 @@ static void load_module(const char *name, const char *alias)
     if (!s) return;
     register_priority(s, alias);
 
-    char dir[PATH_MAX];
+    char dir[sizeof(s->p.path)];
     if (psc_settings.plugindir && psc_settings.plugindir[0])
         snprintf(dir, sizeof(dir), "%s", psc_settings.plugindir);
     else
         library_dir(dir, sizeof(dir));
-    snprintf(s->p.path, sizeof(s->p.path), "%s%s%s.so", dir, PSC_PLUGIN_PREFIX,
-             name);
+    int n = snprintf(s->p.path, sizeof(s->p.path), "%.*s%s%s.so",
+                     (int)(sizeof(dir) - 64), dir, PSC_PLUGIN_PREFIX, name);
+    if (n < 0 || (size_t)n >= sizeof(s->p.path)) {
+        s->p.state = PSC_PLUGIN_FAILED;
+        snprintf(s->p.why, sizeof(s->p.why), "plugin directory name too long");
+        return;
+    }
 
     s->dl = dlopen(s->p.path, RTLD_NOW | RTLD_LOCAL);
     if (!s->dl) {

@@ -20,7 +20,7 @@ struct psc_plugin {
     char name[32];
     enum psc_plugin_state state;
     char why[160];      /* for FAILED/DISABLED: the reason, for pscom_info */
-    char path[256];     /* the module file, "" for built-in plugins */
+    char path[512];     /* the module file, "" for built-in plugins */
     int user_priority;  /* PSP_<NAME> */
     bool initialised;
     unsigned open_cons; /* connections currently open on it */

@@ -457,6 +457,8 @@ void itest_child_kill(itest_child_t *child, int sig)
         ITEST_FAIL("kill(%s, %d): %s", child->role, sig, strerror(errno));
 }
 
+static void check_children_alive(void);
+
 static void write_all(int fd, const void *buf, size_t len)
 {
     const char *p = buf;
@@ -464,6 +466,11 @@ static void write_all(int fd, const void *buf, size_t len)
         ssize_t n = send(fd, p, len, MSG_NOSIGNAL);
         if (n < 0) {
             if (errno == EINTR) continue;
+            if (n_children) {
+                /* Name the child that went away, if it failed. */
+                itest_sleep_ms(100);
+                check_children_alive();
+            }
             ITEST_FAIL("writing to the control socket: %s (the other process "
                        "probably died)",
                        strerror(errno));

@@ -13,6 +13,11 @@
  * Part 2: the survivor (this time the passive side) is blocked in
  * pscom_wait() on a receive when the peer is killed: the wait returns, with
  * PSCOM_REQ_STATE_ERROR, within 2 seconds.
+ *
+ * Part 3: the peer is killed while the connection is idle, and only then
+ * the survivor sends: the sends end (the last with ERROR) within 2 seconds,
+ * con_error is called, and writing to the reset connection does not raise
+ * SIGPIPE.
  */
 #include "itest.h"
 
@@ -371,8 +376,10 @@ static int waiter(itest_link_t *link, void *arg)
     pscom_post_recv(req);
     itest_link_send_str(link, "waiting");
     itest_step("blocked in pscom_wait() on a receive from the victim");
+    itest_watchdog(15); /* the kill comes within a second */
     pscom_wait(req);
     t_ret = itest_now();
+    itest_watchdog(ITEST_DEFAULT_TIMEOUT);
     t_kill = itest_link_recv_double(link);
     itest_step("checking the receive");
     itest_note("pscom_wait returned %.3f s after the kill, state %s",
@@ -418,6 +425,105 @@ static int victim2(itest_link_t *link, void *arg)
     pscom_wait(req);
     ITEST_FAIL("a receive completed that nobody sent (state %s)",
                pscom_req_state_str(req->state));
+}
+
+
+/* ---------------------------------------------------------------------- */
+/* Part 3: sends to a peer that died while the connection was idle       */
+
+static int idle_victim(itest_link_t *link, void *arg)
+{
+    pscom_socket_t *sock;
+    pscom_connection_t *con;
+    pscom_request_t *req;
+    char buf[16];
+    char *ep;
+
+    itest_pscom_init();
+    sock = itest_open_socket("victim3", 1);
+    ep   = itest_ep_str(sock);
+    itest_link_send_str(link, ep);
+    free(ep);
+    itest_step("waiting for the sender's hello");
+    con = itest_wait_accept(1);
+    req = itest_request(0);
+    req->connection = con;
+    req->socket     = sock;
+    req->data       = buf;
+    req->data_len   = sizeof(buf);
+    pscom_post_recv(req);
+    pscom_wait(req);
+    ITEST_ASSERT_REQ_OK(req, "hello");
+    itest_link_send_str(link, "idle");
+    itest_step("idle until killed");
+    for (;;) itest_progress_once();
+    return 0;
+}
+
+static int late_sender(itest_link_t *link, void *arg)
+{
+    pscom_socket_t *sock;
+    pscom_connection_t *con;
+    pscom_request_t *sends[SEND_WINDOW], *hello;
+    void *buf;
+    char *ep;
+    double t_kill, t0;
+    int n_err = 0;
+    char hello_text[] = "hello";
+
+    itest_pscom_init();
+    sock = itest_open_socket("sender3", 0);
+    ep   = itest_link_recv_str(link);
+    itest_step("connecting to %s", ep);
+    con = itest_connect(sock, ep);
+    free(ep);
+    hello = itest_request(0);
+    pscom_req_prepare(hello, con, hello_text, sizeof(hello_text), NULL, 0);
+    pscom_post_send(hello);
+    pscom_wait(hello);
+    ITEST_ASSERT_REQ_OK(hello, "hello");
+    pscom_request_free(hello);
+
+    /* No progress from here until the peer is dead and its FIN is here: the
+     * library learns of the death only by writing. A write after the peer's
+     * reset must not raise SIGPIPE. */
+    itest_step("waiting (without progress) until the peer was killed");
+    t_kill = itest_link_recv_double(link);
+    itest_sleep_ms(200);
+
+    itest_step("posting %d sends to the dead peer", SEND_WINDOW);
+    buf = malloc(MSG_LEN);
+    ITEST_ASSERT(buf != NULL, "out of memory");
+    itest_fill(buf, MSG_LEN, 3);
+    t0 = itest_now();
+    for (int i = 0; i < SEND_WINDOW; i++) {
+        sends[i] = itest_request(0);
+        pscom_req_prepare(sends[i], con, buf, MSG_LEN, NULL, 0);
+        pscom_post_send(sends[i]);
+    }
+    itest_step("waiting for the sends to the dead peer to end");
+    for (int i = 0; i < SEND_WINDOW; i++) {
+        while (!pscom_req_is_done(sends[i]) && itest_now() - t0 < DEADLINE)
+            itest_progress_once();
+        ITEST_ASSERT(pscom_req_is_done(sends[i]),
+                     "send %d to the dead peer still pending %.1f s after it "
+                     "was posted (state %s)",
+                     i, DEADLINE, pscom_req_state_str(sends[i]->state));
+        if (sends[i]->state & PSCOM_REQ_STATE_ERROR) n_err++;
+    }
+    itest_note("%d of %d sends to the dead peer ended with ERROR (%.3f s "
+               "after the kill)",
+               n_err, SEND_WINDOW, itest_now() - t_kill);
+    ITEST_ASSERT(sends[SEND_WINDOW - 1]->state & PSCOM_REQ_STATE_ERROR,
+                 "the last send to the dead peer ended %s",
+                 pscom_req_state_str(sends[SEND_WINDOW - 1]->state));
+    ITEST_ASSERT(itest_con_error_of(con) != NULL,
+                 "con_error was not called for the dead peer's connection");
+    for (int i = 0; i < SEND_WINDOW; i++) pscom_request_free(sends[i]);
+    free(buf);
+    itest_step("closing");
+    pscom_close_socket(sock);
+    return 0;
 }
 
 /* ---------------------------------------------------------------------- */
@@ -488,6 +594,31 @@ static int part2(void)
     return failed;
 }
 
+static int part3(void)
+{
+    itest_child_t vic, snd;
+    char *ep, *note;
+    double t_kill;
+    int failed = 0;
+
+    itest_note("part 3: sends to a peer killed while the connection was "
+               "idle");
+    itest_spawn(&vic, "victim3", idle_victim, NULL);
+    ep = itest_link_recv_str(&vic.link);
+    itest_spawn(&snd, "sender3", late_sender, NULL);
+    itest_link_send_str(&snd.link, ep);
+    free(ep);
+    itest_step("waiting until the victim is idle");
+    note = itest_link_recv_str(&vic.link);
+    free(note);
+    t_kill = itest_now();
+    itest_child_kill(&vic, SIGKILL);
+    failed |= check_killed(&vic);
+    itest_link_send_double(&snd.link, t_kill);
+    failed |= itest_children_check((itest_child_t *[]){&snd}, 1);
+    return failed;
+}
+
 int main(void)
 {
     int failed = 0;
@@ -496,6 +627,7 @@ int main(void)
     itest_note("transport %s", itest_transport_name());
     failed |= part1();
     failed |= part2();
+    failed |= part3();
     itest_note("%s", failed ? "FAILED" : "passed");
     return failed ? 1 : 0;
 }
