@@ -260,7 +260,7 @@ static void req_failed(pscom_request_t *req, const char *what)
                 (unsigned)g_iter);
     fprintf(stderr, ": request state %s", pscom_req_state_str(req->state));
     if (req->connection)
-        fprintf(stderr, ", connection %s", pscom_con_str(req->connection));
+        fprintf(stderr, ", %s", pscom_con_str(req->connection));
     fputc('\n', stderr);
     die();
 }
@@ -270,7 +270,7 @@ static void on_con_error(pscom_connection_t *con, pscom_op_t op,
 {
     if (g_closing)
         return;
-    fprintf(stderr, "pscom_bench (%s): connection %s: %s during %s\n", g_role,
+    fprintf(stderr, "pscom_bench (%s): %s: %s during %s\n", g_role,
             pscom_con_str(con), pscom_err_str(err), pscom_op_str(op));
 }
 
@@ -1014,7 +1014,7 @@ static void print_header(const struct bench *b, const char *transport)
     if (b->p.mode != MODE_PINGPONG)
         printf(", window %d", WINDOW);
     putchar('\n');
-    printf("# connection %s\n", pscom_con_str(b->con));
+    printf("# %s\n", pscom_con_str(b->con));
     if (b->p.mode == MODE_BIDIR)
         printf("# latency: window time / %d; bandwidth counts both "
                "directions\n", WINDOW);
@@ -1131,6 +1131,8 @@ static int client(const struct opts *o, const char *ep)
     if (reply.status)
         fail("the server cannot run this benchmark: %s",
              strerror(-reply.status));
+    pscom_request_free(req);
+    pscom_request_free(rep);
 
     transport = pscom_con_type_str(b.con->type);
     bench_alloc(&b);
@@ -1153,7 +1155,7 @@ static int client(const struct opts *o, const char *ep)
     }
     g_size = SIZE_MAX;
 
-    /* Tell the server we are done, so it can close first. */
+    /* The server waits for this message before it closes its side. */
     arm_timeout("closing");
     b.ack_out = UINT32_MAX;
     post_send(b.ack_sreq, b.con, &b.ack_out, sizeof(b.ack_out), 0);
@@ -1200,6 +1202,8 @@ static int server(const struct opts *o, pscom_socket_t *sock, int announce)
     wait_ok(rep, "answering the parameters");
     if (reply.status)
         fail("rejected invalid parameters from %s", pscom_con_str(b.con));
+    pscom_request_free(req);
+    pscom_request_free(rep);
 
     if (announce) {
         printf("pscom_bench: serving %s via %s: %s, %u sizes\n",

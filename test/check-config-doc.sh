@@ -11,6 +11,17 @@ if [ $# -ne 2 ]; then
 fi
 info=$1
 doc=$2
+# Absolute, so that the hint below works from any directory.
+case $info in
+/*) ;;
+*) info="$(pwd)/$info" ;;
+esac
+
+# The document shows defaults only, but PSP_PLUGINDIR and friends decide which
+# plugins (and so which rows) are found: run without any PSP_* variable.
+for var in $(env | sed -n 's/^\(PSP_[A-Za-z0-9_]*\)=.*/\1/p'); do
+    unset "$var"
+done
 
 tmp=$(mktemp) || exit 1
 trap 'rm -f "$tmp"' EXIT

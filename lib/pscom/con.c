@@ -109,6 +109,7 @@ void psc_con_established(struct psc_con *con, struct psc_plugin *plugin,
     plugin->open_cons++;
     con->pub.type = d->con_type;
     con->pub.state = PSCOM_CON_STATE_RW;
+    con->ondemand = false;
     con->rndv_threshold = d->rendezvous ? *d->rendezvous : psc_settings.rendezvous;
     if (psc_settings.debug_contype)
         psc_log_write(PSC_LOG_ERROR, "%s: using %s", psc_con_str(con), d->name);
@@ -229,6 +230,7 @@ pscom_err_t pscom_connect(pscom_connection_t *connection, const char *ep_str,
 {
     char host[256], name[8];
     int port;
+    struct sockaddr_in sa;
 
     if (!connection || !ep_str) return PSCOM_ERR_INVALID;
     if (parse_ep(ep_str, host, sizeof(host), &port, name)) {
@@ -237,10 +239,12 @@ pscom_err_t pscom_connect(pscom_connection_t *connection, const char *ep_str,
                 ep_str);
         return PSCOM_ERR_INVALID;
     }
+    pscom_err_t ret = psc_resolve(host, port, &sa);
+    if (ret) return ret;
 
     psc_lock();
     struct psc_con *con = con_of(connection);
-    if (con->plugin_open || con->precon || con->failed) {
+    if (con->plugin_open || con->precon || con->failed || con->ondemand) {
         psc_unlock();
         psc_err("pscom_connect: %s is connected or in use already; open a "
                 "new connection with pscom_open_connection",
@@ -248,16 +252,21 @@ pscom_err_t pscom_connect(pscom_connection_t *connection, const char *ep_str,
         return PSCOM_ERR_ALREADY;
     }
     connection->remote_con_info.rank = dest_rank;
+    connection->remote_con_info.tcp.portno = port;
     memcpy(connection->remote_con_info.name, name, 8);
-    if (connection_flags & PSCOM_CON_FLAG_ONDEMAND)
-        psc_debug("pscom_connect to %s: on-demand requested; connecting now",
-                  ep_str);
+    snprintf(con->peer_addr, sizeof(con->peer_addr), "%.48s:%d", host, port);
 
-    pscom_err_t ret = psc_precon_connect(con, host, port, name);
-    if (ret == PSCOM_SUCCESS) {
-        psc_progress_until(connect_settled, con, 0);
-        if (con->failed) ret = con->error ? con->error : PSCOM_ERR_IOERROR;
+    if (connection_flags & PSCOM_CON_FLAG_ONDEMAND) {
+        con->ondemand = true;
+        con->od_addr = sa;
+        connection->type = PSCOM_CON_TYPE_ONDEMAND;
+        connection->state = PSCOM_CON_STATE_RW;
+        psc_unlock();
+        return PSCOM_SUCCESS;
     }
+    psc_precon_connect(con, &sa);
+    psc_progress_until(connect_settled, con, 0);
+    if (con->failed) ret = con->error ? con->error : PSCOM_ERR_IOERROR;
     psc_unlock();
     return ret;
 }

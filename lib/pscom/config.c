@@ -801,8 +801,12 @@ static void print_markdown(FILE *out, struct entry **v)
             fprintf(out, "unset");
         fprintf(out, " | ");
         md_cell(out, row->help);
-        if (row->parent)
+        if (row->parent) {
+            size_t n = row->help ? strlen(row->help) : 0;
+
+            if (n && row->help[n - 1] != '.') fputc('.', out);
             fprintf(out, " When unset, `%s` is used.", row->parent);
+        }
         fprintf(out, " |\n");
     }
 }

@@ -12,6 +12,7 @@
 #include <pthread.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <netinet/in.h>
 #include <sys/uio.h>
 
 #include "config.h"
@@ -218,6 +219,13 @@ struct psc_con {
     pscom_err_t error; /* the error that ended it */
 
     char peer_addr[64]; /* "a.b.c.d:port" of the peer, for messages */
+
+    /* On-demand connections: created by pscom_connect(ONDEMAND), connected
+     * on the first send, by us or (name rule) by the peer calling back. */
+    bool ondemand;           /* not connected yet */
+    bool od_notify;          /* we connect back for a peer that asked: make
+                              * visible and call con_accept when established */
+    struct sockaddr_in od_addr; /* the peer's listener */
     uint64_t id;        /* unique per process */
 
     pscom_connection_t pub; /* last */
@@ -307,9 +315,12 @@ void psc_progress_cleanup(void);
 /* Pre-connections (precon.c)                                             */
 /* ---------------------------------------------------------------------- */
 
-/* Start connecting con to host:port. 0 or a pscom error. */
-pscom_err_t psc_precon_connect(struct psc_con *con, const char *host,
-                               int port, const char *peer_name);
+/* Resolve host:port into *sa. 0, or PSCOM_ERR_INVALID with a message. */
+pscom_err_t psc_resolve(const char *host, int port, struct sockaddr_in *sa);
+/* Start connecting con to sa. */
+void psc_precon_connect(struct psc_con *con, const struct sockaddr_in *sa);
+/* First use of an on-demand connection: connect, or ask the peer to. */
+void psc_ondemand_connect(struct psc_con *con);
 /* A connection arrived on a listening socket. */
 void psc_precon_accept(struct psc_sock *sock, int fd);
 /* Drop the precon of a connection (close fd, free). */

@@ -35,11 +35,14 @@ enum pc_state {
     PC_HELLO,          /* waiting for the peer's HELLO */
     PC_NEGOTIATE,      /* choosing a plugin */
     PC_SWITCH,         /* ESTABLISHED queued; switch once it is written */
+    PC_BACK_SENT,      /* on-demand: BACKCONNECT queued; close once written */
+    PC_OD_WAIT,        /* on-demand: waiting for the peer to connect back */
 };
 
-static const char *const state_names[] = {"connecting", "waiting to retry",
-                                          "hello", "plugin negotiation",
-                                          "switching"};
+static const char *const state_names[] = {
+    "connecting",         "waiting to retry", "hello",
+    "plugin negotiation", "switching",        "asking to be called back",
+    "waiting for the peer to call back"};
 
 #define OUT_MAX (PSC_PRECON_HDR_LEN + PSC_PRECON_PLUGIN_DATA_MAX + 4096)
 
@@ -48,6 +51,9 @@ struct psc_precon {
     struct psc_con *con;
     int fd;
     bool connector;
+    bool backconnect; /* connector: ask the peer to connect to us */
+    bool adopted;     /* acceptor: the peer's call reached an on-demand
+                       * connection of ours; no con_accept */
     enum pc_state state;
 
     struct sockaddr_in addr; /* connector: where to connect */
@@ -250,6 +256,8 @@ static void put_identity(struct psc_precon_writer *w, struct psc_con *con)
     psc_precon_put_u32(w, PSC_TAG_PORT,
                        s->listen_portno > 0 ? (uint32_t)s->listen_portno : 0);
     psc_precon_put_u64(w, PSC_TAG_CON_ID, con->id);
+    psc_precon_put_u32(w, PSC_TAG_FLAGS,
+                       con->ondemand ? PSC_PRECON_F_ONDEMAND : 0);
 }
 
 static int send_simple(struct psc_precon *pc, uint8_t type, const char *plugin)
@@ -367,6 +375,7 @@ static int do_switch(struct psc_precon *pc)
     pscom_plugin_fd_del(fd);
     pc->fd = -1;
     bool connector = pc->connector;
+    bool adopted = pc->adopted;
     psc_precon_destroy(pc);
 
     int rc = p->desc->ops->open(con, priv, fd);
@@ -383,9 +392,11 @@ static int do_switch(struct psc_precon *pc)
         return PC_STOP;
     }
     if (rc == 0) close(fd);
-    if (!connector) psc_con_make_visible(con);
+    bool announce = connector ? con->od_notify : !adopted;
+    con->od_notify = false;
+    if (announce) psc_con_make_visible(con);
     psc_con_established(con, p, priv);
-    if (!connector && con->sock->pub.ops.con_accept)
+    if (announce && con->sock->pub.ops.con_accept)
         con->sock->pub.ops.con_accept(&con->pub);
     return PC_STOP;
 }
@@ -429,10 +440,53 @@ static int take_identity(struct psc_precon *pc, const struct psc_precon_msg *m)
     return 0;
 }
 
+/* The connection of `sock` to the peer socket with this name and listening
+ * port (on-demand or not), or NULL. */
+static struct psc_con *peer_find(struct psc_sock *sock, const char *name,
+                                 uint32_t port)
+{
+    struct psc_list *pos;
+    psc_list_for_each(pos, &sock->cons) {
+        struct psc_con *c = psc_list_entry(pos, struct psc_con, next_con);
+        const pscom_con_info_t *ri = &c->pub.remote_con_info;
+        if (c->failed || memcmp(ri->name, name, 8)) continue;
+        if (ri->tcp.portno != (int32_t)port) continue;
+        return c;
+    }
+    return NULL;
+}
+
+/* An on-demand connection that has not started connecting itself: idle, or
+ * asking (or having asked) the peer to call back. */
+static bool waits_for_call(struct psc_con *c)
+{
+    return c->ondemand && (!c->precon || c->precon->backconnect);
+}
+
+/* The peer's on-demand call reached us: carry it on our own on-demand
+ * connection to that peer instead of a new one. */
+static void adopt(struct psc_precon *pc, struct psc_con *mine)
+{
+    struct psc_con *fresh = pc->con;
+    if (mine->precon) psc_precon_destroy(mine->precon);
+    memcpy(mine->peer_addr, fresh->peer_addr, sizeof(mine->peer_addr));
+    mine->pub.remote_con_info = fresh->pub.remote_con_info;
+    mine->pub.state = PSCOM_CON_STATE_ACCEPTING_ONDEMAND;
+    mine->precon = pc;
+    pc->con = mine;
+    pc->adopted = true;
+    fresh->precon = NULL;
+    psc_con_retire(fresh);
+}
+
 static int on_hello_acceptor(struct psc_precon *pc,
                              const struct psc_precon_msg *m)
 {
     if (take_identity(pc, m)) return pc_fail(pc, PSCOM_ERR_IOERROR);
+    if (m->has_flags && (m->flags & PSC_PRECON_F_ONDEMAND) && m->has_port) {
+        struct psc_con *mine = peer_find(pc->con->sock, m->name, m->port);
+        if (mine && waits_for_call(mine)) adopt(pc, mine);
+    }
     pc->offer_count = usable_plugins(pc, pc->offer);
 
     const char *names[PSC_PRECON_MAX_PLUGINS];
@@ -446,6 +500,48 @@ static int on_hello_acceptor(struct psc_precon *pc,
     pc->state = PC_NEGOTIATE;
     if (pc_send(pc, &w)) return pc_fail(pc, PSCOM_ERR_IOERROR);
     return PC_GO_ON;
+}
+
+static void start_connect(struct psc_precon *pc);
+
+/* A peer with a lower name asks us to connect to it (on-demand name rule). */
+static int on_backconnect(struct psc_precon *pc, const struct psc_precon_msg *m)
+{
+    if (take_identity(pc, m) || !m->has_port || !m->port) {
+        psc_err("handshake from %s: BACKCONNECT without the peer's identity "
+                "or port; ignored", pc_peer(pc));
+        return pc_fail(pc, PSCOM_ERR_IOERROR);
+    }
+    struct psc_sock *sock = pc->con->sock;
+    struct psc_con *mine = peer_find(sock, m->name, m->port);
+    if (mine && !waits_for_call(mine)) {
+        /* We have a connection to it, or are connecting: that is the one. */
+        return pc_fail(pc, PSCOM_ERR_EOF);
+    }
+    struct sockaddr_in sa;
+    socklen_t len = sizeof(sa);
+    if (getpeername(pc->fd, (struct sockaddr *)&sa, &len)) {
+        psc_err("handshake from %s: %s", pc_peer(pc), strerror(errno));
+        return pc_fail(pc, PSCOM_ERR_IOERROR);
+    }
+    sa.sin_port = htons((uint16_t)m->port);
+    struct psc_con *con = mine;
+    if (!con) {
+        /* No connection of ours is waiting for this peer: make one and
+         * announce it through con_accept once it works. */
+        con = psc_con_create(sock);
+        if (!con) return pc_fail(pc, PSCOM_ERR_STDERROR);
+        con->ondemand = true;
+        con->od_notify = true;
+        con->od_addr = sa;
+        con->pub.remote_con_info = pc->con->pub.remote_con_info;
+    } else if (con->precon) {
+        psc_precon_destroy(con->precon);
+    }
+    psc_debug("%s asks to be called back; connecting", pc_peer(pc));
+    pc_fail(pc, PSCOM_ERR_EOF);
+    psc_precon_connect(con, &con->od_addr);
+    return PC_STOP;
 }
 
 static int on_hello_connector(struct psc_precon *pc,
@@ -566,6 +662,9 @@ static int handle_record(struct psc_precon *pc)
     uint8_t t = m->type;
     if (t == PSC_PRECON_ERROR) {
         ret = on_error(pc, m);
+    } else if (pc->state == PC_HELLO && !pc->connector &&
+               t == PSC_PRECON_BACKCONNECT) {
+        ret = on_backconnect(pc, m);
     } else if (pc->state == PC_HELLO && t == PSC_PRECON_HELLO) {
         ret = pc->connector ? on_hello_connector(pc, m) : on_hello_acceptor(pc, m);
     } else if (pc->state == PC_NEGOTIATE && !pc->connector &&
@@ -674,19 +773,31 @@ static void tune_socket(int fd)
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
 }
 
+/* BACKCONNECT is out: hang up and wait for the peer's call. */
+static void wait_for_call(struct psc_precon *pc)
+{
+    close_fd(pc);
+    reset_io(pc);
+    pc->state = PC_OD_WAIT;
+    pc->deadline = psc_now_ms() + psc_settings.connect_timeout_ms;
+}
+
 static int send_hello(struct psc_precon *pc)
 {
     uint8_t buf[OUT_MAX];
     struct psc_precon_writer w;
-    begin(&w, buf, PSC_PRECON_HELLO);
+    begin(&w, buf, pc->backconnect ? PSC_PRECON_BACKCONNECT : PSC_PRECON_HELLO);
     put_identity(&w, pc->con);
-    pc->state = PC_HELLO;
-    return pc_send(pc, &w);
+    pc->state = pc->backconnect ? PC_BACK_SENT : PC_HELLO;
+    int rc = pc_send(pc, &w);
+    if (!rc && pc->backconnect && !pc->out_len) wait_for_call(pc);
+    return rc;
 }
 
 static int start_tcp_connect(struct psc_precon *pc)
 {
     pc->attempts++;
+    pc->deadline = psc_now_ms() + psc_settings.connect_timeout_ms;
     pc->fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
     if (pc->fd < 0) {
         int e = errno;
@@ -733,12 +844,15 @@ static void on_fd(int fd, uint32_t events, void *arg)
             do_switch(pc);
             return;
         }
+        if (pc->state == PC_BACK_SENT && !pc->out_len) {
+            wait_for_call(pc);
+            return;
+        }
     }
     if (events & (EPOLLIN | EPOLLERR | EPOLLHUP)) pc_read(pc);
 }
 
-pscom_err_t psc_precon_connect(struct psc_con *con, const char *host, int port,
-                               const char *peer_name)
+pscom_err_t psc_resolve(const char *host, int port, struct sockaddr_in *sa)
 {
     struct addrinfo hints = {.ai_family = AF_INET, .ai_socktype = SOCK_STREAM};
     struct addrinfo *res = NULL;
@@ -748,22 +862,58 @@ pscom_err_t psc_precon_connect(struct psc_con *con, const char *host, int port,
                 rc ? gai_strerror(rc) : "no address");
         return PSCOM_ERR_INVALID;
     }
-    struct precon_addr {
-        struct sockaddr_in sa;
-    } a;
-    memcpy(&a.sa, res->ai_addr, sizeof(a.sa));
+    memcpy(sa, res->ai_addr, sizeof(*sa));
     freeaddrinfo(res);
-    a.sa.sin_port = htons((uint16_t)port);
-    (void)peer_name;
-
-    struct psc_precon *pc = pc_new(con, true);
-    if (!pc) return PSCOM_ERR_STDERROR;
-    pc->addr = a.sa;
-    set_peer_addr(con, &a.sa);
-    con->pub.state = PSCOM_CON_STATE_CONNECTING;
-    con->pub.type = PSCOM_CON_TYPE_NONE;
-    start_tcp_connect(pc);
+    sa->sin_port = htons((uint16_t)port);
     return PSCOM_SUCCESS;
+}
+
+static void start_connect(struct psc_precon *pc)
+{
+    set_peer_addr(pc->con, &pc->addr);
+    pc->con->pub.state = pc->con->ondemand ? PSCOM_CON_STATE_CONNECTING_ONDEMAND
+                                           : PSCOM_CON_STATE_CONNECTING;
+    start_tcp_connect(pc);
+}
+
+void psc_precon_connect(struct psc_con *con, const struct sockaddr_in *sa)
+{
+    struct psc_precon *pc = pc_new(con, true);
+    if (!pc) {
+        psc_err("connect to %s: out of memory", psc_con_str(con));
+        psc_con_fail(con, PSCOM_OP_CONNECT, PSCOM_ERR_STDERROR);
+        return;
+    }
+    pc->addr = *sa;
+    start_connect(pc);
+}
+
+/* The name rule: of two on-demand peers, the one with the higher (name,
+ * port) connects; the lower one asks it to. So simultaneous first sends make
+ * one connection. A peer whose name we do not know, or a socket of ours
+ * that does not listen, means we connect ourselves. */
+static bool ask_back(struct psc_con *con)
+{
+    const pscom_socket_t *s = &con->sock->pub;
+    static const char none[8];
+    if (s->listen_portno <= 0 || !memcmp(con->pub.remote_con_info.name, none, 8))
+        return false;
+    int c = memcmp(s->local_con_info.name, con->pub.remote_con_info.name, 8);
+    if (!c) c = s->listen_portno - (int)ntohs(con->od_addr.sin_port);
+    return c < 0;
+}
+
+void psc_ondemand_connect(struct psc_con *con)
+{
+    struct psc_precon *pc = pc_new(con, true);
+    if (!pc) {
+        psc_err("connect to %s: out of memory", psc_con_str(con));
+        psc_con_fail(con, PSCOM_OP_CONNECT, PSCOM_ERR_STDERROR);
+        return;
+    }
+    pc->addr = con->od_addr;
+    pc->backconnect = ask_back(con);
+    start_connect(pc);
 }
 
 void psc_precon_accept(struct psc_sock *sock, int fd)
@@ -808,6 +958,13 @@ void psc_precon_check_timeouts(void)
         struct psc_precon *pc = psc_list_entry(pos, struct psc_precon, next);
         if (pc->state == PC_RETRY_WAIT) {
             if (now >= pc->retry_at) start_tcp_connect(pc);
+            continue;
+        }
+        if (pc->state == PC_OD_WAIT && now >= pc->deadline) {
+            psc_debug("connect to %s: no call back yet; asking again",
+                      pc_peer(pc));
+            pc_retry_or_fail(pc, PSCOM_ERR_CONNECTION_REFUSED,
+                             "the peer did not connect back in time");
             continue;
         }
         if (now < pc->deadline) continue;

@@ -118,6 +118,13 @@ void psc_proto_send(struct psc_con *con, struct psc_req *req)
         psc_req_done(req, PSCOM_REQ_STATE_ERROR);
         return;
     }
+    if (con->ondemand && !con->precon) {
+        psc_ondemand_connect(con);
+        if (con->failed) {
+            psc_req_done(req, PSCOM_REQ_STATE_ERROR);
+            return;
+        }
+    }
     if (r->data_len >= con->rndv_threshold) {
         struct psc_rndv_info info = {.sender_id = ++psc_ctx.next_id,
                                      .data_len = r->data_len};

@@ -26,7 +26,7 @@ static char step[256] = "start";
 static unsigned watchdog_seconds;
 
 /* Children of this process, killed when its watchdog fires. */
-#define MAX_CHILDREN 16
+#define MAX_CHILDREN 64
 static pid_t children[MAX_CHILDREN];
 static itest_child_t *child_objs[MAX_CHILDREN];
 static int n_children;

@@ -332,8 +332,97 @@ static void garbage_huge(void)
     close(fd);
 }
 
+/* A well-formed HELLO payload (TLV fields: u16 tag, u16 length, value) as
+ * a connecting peer sends it. */
+static size_t put_tlv(uint8_t *b, size_t off, uint16_t tag, const void *v,
+                      uint16_t len)
+{
+    b[off]     = (uint8_t)tag;
+    b[off + 1] = (uint8_t)(tag >> 8);
+    b[off + 2] = (uint8_t)len;
+    b[off + 3] = (uint8_t)(len >> 8);
+    memcpy(b + off + 4, v, len);
+    return off + 4 + len;
+}
+
+static size_t put_tlv_u32(uint8_t *b, size_t off, uint16_t tag, uint32_t v)
+{
+    uint8_t le[4] = {(uint8_t)v, (uint8_t)(v >> 8), (uint8_t)(v >> 16),
+                     (uint8_t)(v >> 24)};
+    return put_tlv(b, off, tag, le, 4);
+}
+
+static size_t hello_payload(uint8_t *b)
+{
+    size_t off = 0;
+    off = put_tlv(b, off, 1, "rawpeer_", 8);              /* name */
+    off = put_tlv_u32(b, off, 2, (uint32_t)-1);           /* rank */
+    off = put_tlv_u32(b, off, 3, 12345);                  /* node id */
+    off = put_tlv(b, off, 4, "not-a-boot-id", 13);        /* boot id */
+    off = put_tlv(b, off, 5, "rawhost", 7);               /* hostname */
+    off = put_tlv_u32(b, off, 6, (uint32_t)getpid());     /* pid */
+    return off;
+}
+
+/* Send a HELLO with `version`; the first record of the answer, if any. */
+static int hello_answer_type(uint8_t version, const char *what)
+{
+    uint8_t b[PRECON_HDR_LEN + 256], answer[PRECON_HDR_LEN];
+    size_t plen = hello_payload(b + PRECON_HDR_LEN);
+    size_t got  = 0;
+    double end  = itest_now() + CLOSE_WAIT_MS / 1000.0;
+    int fd;
+
+    put_hdr(b, PRECON_MAGIC, version, PRECON_HELLO, 0, (uint32_t)plen);
+    fd = raw_connect();
+    raw_send(fd, b, PRECON_HDR_LEN + plen);
+    while (got < sizeof(answer) && itest_now() < end) {
+        struct pollfd pfd = {.fd = fd, .events = POLLIN};
+        ssize_t n;
+        if (poll(&pfd, 1, 100) <= 0) continue;
+        n = recv(fd, answer + got, sizeof(answer) - got, 0);
+        if (n <= 0) break;
+        got += (size_t)n;
+    }
+    close(fd);
+    if (got < sizeof(answer)) {
+        itest_note("%s: no answer record (%zu bytes), connection closed or "
+                   "silent",
+                   what, got);
+        return -1;
+    }
+    itest_note("%s: answered with record type %u", what, answer[5]);
+    return answer[5];
+}
+
 static void garbage_version(void)
 {
+    int t;
+
+    /* The control case: the raw HELLO is good enough to be answered. */
+    itest_step("well-formed HELLO, version 1 (control)");
+    t = hello_answer_type(PRECON_VERSION, "well-formed HELLO, version 1");
+    if (t != PRECON_HELLO) {
+        itest_note("BAD: the listener did not answer a well-formed HELLO with "
+                   "a HELLO (got %d): the raw records of this test may be out "
+                   "of date with lib/pscom/precon_codec.h",
+                   t);
+        n_bad++;
+    }
+    itest_step("well-formed HELLO, version 2");
+    t = hello_answer_type(PRECON_VERSION + 1, "well-formed HELLO, version 2");
+    if (t != -1 && t != PRECON_ERROR) {
+        itest_note("BAD: the listener answered a HELLO of an unsupported "
+                   "version with record type %d, not ERROR (7)",
+                   t);
+        n_bad++;
+    }
+    {
+        uint8_t b[PRECON_HDR_LEN + 256];
+        size_t plen = hello_payload(b);
+        garbage_header("well-formed HELLO, version 99 (then wait for close)",
+                       99, PRECON_HELLO, (uint32_t)plen, b, plen);
+    }
     garbage_header("correct magic, version 99", 99, PRECON_HELLO, 0, NULL, 0);
     garbage_header("correct magic, version 0", 0, PRECON_HELLO, 0, NULL, 0);
     garbage_header("correct magic, version 255 with a payload", 255,

@@ -31,7 +31,7 @@
 #define RECV_POSTED  2
 #define STREAM_NOTE  20  /* messages the victim takes before it is killed */
 #define DEADLINE     2.0 /* seconds from the kill to the errors */
-#define GIVE_UP      15.0
+#define GIVE_UP      5.0
 
 static uint32_t stream_seed(uint32_t seq)
 {
@@ -376,7 +376,7 @@ static int waiter(itest_link_t *link, void *arg)
     pscom_post_recv(req);
     itest_link_send_str(link, "waiting");
     itest_step("blocked in pscom_wait() on a receive from the victim");
-    itest_watchdog(15); /* the kill comes within a second */
+    itest_watchdog(8); /* the kill comes within a second */
     pscom_wait(req);
     t_ret = itest_now();
     itest_watchdog(ITEST_DEFAULT_TIMEOUT);

@@ -194,22 +194,36 @@ static void recv_tag(pscom_connection_t *con, uint32_t tag, int select)
     free(buf);
 }
 
-static void cancel_unmatched(pscom_connection_t *con, pscom_socket_t *sock,
-                             const char *what)
+/* recv_accept of the cancelled receives: takes nothing while `armed` is 0,
+ * everything after. They are armed once cancelled, so a library that kept
+ * a cancelled receive in its queue would hand it the next message. */
+static int armed;
+
+static int accept_if_armed(pscom_request_t *req, pscom_connection_t *con,
+                           pscom_header_net_t *header_net)
+{
+    return armed;
+}
+
+static pscom_request_t *cancel_unmatched(pscom_connection_t *con,
+                                         pscom_socket_t *sock,
+                                         const char *what)
 {
     pscom_request_t *req = itest_request(sizeof(struct tag_xh));
-    char small[16];
+    static char small[2][16];
+    static int n;
     int rc;
 
     itest_step("cancelling a %s receive that matches nothing", what);
     req->connection      = con;
     req->socket          = sock;
-    req->data            = small;
-    req->data_len        = sizeof(small);
+    req->data            = small[n++ % 2];
+    req->data_len        = sizeof(small[0]);
+    memset(req->data, 0xcc, req->data_len);
     req->xheader_len     = sizeof(struct tag_xh);
-    req->ops.recv_accept = accept_tag;
+    req->ops.recv_accept = accept_if_armed;
     req->ops.io_done     = count_io_done;
-    wanted_tag           = 0;
+    armed                = 0;
     io_done_calls        = 0;
     pscom_post_recv(req);
     itest_progress_ms(50);
@@ -226,13 +240,33 @@ static void cancel_unmatched(pscom_connection_t *con, pscom_socket_t *sock,
     itest_progress_ms(20);
     ITEST_ASSERT_EQ(io_done_calls, 1,
                     "io_done calls for the cancelled %s receive", what);
-    pscom_request_free(req);
+    ITEST_ASSERT_EQ(pscom_cancel(req), 0,
+                    "a second pscom_cancel() of the same %s receive", what);
+    return req;
+}
+
+static void check_still_cancelled(pscom_request_t *req, const char *what)
+{
+    const uint8_t *b = req->data;
+    ITEST_ASSERT(!(req->state & (PSCOM_REQ_STATE_IO_STARTED |
+                                 PSCOM_REQ_STATE_TRUNCATED)),
+                 "the cancelled %s receive was used for a message later "
+                 "(state %s)",
+                 what, pscom_req_state_str(req->state));
+    ITEST_ASSERT_REQ_STATE(req, PSCOM_REQ_STATE_DONE | PSCOM_REQ_STATE_CANCELED,
+                           "cancelled %s receive, later", what);
+    for (size_t i = 0; i < req->data_len; i++) {
+        ITEST_ASSERT(b[i] == 0xcc,
+                     "the buffer of the cancelled %s receive was written "
+                     "after the cancel (byte %zu)",
+                     what, i);
+    }
 }
 
 static int receiver(itest_link_t *link, void *arg)
 {
     pscom_socket_t *sock;
-    pscom_request_t *p, *ack;
+    pscom_request_t *p, *ack, *c1, *c2;
     char *ep, *note;
 
     itest_pscom_init();
@@ -315,12 +349,22 @@ static int receiver(itest_link_t *link, void *arg)
                     "any-source iprobe after all were received");
     pscom_request_free(p);
 
-    cancel_unmatched(the_con, sock, "connection");
-    cancel_unmatched(NULL, sock, "any-source");
+    c1 = cancel_unmatched(the_con, sock, "connection");
+    c2 = cancel_unmatched(NULL, sock, "any-source");
 
     itest_step("the next message goes to a new receive, not a cancelled one");
+    armed = 1;
+    io_done_calls = 0;
     itest_link_send_str(link, "cancelled");
+    itest_watchdog(10); /* a cancelled receive that took the message */
     recv_tag(the_con, LATE_TAG, 0);
+    itest_watchdog(ITEST_DEFAULT_TIMEOUT);
+    ITEST_ASSERT_EQ(io_done_calls, 0,
+                    "io_done calls of the cancelled receives after the cancel");
+    check_still_cancelled(c1, "connection");
+    check_still_cancelled(c2, "any-source");
+    pscom_request_free(c1);
+    pscom_request_free(c2);
 
     itest_step("sending the ack");
     ack = itest_request(0);
