@@ -282,6 +282,21 @@ static int receiver(itest_link_t *link, void *arg)
     free(note);
     /* Let them all come in as unexpected messages. */
     itest_progress_ms(200);
+    /* On a loaded machine 200 ms may not be enough: wait until the last one
+     * is visible (order is kept, so then all are). */
+    p          = probe_req(the_con, sock, 1);
+    wanted_tag = N_EARLY;
+    {
+        double t0 = itest_now();
+        while (!pscom_iprobe(p)) {
+            ITEST_ASSERT(itest_now() - t0 < 10.0,
+                         "tag %d, sent before, not visible to iprobe after "
+                         "10 s",
+                         N_EARLY);
+            itest_progress_once();
+        }
+    }
+    pscom_request_free(p);
 
     itest_step("iprobe on the connection sees tag 1");
     p = probe_req(the_con, sock, 0);
