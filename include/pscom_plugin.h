@@ -145,6 +145,7 @@ typedef struct pscom_plugin {
     size_t con_priv_size;       /* zeroed per-connection state given as `priv` */
     unsigned flags;             /* PSCOM_PLUGIN_* */
     size_t *rendezvous;         /* threshold for this plugin, or NULL: the core's */
+    unsigned fds_per_con;       /* file descriptors an open connection keeps */
     const pscom_plugin_ops_t *ops;
 } pscom_plugin_t;
 

@@ -347,6 +347,7 @@ struct psc_ctx {
     uint64_t next_id;            /* request and connection ids */
     unsigned depth;              /* nesting of progress rounds */
     unsigned long round;         /* progress rounds so far */
+    int spare_fd;                /* kept open to refuse connections on EMFILE */
     int node_id;
     char node_addr[16];          /* dotted IPv4 address in endpoint strings */
     char hostname[256];
@@ -372,6 +373,9 @@ void psc_node_identity_init(void);
  * timeout_ms (0 = none) passed. */
 int psc_progress_until(bool (*cond_fn)(void *arg), void *arg,
                        unsigned timeout_ms);
+
+/* "the open files limit is N (hard limit M); ..." for EMFILE messages. */
+const char *psc_fd_limit_hint(void);
 
 /* Monotonic milliseconds. */
 uint64_t psc_now_ms(void);

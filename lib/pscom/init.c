@@ -1,8 +1,11 @@
 /*
  * Library initialisation and the library context.
  */
+#include <errno.h>
+#include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 
 #include "core.h"
 #include "psc_build.h"
@@ -13,6 +16,7 @@ struct psc_ctx psc_ctx = {
     .zombies = PSC_LIST_HEAD_INIT(psc_ctx.zombies),
     .dead = PSC_LIST_HEAD_INIT(psc_ctx.dead),
     .precons = PSC_LIST_HEAD_INIT(psc_ctx.precons),
+    .spare_fd = -1,
 };
 
 /* A program built for major M and minor m runs on a library of major M and
@@ -44,6 +48,23 @@ static void enable_threads(void)
     psc_ctx.threaded = true;
 }
 
+/* Every connection costs file descriptors: allow as many as we may. */
+static void raise_fd_limit(void)
+{
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl)) return;
+    if (rl.rlim_cur >= rl.rlim_max) return;
+    rlim_t old = rl.rlim_cur;
+    rl.rlim_cur = rl.rlim_max;
+    if (setrlimit(RLIMIT_NOFILE, &rl))
+        psc_debug("cannot raise the open files limit from %llu to %llu: %s",
+                  (unsigned long long)old, (unsigned long long)rl.rlim_max,
+                  strerror(errno));
+    else
+        psc_debug("open files limit raised from %llu to %llu",
+                  (unsigned long long)old, (unsigned long long)rl.rlim_max);
+}
+
 static pscom_err_t init(int version, bool threaded)
 {
     pscom_err_t ret = version_check(version);
@@ -56,6 +77,8 @@ static pscom_err_t init(int version, bool threaded)
     if (threaded) enable_threads();
 
     psc_config_core_register();
+    raise_fd_limit();
+    psc_ctx.spare_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
     psc_node_identity_init();
     psc_plugins_load();
     psc_config_check_unknown();

@@ -20,10 +20,12 @@
 #include "psc_build.h"
 
 extern const pscom_plugin_t pscom_plugin_loop;
+extern const pscom_plugin_t pscom_plugin_shm;
 extern const pscom_plugin_t pscom_plugin_tcp;
 
 static const pscom_plugin_t *const builtin[] = {
     &pscom_plugin_loop,
+    &pscom_plugin_shm,
     &pscom_plugin_tcp,
 };
 

@@ -802,8 +802,10 @@ static int start_tcp_connect(struct psc_precon *pc)
     if (pc->fd < 0) {
         int e = errno;
         if (e == EMFILE || e == ENFILE)
-            psc_err("connect to %s: no file descriptor left (%s); raise the "
-                    "open files limit (ulimit -n)", pc_peer(pc), strerror(e));
+            psc_err("connect to %s: no file descriptor left (%s); %s",
+                    pc_peer(pc), strerror(e), psc_fd_limit_hint());
+        else
+            psc_err("connect to %s: socket(): %s", pc_peer(pc), strerror(e));
         return pc_fail(pc, PSCOM_ERR_STDERROR);
     }
     tune_socket(pc->fd);

@@ -67,6 +67,26 @@ int pscom_get_portno(pscom_socket_t *socket)
     return socket ? socket->listen_portno : -1;
 }
 
+/* Out of descriptors: take the pending connection with the spare
+ * descriptor and close it, so the peer learns at once instead of waiting in
+ * our backlog; say so at most once a second. */
+static void refuse_one(int lfd, struct psc_sock *sock)
+{
+    static uint64_t last_log;
+    uint64_t now = psc_now_ms();
+    if (now - last_log >= 1000) {
+        last_log = now;
+        psc_err("socket %.8s, port %d: cannot accept a connection: %s; %s",
+                sock->pub.local_con_info.name, sock->pub.listen_portno,
+                strerror(EMFILE), psc_fd_limit_hint());
+    }
+    if (psc_ctx.spare_fd < 0) return;
+    close(psc_ctx.spare_fd);
+    int fd = accept(lfd, NULL, NULL);
+    if (fd >= 0) close(fd);
+    psc_ctx.spare_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+}
+
 static void on_listen_ready(int fd, uint32_t events, void *arg)
 {
     struct psc_sock *sock = arg;
@@ -76,13 +96,12 @@ static void on_listen_ready(int fd, uint32_t events, void *arg)
         if (cfd < 0) {
             if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)
                 return;
-            if (errno == EMFILE || errno == ENFILE)
-                psc_err("accept on port %d: %s; raise the limit of open "
-                        "files (ulimit -n)", sock->pub.listen_portno,
-                        strerror(errno));
-            else
-                psc_warn("accept on port %d: %s", sock->pub.listen_portno,
-                         strerror(errno));
+            if (errno == EMFILE || errno == ENFILE) {
+                refuse_one(fd, sock);
+                continue;
+            }
+            psc_warn("accept on port %d: %s", sock->pub.listen_portno,
+                     strerror(errno));
             return;
         }
         psc_precon_accept(sock, cfd);

@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include "core.h"
@@ -114,6 +115,19 @@ int pscom_is_gpu_mem(const void *ptr)
 {
     (void)ptr;
     return 0;
+}
+
+const char *psc_fd_limit_hint(void)
+{
+    static __thread char buf[200];
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl)) return "raise the open files limit";
+    snprintf(buf, sizeof(buf),
+             "the open files limit is %llu (hard limit %llu) and a connection "
+             "needs one or two; raise it with 'ulimit -n' (or in "
+             "/etc/security/limits.conf) or open fewer connections",
+             (unsigned long long)rl.rlim_cur, (unsigned long long)rl.rlim_max);
+    return buf;
 }
 
 /* ---------------------------------------------------------------------- */

@@ -62,6 +62,16 @@ void shm_rx_init(struct shm_rx *rx, void *mem, uint32_t slots, uint64_t dsize)
     rx->dsize = dsize;
 }
 
+/* Read both of the consumer's positions: called when the ring is full, so
+ * that shm_tx_room_changed() compares against fresh values. */
+static void refresh(struct shm_tx *tx)
+{
+    tx->slot_lim = atomic_load_explicit(&tx->ctl->tail, memory_order_acquire) +
+                   tx->mask + 1;
+    tx->data_lim = atomic_load_explicit(&tx->ctl->dtail, memory_order_acquire) +
+                   tx->dsize;
+}
+
 int shm_tx_room_changed(const struct shm_tx *tx)
 {
     uint64_t tail = atomic_load_explicit(&tx->ctl->tail, memory_order_relaxed);
@@ -119,8 +129,7 @@ size_t shm_tx_write(struct shm_tx *tx, const struct iovec *iov, int cnt,
 
     while (done < total) {
         if (tx->head == tx->slot_lim) {
-            uint64_t t = atomic_load_explicit(&tx->ctl->tail, memory_order_acquire);
-            tx->slot_lim = t + tx->mask + 1;
+            refresh(tx);
             if (tx->head == tx->slot_lim) break;
         }
         struct shm_slot *s = &tx->slots[tx->head & tx->mask];
@@ -141,8 +150,7 @@ size_t shm_tx_write(struct shm_tx *tx, const struct iovec *iov, int cnt,
         uint64_t room = tx->data_lim - tx->dhead;
         if (room < len) {
             /* Look at the consumer's line only when our view is short. */
-            uint64_t t = atomic_load_explicit(&tx->ctl->dtail, memory_order_acquire);
-            tx->data_lim = t + tx->dsize;
+            refresh(tx);
             room = tx->data_lim - tx->dhead;
             if (!room) break;
             if (len > room) len = (size_t)room;

@@ -288,5 +288,6 @@ const pscom_plugin_t pscom_plugin_tcp = {
     .priority = 2,
     .con_priv_size = sizeof(struct tcp_con),
     .rendezvous = &cfg_rendezvous,
+    .fds_per_con = 1,
     .ops = &tcp_ops,
 };
