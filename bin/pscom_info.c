@@ -86,8 +86,9 @@ static void print_plugins(void)
         printf("  none\n");
         return;
     }
-    printf("  %-10s %-9s %8s %10s  %s\n", "name", "state", "built-in",
-           "PSP_<NAME>", "from");
+    printf("  (fds: file descriptors an open connection keeps)\n");
+    printf("  %-10s %-9s %8s %10s %4s  %s\n", "name", "state", "built-in",
+           "PSP_<NAME>", "fds", "from");
     for (unsigned i = 0; i < n; i++) {
         const struct psc_plugin *p = psc_plugin_get(i);
         char prio[16];
@@ -97,8 +98,13 @@ static void print_plugins(void)
             snprintf(prio, sizeof(prio), "%d", p->desc->priority);
         else
             snprintf(prio, sizeof(prio), "-");
-        printf("  %-10s %-9s %8s %10d  %s\n", p->name, state_str(p->state),
-               prio, p->user_priority, p->path[0] ? p->path : "built-in");
+        char fds[16] = "-";
+        if (p->desc) snprintf(fds, sizeof(fds), "%u", p->desc->fds_per_con);
+        const char *from = p->path[0] ? p->path
+                           : p->desc  ? "built-in"
+                                      : "-";
+        printf("  %-10s %-9s %8s %10d %4s  %s\n", p->name, state_str(p->state),
+               prio, p->user_priority, fds, from);
         if (p->why[0]) printf("  %-10s %-9s reason: %s\n", "", "", p->why);
     }
 }

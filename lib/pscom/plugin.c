@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "core.h"
 #include "psc_build.h"
@@ -174,31 +175,63 @@ static void library_dir(char *dir, size_t len)
     }
 }
 
+/* Where a module is looked for: PSP_PLUGINDIR alone when set; otherwise
+ * the directory of libpscom, the configured install directory and the build
+ * tree (for programs linked statically against the core, like pscom_info). */
+static unsigned plugin_dirs(char dirs[][512], unsigned max)
+{
+    unsigned n = 0;
+    if (psc_settings.plugindir && psc_settings.plugindir[0]) {
+        snprintf(dirs[n++], 512, "%s", psc_settings.plugindir);
+        return n;
+    }
+    library_dir(dirs[n], 512);
+    if (dirs[n][0]) n++;
+    const char *fixed[] = {PSC_INSTALL_LIBDIR "/", PSC_BUILD_ROOT "/"};
+    for (size_t i = 0; i < 2 && n < max; i++) {
+        bool dup = false;
+        for (unsigned j = 0; j < n; j++) dup |= !strcmp(dirs[j], fixed[i]);
+        if (!dup) snprintf(dirs[n++], 512, "%s", fixed[i]);
+    }
+    return n;
+}
+
 static void load_module(const char *name, const char *alias)
 {
     struct slot *s = new_slot(name);
     if (!s) return;
     register_priority(s, alias);
 
-    char dir[sizeof(s->p.path)];
-    if (psc_settings.plugindir && psc_settings.plugindir[0])
-        snprintf(dir, sizeof(dir), "%s", psc_settings.plugindir);
-    else
-        library_dir(dir, sizeof(dir));
-    int n = snprintf(s->p.path, sizeof(s->p.path), "%.*s%s%s.so",
-                     (int)(sizeof(dir) - 64), dir, PSC_PLUGIN_PREFIX, name);
-    if (n < 0 || (size_t)n >= sizeof(s->p.path)) {
-        s->p.state = PSC_PLUGIN_FAILED;
-        snprintf(s->p.why, sizeof(s->p.why), "plugin directory name too long");
-        return;
+    char dirs[4][512];
+    unsigned ndirs = plugin_dirs(dirs, 4);
+    char tried[sizeof(s->p.why)] = "";
+    size_t off = 0;
+    for (unsigned i = 0; i < ndirs && !s->dl; i++) {
+        int n = snprintf(s->p.path, sizeof(s->p.path), "%.400s%s%s.so", dirs[i],
+                         PSC_PLUGIN_PREFIX, name);
+        if (n < 0 || (size_t)n >= sizeof(s->p.path)) continue;
+        if (access(s->p.path, F_OK)) {
+            off += snprintf(tried + off, sizeof(tried) - off, "%s%s",
+                            off ? ", " : "", dirs[i]);
+            if (off >= sizeof(tried)) off = sizeof(tried) - 1;
+            continue;
+        }
+        s->dl = dlopen(s->p.path, RTLD_NOW | RTLD_LOCAL);
+        if (!s->dl) {
+            const char *e = dlerror();
+            s->p.state = PSC_PLUGIN_FAILED;
+            snprintf(s->p.why, sizeof(s->p.why), "cannot be loaded: %s",
+                     e ? e : "unknown error");
+            psc_debug("plugin %s: %s", name, s->p.why);
+            return;
+        }
     }
-
-    s->dl = dlopen(s->p.path, RTLD_NOW | RTLD_LOCAL);
     if (!s->dl) {
-        const char *e = dlerror();
         s->p.state = PSC_PLUGIN_FAILED;
-        snprintf(s->p.why, sizeof(s->p.why), "not loaded: %s",
-                 e ? e : "unknown error");
+        s->p.path[0] = 0;
+        snprintf(s->p.why, sizeof(s->p.why),
+                 "not installed (no %s%s.so in %s)", PSC_PLUGIN_PREFIX, name,
+                 tried);
         psc_debug("plugin %s: %s", name, s->p.why);
         return;
     }

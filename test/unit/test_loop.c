@@ -85,8 +85,9 @@ static void two_sockets_and_fallback(void **state)
     assert_int_equal(c->type, PSCOM_CON_TYPE_LOOP);
     exchange(c, accepted, 12345, 3);
 
-    /* Without the loop transport the same pair talks tcp. */
+    /* Without the loop (and shared memory) transport the pair talks tcp. */
     pscom_con_type_mask_del(a, PSCOM_CON_TYPE_LOOP);
+    pscom_con_type_mask_del(a, PSCOM_CON_TYPE_SHM);
     pscom_connection_t *c2 = pscom_open_connection(a);
     accepted = NULL;
     assert_int_equal(pscom_connect(c2, ep, 1, PSCOM_CON_FLAG_DIRECT),

@@ -73,7 +73,7 @@ static void registry_from_environment(void **state)
     struct psc_plugin *ucx = psc_plugin_find("ucx");
     assert_non_null(ucx);
     assert_int_equal(ucx->state, PSC_PLUGIN_FAILED);
-    assert_non_null(strstr(ucx->path, "/nonexistent-pscom-plugins/"));
+    assert_non_null(strstr(ucx->why, "/nonexistent-pscom-plugins/"));
     assert_non_null(psc_config_find("PSP_TCP"));
     assert_non_null(psc_config_find("PSP_UCP")); /* ParaStation's alias */
 }
