@@ -186,6 +186,9 @@ void pscom_plugin_con_error(pscom_plugin_con_t *con, pscom_op_t op,
 
 /* The public connection, for names in messages. */
 pscom_connection_t *pscom_plugin_con_pub(pscom_plugin_con_t *con);
+/* The socket the connection belongs to: a key for per-socket plugin state
+ * (stays valid while the socket has connections). */
+pscom_socket_t *pscom_plugin_con_socket(pscom_plugin_con_t *con);
 /* "name(rank)@host:port <-> name(rank)@host:port [transport]" */
 const char *pscom_plugin_con_str(pscom_plugin_con_t *con);
 

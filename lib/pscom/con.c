@@ -86,6 +86,11 @@ pscom_connection_t *pscom_plugin_con_pub(pscom_plugin_con_t *con)
     return &con->pub;
 }
 
+pscom_socket_t *pscom_plugin_con_socket(pscom_plugin_con_t *con)
+{
+    return &con->sock->pub;
+}
+
 void psc_con_kick(struct psc_con *con)
 {
     if (!con->plugin_open || con->failed) return;
