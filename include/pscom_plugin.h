@@ -200,6 +200,11 @@ int pscom_plugin_fd_add(int fd, uint32_t events, int hot,
 int pscom_plugin_fd_mod(int fd, uint32_t events);
 void pscom_plugin_fd_del(int fd);
 
+/* For tools and tests: 1 when the plugin `name` (also ParaStation's names
+ * "ucp", "openib") is loaded and usable in this process, else 0 and *why
+ * (if given) says why. Initialises the library if needed. */
+int pscom_plugin_available(const char *name, const char **why);
+
 /* Logging at PSP_DEBUG levels (0 fatal .. 6 trace). */
 void pscom_plugin_log(int level, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));

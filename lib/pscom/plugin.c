@@ -329,3 +329,21 @@ void psc_plugins_unload(void)
         /* Modules stay mapped: their config rows stay in the table. */
     }
 }
+
+int pscom_plugin_available(const char *name, const char **why)
+{
+    if (!psc_ctx.initialised) pscom_init(PSCOM_VERSION);
+    struct psc_plugin *p = psc_plugin_find(name);
+    if (!p) {
+        /* ParaStation's names of our transports */
+        if (!strcasecmp(name, "ucp")) p = psc_plugin_find("ucx");
+        else if (!strcasecmp(name, "openib")) p = psc_plugin_find("verbs");
+    }
+    if (!p) {
+        if (why) *why = "no plugin of that name";
+        return 0;
+    }
+    if (p->state == PSC_PLUGIN_LOADED) return 1;
+    if (why) *why = p->why;
+    return 0;
+}

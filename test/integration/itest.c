@@ -2,6 +2,7 @@
  * Helpers shared by the integration tests (see itest.h).
  */
 #include "itest.h"
+#include "pscom_plugin.h"
 
 #include <errno.h>
 #include <poll.h>
@@ -36,6 +37,10 @@ static int n_children;
 #define MAX_LINK_FDS (4 * MAX_CHILDREN)
 static int link_fds[MAX_LINK_FDS];
 static int n_link_fds;
+
+static void require_transport(void);
+
+static int transport_checked;
 
 void itest_set_role(const char *r)
 {
@@ -325,6 +330,11 @@ void itest_spawn(itest_child_t *child, const char *r, itest_child_fn_t fn,
     int sv[2]; /* [0] the orchestrator's end, [1] the child's */
     pid_t pid;
 
+    /* The first spawn of the main process checks the transport first. */
+    if (!transport_checked) {
+        transport_checked = 1;
+        require_transport();
+    }
     if (n_children >= MAX_CHILDREN) ITEST_FAIL("too many children");
     /* A socket pair rather than pipes: send(MSG_NOSIGNAL) lets a process
      * that keeps the default SIGPIPE disposition write to a dead peer. */
@@ -340,6 +350,7 @@ void itest_spawn(itest_child_t *child, const char *r, itest_child_fn_t fn,
         for (int i = 0; i < n_link_fds; i++) close(link_fds[i]);
         n_link_fds = 0;
         n_children = 0;
+        transport_checked = 1;
         memset(child_objs, 0, sizeof(child_objs));
         close(sv[0]);
         itest_set_role(r);
@@ -625,6 +636,30 @@ const char *itest_transport_name(void)
 {
     const char *t = getenv("PSCOM_TEST_TRANSPORT");
     return (t && *t) ? t : "tcp";
+}
+
+/* A transport whose plugin cannot run here skips the test (exit 77, which
+ * meson reports as SKIP) with the plugin's reason. Checked in a child, so
+ * that the main process stays free of pscom. */
+static void require_transport(void)
+{
+    const char *t = itest_transport_name();
+    if (!strcmp(t, "tcp") || !strcmp(t, "any") || !strcmp(t, "all")) return;
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid < 0) return;
+    if (pid == 0) {
+        const char *why = "";
+        if (!strcmp(t, "shm")) unsetenv("PSP_SHM");
+        if (pscom_plugin_available(t, &why)) _exit(0);
+        printf("SKIP: transport %s is not available here: %s\n", t, why);
+        fflush(stdout);
+        _exit(77);
+    }
+    int st;
+    while (waitpid(pid, &st, 0) < 0 && errno == EINTR) {
+    }
+    if (WIFEXITED(st) && WEXITSTATUS(st) == 77) exit(77);
 }
 
 void itest_pscom_init(void)
