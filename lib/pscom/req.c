@@ -83,7 +83,11 @@ void pscom_request_free(pscom_request_t *request)
 
 void psc_req_done(struct psc_req *req, pscom_req_state_t extra)
 {
-    req->pub.state |= extra | PSCOM_REQ_STATE_IO_DONE | PSCOM_REQ_STATE_DONE;
+    /* Release: a thread that sees DONE without the lock sees the data. */
+    __atomic_store_n(&req->pub.state,
+                     req->pub.state | extra | PSCOM_REQ_STATE_IO_DONE |
+                         PSCOM_REQ_STATE_DONE,
+                     __ATOMIC_RELEASE);
     if (req->kind == PSC_REQ_CONTROL) {
         psc_req_release(req);
         return;
@@ -240,14 +244,19 @@ pscom_err_t pscom_recv(pscom_connection_t *connection, pscom_socket_t *socket,
     return ret;
 }
 
+static bool req_is_done(pscom_request_t *r)
+{
+    return __atomic_load_n(&r->state, __ATOMIC_ACQUIRE) & PSCOM_REQ_STATE_DONE;
+}
+
 static bool req_done_cond(void *arg)
 {
-    return ((pscom_request_t *)arg)->state & PSCOM_REQ_STATE_DONE;
+    return req_is_done(arg);
 }
 
 void pscom_wait(pscom_request_t *request)
 {
-    if (request->state & PSCOM_REQ_STATE_DONE) return;
+    if (req_is_done(request)) return;
     psc_lock();
     psc_progress_until(req_done_cond, request, 0);
     psc_unlock();
