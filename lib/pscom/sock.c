@@ -331,6 +331,15 @@ void pscom_close_socket(pscom_socket_t *socket)
             sock_close(psc_list_first(&psc_ctx.sockets, struct psc_sock,
                                       next_sock));
     }
+    /* Receives on any socket can be satisfied by no socket any more. */
+    if (psc_list_empty(&psc_ctx.sockets)) {
+        while (!psc_list_empty(&psc_ctx.recvq_any)) {
+            struct psc_req *req =
+                psc_list_first(&psc_ctx.recvq_any, struct psc_req, next);
+            psc_list_del(&req->next);
+            psc_req_done(req, PSCOM_REQ_STATE_ERROR);
+        }
+    }
     if (!psc_ctx.depth) psc_con_reap();
     psc_unlock();
 }
