@@ -10,6 +10,7 @@
 #define PSC_CORE_H
 
 #include <pthread.h>
+#include <sched.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <netinet/in.h>
@@ -39,7 +40,27 @@ enum psc_msg_type {
     PSC_MSG_RNDV_DATA = 3, /* rendezvous body: psc_rndv_data_hdr, data */
     PSC_MSG_EOF       = 4, /* the sender closes the connection */
     PSC_MSG_RNDV_FIN  = 5, /* receiver pulled the body itself: psc_rndv_fin */
-    PSC_MSG_TYPE_MAX  = 5,
+    /* One-sided communication (rma.c, doc/rma.md). */
+    PSC_MSG_RMA_PUT   = 6,  /* xheader rma_put + user; body written at dest */
+    PSC_MSG_RMA_ACC   = 7,  /* xheader rma_accumulate + user; body: operand */
+    PSC_MSG_RMA_GET   = 8,  /* xheader rma_get + user; no body */
+    PSC_MSG_RMA_GACC  = 9,  /* xheader rma_get_accumulate + user; operand */
+    PSC_MSG_RMA_FOP   = 10, /* xheader rma_fetch_op + user; operand */
+    PSC_MSG_RMA_CAS   = 11, /* xheader rma_compare_swap + user; compare, new */
+    PSC_MSG_RMA_REPLY = 12, /* psc_rma_reply; body: the target's bytes */
+    PSC_MSG_RMA_WRITE = 13, /* xheader rma_write; body written at dest */
+    PSC_MSG_RMA_READ  = 14, /* xheader rma_read; no body */
+    /* Groups (group.c). */
+    PSC_MSG_BCAST     = 15, /* pscom_xheader_bcast_t + user xheader; data */
+    PSC_MSG_BARRIER   = 16, /* pscom_xheader_bcast_t; no body */
+    PSC_MSG_TYPE_MAX  = 16,
+};
+
+/* The answer to RMA_GET, _GACC, _FOP, _CAS and _READ. */
+struct psc_rma_reply {
+    uint64_t id;      /* the origin's request id, from the request's xheader */
+    int32_t status;   /* 0, or the pscom_err_t the target refused with */
+    uint32_t reserved;
 };
 
 /* Largest plugin description of a send buffer (zero-copy rendezvous). */
@@ -303,6 +324,37 @@ void psc_proto_frame_sent(struct psc_con *con, struct psc_req *req);
 void psc_proto_send_eof(struct psc_con *con);
 
 /* ---------------------------------------------------------------------- */
+/* One-sided communication (rma.c) and groups (group.c)                   */
+/* ---------------------------------------------------------------------- */
+
+/* Header checks for their message types (as psc_header_check). */
+int psc_rma_header_check(const pscom_header_net_t *hdr, const char **why);
+int psc_group_header_check(const pscom_header_net_t *hdr, const char **why);
+
+/* A message of their types arrived on con; hdr holds its header and
+ * xheader. Return 0 with *body set to the request that takes the body (it
+ * completes through psc_req_done when the body is in), or -1 after failing
+ * the connection. A message with a body always gets a request. A handler
+ * acts (answers, calls back) only for messages without body; the core has
+ * finished reading those before it calls the handler. */
+int psc_rma_rx(struct psc_con *con, pscom_header_net_t *hdr,
+               struct psc_req **body);
+int psc_group_rx(struct psc_con *con, pscom_header_net_t *hdr,
+                 struct psc_req **body);
+
+/* The connection failed or closes: fail what rma.c and group.c hold for it. */
+void psc_rma_con_fail(struct psc_con *con);
+void psc_group_con_fail(struct psc_con *con);
+
+/* Queue req on con as one message: the network header at `head` (filled in
+ * here with type, xlen and body_len), xlen bytes of xheader right behind
+ * it, then the body. req completes through psc_req_done when written, or
+ * at once with PSCOM_REQ_STATE_ERROR when the connection is broken. */
+void psc_xmsg_send(struct psc_con *con, struct psc_req *req, uint8_t type,
+                   pscom_header_net_t *head, size_t xlen, void *body,
+                   size_t body_len);
+
+/* ---------------------------------------------------------------------- */
 /* Progress (progress.c)                                                  */
 /* ---------------------------------------------------------------------- */
 
@@ -338,6 +390,7 @@ struct psc_ctx {
     bool initialised;
     bool threaded;
     pthread_mutex_t lock;        /* recursive; taken only when threaded */
+    unsigned lock_waiters;       /* threads blocked in psc_lock */
     struct psc_list sockets;     /* psc_sock.next_sock */
     struct psc_list recvq_any;   /* psc_req.next: receives on any socket */
     struct psc_list zombies;     /* psc_con.next_con: to be freed */
@@ -358,12 +411,31 @@ extern struct psc_ctx psc_ctx;
 
 static inline void psc_lock(void)
 {
-    if (psc_ctx.threaded) pthread_mutex_lock(&psc_ctx.lock);
+    if (!psc_ctx.threaded) return;
+    __atomic_add_fetch(&psc_ctx.lock_waiters, 1, __ATOMIC_RELAXED);
+    pthread_mutex_lock(&psc_ctx.lock);
+    __atomic_sub_fetch(&psc_ctx.lock_waiters, 1, __ATOMIC_RELAXED);
 }
 
 static inline void psc_unlock(void)
 {
     if (psc_ctx.threaded) pthread_mutex_unlock(&psc_ctx.lock);
+}
+
+/* Between releasing and retaking the lock in a polling loop: let a thread
+ * that waits for the lock have it (the mutex is not fair). */
+static inline void psc_lock_handoff(void)
+{
+    if (psc_ctx.threaded &&
+        __atomic_load_n(&psc_ctx.lock_waiters, __ATOMIC_RELAXED))
+        sched_yield();
+}
+
+/* Add state bits to a posted request (its owner may read the state without
+ * the lock). */
+static inline void psc_req_state_add(struct psc_req *req, pscom_req_state_t bits)
+{
+    __atomic_fetch_or(&req->pub.state, bits, __ATOMIC_RELAXED);
 }
 
 /* Node identity (util.c). */

@@ -53,16 +53,7 @@ static struct psc_plugin *order[MAX_PLUGINS];
 static unsigned count;
 static bool loaded;
 
-const char *const psc_not_implemented[] = {
-    "pscom_post_rma_write", "pscom_post_rma_read", "pscom_mem_register",
-    "pscom_mem_deregister", "pscom_rkey_generate", "pscom_rkey_destroy",
-    "pscom_rkey_buffer_pack", "pscom_post_rma_put", "pscom_post_rma_get",
-    "pscom_post_rma_accumulate", "pscom_post_rma_get_accumulate",
-    "pscom_post_rma_fetch_op", "pscom_post_rma_compare_swap",
-    "pscom_register_rma_callbacks", "pscom_group_open", "pscom_group_close",
-    "pscom_group_find", "pscom_group_get_id", "pscom_post_bcast",
-    "pscom_bcast", "pscom_barrier", NULL,
-};
+const char *const psc_not_implemented[] = {NULL};
 
 /* dst = "PSP_" + upper-case name. */
 static void row_name(char *dst, size_t len, const char *name)

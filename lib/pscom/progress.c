@@ -170,6 +170,7 @@ int psc_progress_until(bool (*cond_fn)(void *arg), void *arg,
             sched_yield();
         if (psc_ctx.threaded) {
             psc_unlock();
+            psc_lock_handoff();
             psc_lock();
         }
         if (deadline && (++n & 255) == 0 && psc_now_ms() >= deadline)

@@ -65,6 +65,11 @@ int psc_header_check(const pscom_header_net_t *hdr, const char **why)
             return -1;
         }
         return 0;
+    case PSC_MSG_RMA_PUT ... PSC_MSG_RMA_READ:
+        return psc_rma_header_check(hdr, why);
+    case PSC_MSG_BCAST:
+    case PSC_MSG_BARRIER:
+        return psc_group_header_check(hdr, why);
     default:
         *why = "unknown message type";
         return -1;
@@ -140,7 +145,7 @@ void psc_proto_send(struct psc_con *con, struct psc_req *req)
         memcpy(x + info.blob_len, &info, sizeof(info));
         size_t xlen = r->xheader_len + info.blob_len + sizeof(info);
         set_header(&r->header, PSC_MSG_RNDV_REQ, xlen, 0);
-        r->state |= PSCOM_REQ_STATE_RENDEZVOUS_REQUEST;
+        psc_req_state_add(req, PSCOM_REQ_STATE_RENDEZVOUS_REQUEST);
         frame_init(req, PSC_FRAME_RNDV_REQ, &r->header, PSC_HDR_LEN + xlen,
                    NULL, 0);
     } else {
@@ -215,7 +220,7 @@ int pscom_plugin_tx_done(pscom_plugin_con_t *con, size_t n)
             break;
         }
         size_t take = n < req->tx_left ? n : req->tx_left;
-        req->pub.state |= PSCOM_REQ_STATE_IO_STARTED;
+        psc_req_state_add(req, PSCOM_REQ_STATE_IO_STARTED);
         req->tx_left -= take;
         n -= take;
         if (req->tx_left) break;
@@ -277,8 +282,9 @@ static void accept_into(struct psc_req *req, struct psc_con *con,
     r->header = *hdr;
     memcpy(&r->xheader, hdr + 1, xl < room ? xl : room);
     r->connection = &con->pub;
-    r->state |= PSCOM_REQ_STATE_IO_STARTED;
-    if (hdr->data_len > r->data_len) r->state |= PSCOM_REQ_STATE_TRUNCATED;
+    psc_req_state_add(req, PSCOM_REQ_STATE_IO_STARTED);
+    if (hdr->data_len > r->data_len)
+        psc_req_state_add(req, PSCOM_REQ_STATE_TRUNCATED);
 }
 
 /* Aim the body of `total` bytes at req (user buffer, or generated buffer). */
@@ -389,7 +395,7 @@ static int rndv_try_pull(struct psc_con *con, struct psc_req *req,
 static void rndv_start_recv(struct psc_con *con, struct psc_req *req,
                             const struct psc_rndv_info *info, const void *blob)
 {
-    req->pub.state |= PSCOM_REQ_STATE_RENDEZVOUS_REQUEST;
+    psc_req_state_add(req, PSCOM_REQ_STATE_RENDEZVOUS_REQUEST);
     if (!rndv_try_pull(con, req, info, blob)) return;
     req->id = ++psc_ctx.next_id;
     req->rndv = *info;
@@ -498,6 +504,27 @@ static int rx_rndv_data(struct psc_con *con, pscom_header_net_t *hdr)
     return 0;
 }
 
+/* One-sided and group messages: the handler names the request that takes
+ * the body. A message without body is finished before the handler runs,
+ * because the handler may answer it and call the application. */
+static int rx_ext(struct psc_con *con, pscom_header_net_t *hdr,
+                  int (*handler)(struct psc_con *, pscom_header_net_t *,
+                                 struct psc_req **))
+{
+    struct psc_req *req = NULL;
+    uint64_t len = hdr->data_len;
+
+    if (!len) rx_next_message(&con->rx);
+    if (handler(con, hdr, &req)) return -1;
+    if (!req) {
+        if (len) return rx_protocol_error(con, "message body for no request");
+        return con->failed || con->zombie ? -1 : 0;
+    }
+    rx_body_to(&con->rx, req, len);
+    if (!len) return rx_body_done(con);
+    return 0;
+}
+
 static int rx_dispatch(struct psc_con *con)
 {
     pscom_header_net_t *hdr = (pscom_header_net_t *)con->rx.hbuf;
@@ -519,6 +546,11 @@ static int rx_dispatch(struct psc_con *con)
         psc_debug("%s: the peer closed the connection", psc_con_str(con));
         psc_con_fail(con, PSCOM_OP_READ, PSCOM_ERR_EOF);
         return -1;
+    case PSC_MSG_RMA_PUT ... PSC_MSG_RMA_READ:
+        return rx_ext(con, hdr, psc_rma_rx);
+    case PSC_MSG_BCAST:
+    case PSC_MSG_BARRIER:
+        return rx_ext(con, hdr, psc_group_rx);
     }
     return rx_protocol_error(con, "unknown message type");
 }
@@ -613,7 +645,7 @@ static void merge_generated(struct psc_req *req, struct psc_req *g)
     size_t total = g->pub.header.data_len;
 
     accept_into(req, con, &g->pub.header);
-    req->pub.state |= PSCOM_REQ_STATE_GRECV_MERGED;
+    psc_req_state_add(req, PSCOM_REQ_STATE_GRECV_MERGED);
 
     if (g->rndv_gen) {
         rndv_start_recv(con, req, &g->rndv, g->rndv_blob);
@@ -691,4 +723,6 @@ void psc_proto_fail_requests(struct psc_con *con)
     fail_queue(&con->rndv_sendq);
     fail_queue(&con->rndv_recvq);
     fail_queue(&con->recvq_user);
+    psc_rma_con_fail(con);
+    psc_group_con_fail(con);
 }

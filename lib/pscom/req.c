@@ -83,18 +83,24 @@ void pscom_request_free(pscom_request_t *request)
 
 void psc_req_done(struct psc_req *req, pscom_req_state_t extra)
 {
-    /* Release: a thread that sees DONE without the lock sees the data. */
-    __atomic_store_n(&req->pub.state,
-                     req->pub.state | extra | PSCOM_REQ_STATE_IO_DONE |
-                         PSCOM_REQ_STATE_DONE,
-                     __ATOMIC_RELEASE);
+    pscom_req_state_t state = req->pub.state | extra |
+                              PSCOM_REQ_STATE_IO_DONE | PSCOM_REQ_STATE_DONE;
     if (req->kind == PSC_REQ_CONTROL) {
         psc_req_release(req);
         return;
     }
-    if (req->inplace_done) req->inplace_done(req->pub.state, req->inplace_priv);
-    if (req->pub.ops.io_done) req->pub.ops.io_done(&req->pub);
-    if (req->self_free) psc_req_release(req);
+    /* Once DONE is visible, the owner may free or repost the request from
+     * another thread: take what we still need first. Requests with io_done
+     * belong to the callback until it returns (as in ParaStation pscom). */
+    void (*io_done)(pscom_request_t *) = req->pub.ops.io_done;
+    void (*inplace_done)(pscom_req_state_t, void *) = req->inplace_done;
+    void *priv = req->inplace_priv;
+    bool self_free = req->self_free;
+
+    __atomic_store_n(&req->pub.state, state, __ATOMIC_RELEASE);
+    if (inplace_done) inplace_done(state, priv);
+    if (io_done) io_done(&req->pub);
+    if (self_free) psc_req_release(req);
 }
 
 static bool con_usable(pscom_connection_t *connection, const char *what)
@@ -272,6 +278,8 @@ int pscom_test_any(void)
     psc_lock();
     int ret = psc_progress();
     psc_unlock();
+    /* A thread polling here must not starve the others of the lock. */
+    psc_lock_handoff();
     return ret;
 }
 

@@ -15,10 +15,10 @@
  * the receive buffer once a body is being received.
  *
  * Large messages stream through the ring in chunks, so the sender's copy
- * in and the receiver's copy out overlap (measured faster on this kind of
- * machine than the single copy of process_vm_readv). CMA stays available
- * as the rendezvous pull (PSP_SHM_CMA); where the kernel denies it, the
- * plugin says so once and falls back.
+ * in and the receiver's copy out overlap: measured faster than the single
+ * copy of process_vm_readv whenever the sender has written its buffer (see
+ * doc/shm.md). CMA stays available as the rendezvous pull (PSP_SHM_CMA);
+ * where the kernel denies it, the plugin says so once and falls back.
  *
  * Shared memory reports no peer failure, so the pre-connection's TCP socket
  * is kept open and watched (cold): its end means the peer is gone, and the
@@ -93,7 +93,6 @@ struct shm_con {
     struct shm_seg mine;  /* our receive ring */
     struct shm_seg peer;  /* the peer's receive ring, our send ring */
     struct seg_hdr *my_hdr, *peer_hdr;
-    pid_t peer_pid;
     int fd;               /* the pre-connection socket, watched for EOF */
     unsigned idx;         /* in polls[] while open */
     bool busy;            /* delivering: nested progress leaves it alone */
@@ -139,7 +138,7 @@ static const pscom_config_row_t shm_rows[] = {
     {"PSP_SHM_CHUNK", PSCOM_CONFIG_SIZE, "16k",
      "largest piece a long message is split into in the ring: smaller "
      "pieces let the receiver start copying sooner", "shm", NULL, &cfg_chunk},
-    {"PSP_SHM_RENDEZVOUS", PSCOM_CONFIG_SIZE, "inf",
+    {"PSP_SHM_RENDEZVOUS", PSCOM_CONFIG_SIZE, "512k",
      "rendezvous threshold on shm connections: bodies of at least this size "
      "wait until the receive is posted (pulled with CMA when PSP_SHM_CMA "
      "allows, else streamed through the ring)", "shm", "PSP_RENDEZVOUS",
@@ -286,7 +285,6 @@ static int shm_hs_connect(pscom_plugin_con_t *con, void *priv, const void *blob,
         goto unmap;
     }
     sc->peer_hdr = sc->peer.base;
-    sc->peer_pid = b.pid;
     shm_tx_init(&sc->tx, (uint8_t *)sc->peer.base + SEG_HDR_LEN, h->slots,
                 h->dsize, cfg_chunk);
     shm_seg_prefault(&sc->peer, 0, SEG_HDR_LEN + shm_ring_size(h->slots, 0));
@@ -348,7 +346,7 @@ static int deliver(struct shm_con *sc, const uint8_t *p, size_t len, bool ext)
 
 /* Deliver up to `budget` published slots. 1 if something was delivered,
  * 0 if nothing, -1 when the connection stopped. */
-static int drain(struct shm_con *sc, unsigned budget)
+static int __attribute__((noinline)) drain(struct shm_con *sc, unsigned budget)
 {
     struct shm_rx *rx = &sc->rx;
     uint64_t hdr;
@@ -389,7 +387,7 @@ static int drain(struct shm_con *sc, unsigned budget)
             unreleased = true;
         }
     }
-    if (unreleased) shm_rx_release(rx);
+    if (unreleased) shm_rx_release_lazy(rx);
     struct shm_poll *e = &polls[sc->idx];
     e->hdr = shm_rx_next_hdr(rx);
     e->expect = shm_seq(rx->head);
@@ -456,7 +454,7 @@ static void shm_tx_kick(pscom_plugin_con_t *con, void *priv)
 /* Progress                                                               */
 /* ---------------------------------------------------------------------- */
 
-static int attention(struct shm_con *sc, uint32_t flags)
+static int __attribute__((noinline)) attention(struct shm_con *sc, uint32_t flags)
 {
     if (flags & POLL_HUP) {
         finish_hup(sc);
@@ -472,13 +470,23 @@ static int attention(struct shm_con *sc, uint32_t flags)
 static int shm_progress(void)
 {
     int did = 0;
-    /* Index, not pointer: a callback may open a connection and move the
-     * array. Connections are closed only outside of progress. */
-    for (unsigned i = 0; i < npolls; i++) {
-        uint64_t h = atomic_load_explicit(polls[i].hdr, memory_order_acquire);
-        if ((uint32_t)(h >> 32) == polls[i].expect)
-            did |= drain(polls[i].sc, ring_slots) > 0;
-        if (polls[i].flags) did |= attention(polls[i].sc, polls[i].flags);
+    struct shm_poll *p = polls;
+    unsigned n = npolls;
+
+    for (unsigned i = 0; i < n; i++) {
+        uint64_t h = atomic_load_explicit(p[i].hdr, memory_order_acquire);
+        if ((uint32_t)(h >> 32) == p[i].expect) {
+            did |= drain(p[i].sc, ring_slots) > 0;
+            /* A callback may have opened a connection and moved the
+             * array. Connections are closed only outside of progress. */
+            p = polls;
+            n = npolls;
+        }
+        if (p[i].flags) {
+            did |= attention(p[i].sc, p[i].flags);
+            p = polls;
+            n = npolls;
+        }
     }
     return did;
 }
@@ -622,5 +630,6 @@ const pscom_plugin_t pscom_plugin_shm = {
     .con_priv_size = sizeof(struct shm_con),
     .flags = PSCOM_PLUGIN_LOCAL_ONLY,
     .rendezvous = &cfg_rendezvous,
+    .fds_per_con = 1, /* the pre-connection socket, watched for the peer's end */
     .ops = &shm_ops,
 };

@@ -46,6 +46,7 @@
 #define SHM_SLOT_SIZE   128
 #define SHM_SLOT_INLINE (SHM_SLOT_SIZE - 8)
 #define SHM_DATA_ALIGN  64
+#define SHM_MIN_CHUNK   2048 /* a long write is split into >= 4 chunks of >= this */
 
 #define SHM_SLOT_EXTERN 0x80000000u /* hdr bit: the bytes are in the data area */
 #define SHM_SLOT_LEN    0x7fffffffu /* hdr bits: byte count */
@@ -83,6 +84,7 @@ struct shm_tx {
     uint64_t slot_lim;  /* head may go up to here (consumer tail + slots) */
     uint64_t data_lim;  /* dhead may go up to here */
     size_t chunk;       /* largest chunk per slot */
+    size_t min_chunk;   /* smallest chunk when splitting a write */
 };
 
 /* Consumer state (private). */
@@ -94,6 +96,7 @@ struct shm_rx {
     uint64_t dsize;
     uint64_t head;      /* next slot to read */
     uint64_t dhead;     /* data position of the next chunk */
+    uint64_t released;  /* head as last given back */
 };
 
 /* Bytes of shared memory a ring of `slots` slots and `dsize` data bytes
@@ -171,6 +174,16 @@ static inline void shm_rx_release(struct shm_rx *rx)
 {
     atomic_store_explicit(&rx->ctl->dtail, rx->dhead, memory_order_release);
     atomic_store_explicit(&rx->ctl->tail, rx->head, memory_order_release);
+    rx->released = rx->head;
+}
+
+/* Give consumed slots back once a quarter of the ring is used up: the
+ * producer still sees three quarters free, and the consumer's control line
+ * is written once per many small messages. (Data chunks are given back at
+ * once with shm_rx_release().) */
+static inline void shm_rx_release_lazy(struct shm_rx *rx)
+{
+    if (rx->head - rx->released >= (rx->mask + 1) / 4) shm_rx_release(rx);
 }
 
 #endif

@@ -129,8 +129,6 @@ static int server(itest_link_t *link, void *arg)
                     "messages served: one per connection the client got");
     ITEST_ASSERT_EQ(itest_accept_count(), expected,
                     "accepted connections: exactly those the client got");
-    if (job->limited == SIDE_SERVER)
-        itest_note("%d descriptors open at the end", conn_count_fds(0));
 
     pscom_request_free(req);
     free(buf);

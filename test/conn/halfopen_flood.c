@@ -40,6 +40,7 @@
 #define SEED_S2C         0xf100d002u
 #define STALL_DEADLINE_S 10.0
 #define CLIENT_DEADLINE  30 /* seconds for connect + exchange */
+#define ACCEPT_DEADLINE_S 20.0 /* for the listener to take in the flood */
 
 enum { CMD_QUIT = 1 };
 
@@ -254,11 +255,17 @@ static int run(int timeout_mode)
     }
 
     itest_step("waiting until the listener has accepted all %d", N_RAW);
+    t0 = itest_now();
     for (;;) {
         int n = conn_count_fds(lis.pid);
         ITEST_ASSERT(n >= 0, "cannot read /proc/%d/fd", (int)lis.pid);
         /* Those it closed already (garbage, timeouts) were accepted too. */
-        if (n - base_fds + count_closed(fds, N_RAW) >= N_RAW) break;
+        n = n - base_fds + count_closed(fds, N_RAW);
+        if (n >= N_RAW) break;
+        ITEST_ASSERT(itest_now() - t0 < ACCEPT_DEADLINE_S,
+                     "the listener accepted only %d of the %d raw "
+                     "connections within %.0f s: is it blocked on one of "
+                     "them?", n, N_RAW, ACCEPT_DEADLINE_S);
         itest_sleep_ms(10);
     }
     itest_note("listener holds %d descriptors (%d before the flood), %d of "

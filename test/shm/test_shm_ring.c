@@ -390,6 +390,61 @@ static void publish_order(void **state)
     ring_free(r);
 }
 
+/* A long write is split so that the consumer can start early: at least
+ * four chunks, none smaller than SHM_MIN_CHUNK, none larger than chunk. */
+static void long_write_split(void **state)
+{
+    struct ring *r = ring_new(64, 1 << 20, 16384);
+    uint8_t *buf = malloc(1 << 20), *out = malloc(1 << 20);
+    fill(buf, 1 << 20, 1);
+    static const struct {
+        size_t total, chunks;
+    } cases[] = {
+        {16384, 4},   /* 4 x 4 KiB */
+        {4096, 2},    /* 2 x SHM_MIN_CHUNK */
+        {65536, 4},   /* 4 x 16 KiB */
+        {262144, 16}, /* the chunk size caps it */
+    };
+    for (size_t k = 0; k < sizeof(cases) / sizeof(cases[0]); k++) {
+        hook_calls = 0;
+        assert_int_equal(write_buf(r, buf, cases[k].total), cases[k].total);
+        assert_int_equal(hook_calls, cases[k].chunks);
+        int n;
+        assert_int_equal(read_all(r, out, 1 << 20, &n), cases[k].total);
+        assert_int_equal(n, cases[k].chunks);
+        assert_memory_equal(out, buf, cases[k].total);
+    }
+    free(buf);
+    free(out);
+    ring_free(r);
+}
+
+/* Slots of small messages are given back once a quarter of the ring is
+ * consumed, not one by one; data chunks at once. */
+static void lazy_release(void **state)
+{
+    struct ring *r = ring_new(16, 4096, 1024);
+    uint8_t buf[16];
+    uint64_t h = 0;
+    fill(buf, sizeof(buf), 0);
+    for (int i = 0; i < 16; i++) assert_int_equal(write_buf(r, buf, 16), 16);
+    for (int i = 0; i < 3; i++) {
+        assert_true(shm_rx_ready(&r->rx, &h));
+        shm_rx_consume(&r->rx, h);
+        shm_rx_release_lazy(&r->rx);
+        assert_int_equal(atomic_load(&r->rx.ctl->tail), 0);
+    }
+    assert_true(shm_rx_ready(&r->rx, &h));
+    shm_rx_consume(&r->rx, h);
+    shm_rx_release_lazy(&r->rx); /* the fourth of 16 slots */
+    assert_int_equal(atomic_load(&r->rx.ctl->tail), 4);
+    /* The producer, full, sees the four slots. */
+    assert_true(shm_tx_room_changed(&r->tx));
+    for (int i = 0; i < 4; i++) assert_int_equal(write_buf(r, buf, 16), 16);
+    assert_int_equal(write_buf(r, buf, 16), 0);
+    ring_free(r);
+}
+
 static void geometry(void **state)
 {
     assert_true(shm_ring_geometry_ok(8, 4096));
@@ -474,6 +529,8 @@ int main(void)
         cmocka_unit_test(gather_many_iovecs),
         cmocka_unit_test(corrupt_headers_rejected),
         cmocka_unit_test(publish_order),
+        cmocka_unit_test(long_write_split),
+        cmocka_unit_test(lazy_release),
         cmocka_unit_test(geometry),
         cmocka_unit_test(threaded_stream),
     };

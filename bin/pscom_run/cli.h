@@ -1,0 +1,50 @@
+/*
+ * pscom_run: the command line.
+ *
+ *   pscom_run [options] [-n N] prog [args...] [: [-n N] prog [args...]]...
+ *
+ * Options come before the first application.  Each application ("app")
+ * after a ':' gets its own PMIx namespace.  Pure parsing, no side effects,
+ * so it is unit-tested.
+ */
+#ifndef PSR_CLI_H
+#define PSR_CLI_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+typedef struct psr_app_spec {
+    int np;             /* processes of this app, >= 1 */
+    char **argv;        /* argc entries (not NULL-terminated), in the caller's argv */
+    int argc;
+} psr_app_spec_t;
+
+typedef struct psr_opts {
+    bool tag_output;        /* --tag-output */
+    bool keep_going;        /* --keep-going */
+    int verbose;            /* -v, repeatable */
+    size_t event_cache;     /* --event-cache N, default 512 */
+    double grace;           /* --grace S: seconds before SIGTERM, then SIGKILL */
+    double timeout;         /* --timeout S: 0 = none */
+    bool help;              /* -h/--help: print usage, run nothing */
+    bool version;           /* --version */
+    psr_app_spec_t *apps;   /* napps entries, malloc'ed; free with psr_opts_free */
+    int napps;
+} psr_opts_t;
+
+#define PSR_DEFAULT_EVENT_CACHE 512
+#define PSR_DEFAULT_GRACE 1.0
+
+/*
+ * Parse argv.  On success returns 0 and fills *opts (free with
+ * psr_opts_free).  On error returns -1 and writes a one-line message for
+ * the user into err (size errlen).
+ */
+int psr_cli_parse(int argc, char **argv, psr_opts_t *opts, char *err, size_t errlen);
+
+void psr_opts_free(psr_opts_t *opts);
+
+/* The usage text, for --help and errors. */
+extern const char psr_usage[];
+
+#endif /* PSR_CLI_H */

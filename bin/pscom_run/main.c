@@ -1,0 +1,582 @@
+/*
+ * pscom_run: a single-node launcher hosting a PMIx server.
+ *
+ * The main thread forks the processes, forwards signals, tags output and
+ * runs the timers; the PMIx library's progress thread runs the host
+ * callbacks in server.c.  One poll() loop waits on a signalfd (SIGCHLD,
+ * SIGINT, SIGTERM, ...), a wake pipe written by the callbacks, and the
+ * children's output pipes when --tag-output is on.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/signalfd.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <pmix.h>
+#include <pmix_server.h>
+
+#include "cli.h"
+#include "launcher.h"
+#include "server.h"
+
+extern char **environ;
+
+/* Signals pscom_run handles through its signalfd; the children get default dispositions. */
+static const int handled_signals[] = { SIGCHLD, SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2 };
+
+#define EXIT_LAUNCH_FAILED 255
+#define EXIT_TIMEOUT 124
+
+double psr_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+void psr_log(const psr_job_t *job, int level, const char *fmt, ...)
+{
+    if (level > 0 && (!job || job->opts->verbose < level)) return;
+    char line[2048];
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(line, sizeof(line) - 1, fmt, ap);
+    va_end(ap);
+    if (n < 0) return;
+    if ((size_t)n > sizeof(line) - 2) n = sizeof(line) - 2;
+    line[n++] = '\n';
+    /* One write per message so that messages of both threads stay whole. */
+    fprintf(stderr, "pscom_run: %.*s", n, line);
+    fflush(stderr);
+}
+
+void psr_job_wake(psr_job_t *job)
+{
+    char c = 1;
+    ssize_t rc;
+    do {
+        rc = write(job->wake_fd[1], &c, 1);
+    } while (rc < 0 && errno == EINTR);
+    /* EAGAIN: the pipe is full, the loop is awake anyway. */
+}
+
+psr_proc_t *psr_job_find(psr_job_t *job, const pmix_proc_t *id)
+{
+    psr_app_t *app = psr_job_find_app(job, id->nspace);
+    if (!app || id->rank >= (pmix_rank_t)app->np) return NULL;
+    return &job->procs[app->first + id->rank];
+}
+
+psr_app_t *psr_job_find_app(psr_job_t *job, const char *nspace)
+{
+    for (int a = 0; a < job->napps; a++)
+        if (PMIX_CHECK_NSPACE(job->apps[a].nspace, nspace)) return &job->apps[a];
+    return NULL;
+}
+
+void psr_job_end_locked(psr_job_t *job, int status, double delay)
+{
+    if (job->exit_status == 0 && status != 0) job->exit_status = status;
+    if (job->ending) return;
+    job->ending = true;
+    job->kill_stage = 0;
+    job->kill_at = psr_now() + delay;
+    psr_job_wake(job);
+}
+
+static void signal_live_locked(psr_job_t *job, int sig)
+{
+    for (int i = 0; i < job->nprocs; i++) {
+        psr_proc_t *p = &job->procs[i];
+        if (p->pid > 0 && !p->exited) kill(p->pid, sig);
+    }
+}
+
+static void write_all(int fd, const char *buf, size_t len)
+{
+    while (len > 0) {
+        ssize_t n = write(fd, buf, len);
+        if (n < 0) {
+            if (errno == EINTR) continue;
+            return;     /* stdout gone (EPIPE): drop the output, keep running */
+        }
+        buf += n;
+        len -= n;
+    }
+}
+
+static void write_stdout(void *arg, const char *text, size_t len)
+{
+    (void)arg;
+    write_all(STDOUT_FILENO, text, len);
+}
+
+static void write_stderr(void *arg, const char *text, size_t len)
+{
+    (void)arg;
+    write_all(STDERR_FILENO, text, len);
+}
+
+/* Build the job from the parsed options: namespaces, processes, tags. */
+static int job_init(psr_job_t *job, const psr_opts_t *opts)
+{
+    memset(job, 0, sizeof(*job));
+    pthread_mutex_init(&job->lock, NULL);
+    job->opts = opts;
+    job->wake_fd[0] = job->wake_fd[1] = -1;
+    job->uid = getuid();
+    job->gid = getgid();
+    if (gethostname(job->hostname, sizeof(job->hostname) - 1) != 0)
+        strcpy(job->hostname, "localhost");
+
+    job->napps = opts->napps;
+    job->apps = calloc(opts->napps, sizeof(*job->apps));
+    if (!job->apps) return -1;
+    for (int a = 0; a < opts->napps; a++) {
+        psr_app_t *app = &job->apps[a];
+        snprintf(app->nspace, sizeof(app->nspace), "pscom_run.%ld.%d", (long)getpid(), a);
+        app->np = opts->apps[a].np;
+        app->first = job->nprocs;
+        app->argv = calloc(opts->apps[a].argc + 1, sizeof(char *));
+        if (!app->argv) return -1;
+        memcpy(app->argv, opts->apps[a].argv, opts->apps[a].argc * sizeof(char *));
+        job->nprocs += app->np;
+    }
+    job->procs = calloc(job->nprocs, sizeof(*job->procs));
+    if (!job->procs) return -1;
+    for (int a = 0; a < job->napps; a++) {
+        psr_app_t *app = &job->apps[a];
+        for (int r = 0; r < app->np; r++) {
+            psr_proc_t *p = &job->procs[app->first + r];
+            PMIX_LOAD_PROCID(&p->id, app->nspace, r);
+            p->app = a;
+            p->out_fd = p->err_fd = -1;
+            if (job->napps == 1) snprintf(p->tag, sizeof(p->tag), "[%d] ", r);
+            else snprintf(p->tag, sizeof(p->tag), "[%d:%d] ", a, r);
+        }
+    }
+    snprintf(job->server_id.nspace, sizeof(job->server_id.nspace), "pscom_run.%ld.srv",
+             (long)getpid());
+    job->server_id.rank = 0;
+    return 0;
+}
+
+static int make_tmpdir(psr_job_t *job)
+{
+    const char *base = getenv("TMPDIR");
+    if (!base || !*base) base = "/tmp";
+    snprintf(job->tmpdir, sizeof(job->tmpdir), "%s/pscom_run.XXXXXX", base);
+    if (!mkdtemp(job->tmpdir)) {
+        psr_log(job, 0, "cannot create a directory for the PMIx server under %s: %s "
+                "(set TMPDIR to a writable directory)", base, strerror(errno));
+        job->tmpdir[0] = '\0';
+        return -1;
+    }
+    return 0;
+}
+
+static int rm_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
+{
+    (void)st;
+    (void)flag;
+    (void)ftw;
+    remove(path);
+    return 0;
+}
+
+static void remove_tmpdir(psr_job_t *job)
+{
+    if (job->tmpdir[0]) nftw(job->tmpdir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+/* Write a message from the child between fork and exec (async-signal-safe). */
+static void child_say(const char *a, const char *b, const char *c)
+{
+    write_all(STDERR_FILENO, a, strlen(a));
+    write_all(STDERR_FILENO, b, strlen(b));
+    write_all(STDERR_FILENO, c, strlen(c));
+}
+
+static int spawn(psr_job_t *job, psr_proc_t *p, const sigset_t *child_mask)
+{
+    psr_app_t *app = &job->apps[p->app];
+    char **env = NULL;
+    int out[2] = { -1, -1 }, err[2] = { -1, -1 };
+
+    /* The environment is built before fork: the child only calls exec. */
+    size_t n = 0;
+    while (environ[n]) n++;
+    env = calloc(n + 1, sizeof(char *));
+    if (!env) goto fail;
+    for (size_t i = 0; i < n; i++) {
+        env[i] = strdup(environ[i]);
+        if (!env[i]) goto fail;
+    }
+    if (psr_server_setup_fork(job, p, &env) != 0) goto fail;
+
+    if (job->opts->tag_output) {
+        if (pipe2(out, O_CLOEXEC) != 0 || pipe2(err, O_CLOEXEC) != 0) {
+            psr_log(job, 0, "cannot create output pipes for %s rank %u: %s",
+                    p->id.nspace, p->id.rank, strerror(errno));
+            goto fail;
+        }
+    }
+    int devnull = -1;
+    if (app->first + (int)p->id.rank != 0) devnull = open("/dev/null", O_RDONLY | O_CLOEXEC);
+
+    pid_t pid = fork();
+    if (pid < 0) {
+        psr_log(job, 0, "cannot fork %s for rank %u: %s", app->argv[0], p->id.rank,
+                strerror(errno));
+        if (devnull >= 0) close(devnull);
+        goto fail;
+    }
+    if (pid == 0) {
+        for (size_t s = 0; s < sizeof(handled_signals) / sizeof(handled_signals[0]); s++)
+            signal(handled_signals[s], SIG_DFL);
+        signal(SIGPIPE, SIG_DFL);
+        sigprocmask(SIG_SETMASK, child_mask, NULL);
+        if (out[1] >= 0) {
+            dup2(out[1], STDOUT_FILENO);
+            dup2(err[1], STDERR_FILENO);
+        }
+        if (devnull >= 0) dup2(devnull, STDIN_FILENO);
+        execvpe(app->argv[0], app->argv, env);
+        int e = errno;
+        child_say("pscom_run: cannot execute '", app->argv[0], "': ");
+        child_say(strerror(e), e == ENOENT ? " (is it in PATH?)" : "", "\n");
+        _exit(127);
+    }
+
+    if (devnull >= 0) close(devnull);
+    if (out[1] >= 0) {
+        close(out[1]);
+        close(err[1]);
+        p->out_fd = out[0];
+        p->err_fd = err[0];
+    }
+    pthread_mutex_lock(&job->lock);
+    p->pid = pid;
+    pthread_mutex_unlock(&job->lock);
+    for (char **e = env; *e; e++) free(*e);
+    free(env);
+    psr_log(job, 2, "started %s rank %u as pid %ld", p->id.nspace, p->id.rank, (long)pid);
+    return 0;
+
+fail:
+    for (int i = 0; i < 2; i++) {
+        if (out[i] >= 0) close(out[i]);
+        if (err[i] >= 0) close(err[i]);
+    }
+    if (env) {
+        for (char **e = env; *e; e++) free(*e);
+        free(env);
+    }
+    return -1;
+}
+
+/* Reap every child that has exited. */
+static void reap(psr_job_t *job)
+{
+    for (;;) {
+        int wstatus;
+        pid_t pid = waitpid(-1, &wstatus, WNOHANG);
+        if (pid <= 0) return;
+        psr_proc_t *p = NULL;
+        pthread_mutex_lock(&job->lock);
+        for (int i = 0; i < job->nprocs; i++) {
+            if (job->procs[i].pid == pid) {
+                p = &job->procs[i];
+                p->exited = true;
+                p->wstatus = wstatus;
+                job->apps[p->app].nexited++;
+                break;
+            }
+        }
+        pthread_mutex_unlock(&job->lock);
+        if (!p) continue;
+        if (WIFSIGNALED(wstatus))
+            psr_log(job, 1, "%s rank %u (pid %ld) was killed by signal %d (%s)",
+                    p->id.nspace, p->id.rank, (long)pid, WTERMSIG(wstatus),
+                    strsignal(WTERMSIG(wstatus)));
+        else
+            psr_log(job, 1, "%s rank %u (pid %ld) exited with status %d",
+                    p->id.nspace, p->id.rank, (long)pid, WEXITSTATUS(wstatus));
+        psr_server_proc_exited(job, p);
+    }
+}
+
+static void on_signal(psr_job_t *job, int sig)
+{
+    if (sig == SIGCHLD) {
+        reap(job);
+        return;
+    }
+    pthread_mutex_lock(&job->lock);
+    if (sig == SIGUSR1 || sig == SIGUSR2) {
+        signal_live_locked(job, sig);
+    } else if (job->signalled && job->kill_stage >= 1) {
+        /* A second interrupt: the user does not want to wait. */
+        psr_log(job, 0, "%s again: killing the job", strsignal(sig));
+        signal_live_locked(job, SIGKILL);
+        job->kill_stage = 2;
+        job->kill_at = 0;
+    } else {
+        psr_log(job, 1, "forwarding %s to the job", strsignal(sig));
+        job->signalled = true;
+        job->ending = true;
+        signal_live_locked(job, sig == SIGQUIT ? SIGQUIT : sig);
+        job->kill_stage = 1;
+        job->kill_at = psr_now() + job->opts->grace + 2;
+    }
+    pthread_mutex_unlock(&job->lock);
+}
+
+/* Advance the SIGTERM/SIGKILL stages of ending a job. */
+static void run_kill_stages(psr_job_t *job, double now)
+{
+    pthread_mutex_lock(&job->lock);
+    if (job->ending && job->kill_at > 0 && now >= job->kill_at) {
+        if (job->kill_stage == 0) {
+            signal_live_locked(job, SIGTERM);
+            job->kill_stage = 1;
+            job->kill_at = now + job->opts->grace;
+        } else if (job->kill_stage == 1) {
+            signal_live_locked(job, SIGKILL);
+            job->kill_stage = 2;
+            job->kill_at = 0;
+        }
+    }
+    pthread_mutex_unlock(&job->lock);
+}
+
+static void drain_pipe(psr_job_t *job, psr_proc_t *p, int *fd, psr_linebuf_t *lb, bool is_err)
+{
+    char buf[65536];
+    ssize_t n = read(*fd, buf, sizeof(buf));
+    if (n < 0 && (errno == EINTR || errno == EAGAIN)) return;
+    psr_line_writer_cb_t w = is_err ? write_stderr : write_stdout;
+    if (n > 0) {
+        psr_lb_feed(lb, p->tag, buf, n, w, job);
+        return;
+    }
+    psr_lb_flush(lb, p->tag, w, job);
+    psr_lb_free(lb);
+    close(*fd);
+    *fd = -1;
+}
+
+static bool all_exited(psr_job_t *job)
+{
+    bool all = true;
+    pthread_mutex_lock(&job->lock);
+    for (int i = 0; i < job->nprocs && all; i++)
+        all = job->procs[i].pid <= 0 || job->procs[i].exited;
+    pthread_mutex_unlock(&job->lock);
+    return all;
+}
+
+static void main_loop(psr_job_t *job, int sfd, double deadline)
+{
+    struct pollfd *pfd = calloc(2 + 2 * job->nprocs, sizeof(*pfd));
+    psr_proc_t **owner = calloc(2 + 2 * job->nprocs, sizeof(*owner));
+    double exited_at = 0;
+    if (!pfd || !owner) {
+        psr_log(job, 0, "out of memory in the main loop; ending the job");
+        pthread_mutex_lock(&job->lock);
+        signal_live_locked(job, SIGKILL);
+        pthread_mutex_unlock(&job->lock);
+        while (!all_exited(job)) {
+            sleep(1);
+            reap(job);
+        }
+        free(pfd);
+        free(owner);
+        return;
+    }
+
+    for (;;) {
+        double now = psr_now();
+        if (deadline > 0 && now >= deadline) {
+            pthread_mutex_lock(&job->lock);
+            if (!job->ending)
+                psr_log(job, 0, "the job ran longer than --timeout %.0f s; ending it",
+                        job->opts->timeout);
+            psr_job_end_locked(job, EXIT_TIMEOUT, 0);
+            pthread_mutex_unlock(&job->lock);
+            deadline = 0;
+        }
+        run_kill_stages(job, now);
+        psr_server_tick(job);
+
+        bool done = all_exited(job);
+        if (done && exited_at == 0) exited_at = now;
+
+        int n = 0;
+        pfd[n].fd = sfd;
+        pfd[n++].events = POLLIN;
+        pfd[n].fd = job->wake_fd[0];
+        pfd[n++].events = POLLIN;
+        int npipes = 0;
+        for (int i = 0; i < job->nprocs; i++) {
+            psr_proc_t *p = &job->procs[i];
+            if (p->out_fd >= 0) {
+                owner[n] = p;
+                pfd[n].fd = p->out_fd;
+                pfd[n++].events = POLLIN;
+                npipes++;
+            }
+            if (p->err_fd >= 0) {
+                owner[n] = p;
+                pfd[n].fd = p->err_fd;
+                pfd[n++].events = POLLIN;
+                npipes++;
+            }
+        }
+        /* Children gone: wait a little for output still in the pipes, which
+         * a grandchild may hold open forever. */
+        if (done && (npipes == 0 || now - exited_at > 1.0)) break;
+
+        double next = deadline;
+        double t = psr_server_next_deadline(job);
+        if (t > 0 && (next == 0 || t < next)) next = t;
+        pthread_mutex_lock(&job->lock);
+        if (job->kill_at > 0 && (next == 0 || job->kill_at < next)) next = job->kill_at;
+        pthread_mutex_unlock(&job->lock);
+        if (done && (next == 0 || exited_at + 1.0 < next)) next = exited_at + 1.01;
+        int timeout_ms = -1;
+        if (next > 0) {
+            double ms = (next - now) * 1000.0 + 1;
+            timeout_ms = ms < 0 ? 0 : ms > 60000 ? 60000 : (int)ms;
+        }
+
+        int rc = poll(pfd, n, timeout_ms);
+        if (rc < 0) {
+            if (errno == EINTR) continue;
+            psr_log(job, 0, "poll failed: %s", strerror(errno));
+            break;
+        }
+        if (pfd[0].revents & POLLIN) {
+            struct signalfd_siginfo si;
+            while (read(sfd, &si, sizeof(si)) == sizeof(si)) on_signal(job, si.ssi_signo);
+        }
+        if (pfd[1].revents & POLLIN) {
+            char buf[256];
+            while (read(job->wake_fd[0], buf, sizeof(buf)) > 0) {
+            }
+        }
+        for (int i = 2; i < n; i++) {
+            if (!(pfd[i].revents & (POLLIN | POLLHUP | POLLERR))) continue;
+            psr_proc_t *p = owner[i];
+            if (pfd[i].fd == p->out_fd) drain_pipe(job, p, &p->out_fd, &p->out_lb, false);
+            else if (pfd[i].fd == p->err_fd) drain_pipe(job, p, &p->err_fd, &p->err_lb, true);
+        }
+    }
+    /* Give up on pipes a grandchild still holds. */
+    for (int i = 0; i < job->nprocs; i++) {
+        psr_proc_t *p = &job->procs[i];
+        if (p->out_fd >= 0) {
+            psr_lb_flush(&p->out_lb, p->tag, write_stdout, job);
+            psr_lb_free(&p->out_lb);
+            close(p->out_fd);
+            p->out_fd = -1;
+        }
+        if (p->err_fd >= 0) {
+            psr_lb_flush(&p->err_lb, p->tag, write_stderr, job);
+            psr_lb_free(&p->err_lb);
+            close(p->err_fd);
+            p->err_fd = -1;
+        }
+    }
+    free(pfd);
+    free(owner);
+}
+
+static void job_free(psr_job_t *job)
+{
+    for (int a = 0; a < job->napps; a++) free(job->apps[a].argv);
+    free(job->apps);
+    free(job->procs);
+    if (job->wake_fd[0] >= 0) close(job->wake_fd[0]);
+    if (job->wake_fd[1] >= 0) close(job->wake_fd[1]);
+    pthread_mutex_destroy(&job->lock);
+}
+
+int main(int argc, char **argv)
+{
+    psr_opts_t opts;
+    char err[512];
+    if (psr_cli_parse(argc, argv, &opts, err, sizeof(err)) != 0) {
+        fprintf(stderr, "pscom_run: %s\n", err);
+        return EXIT_LAUNCH_FAILED;
+    }
+    if (opts.help) {
+        fputs(psr_usage, stdout);
+        return 0;
+    }
+    if (opts.version) {
+        printf("pscom_run (pscom) %s\nPMIx: %s\n", PSR_VERSION, PMIx_Get_version());
+        return 0;
+    }
+
+    psr_job_t job;
+    int status = EXIT_LAUNCH_FAILED;
+    if (job_init(&job, &opts) != 0) {
+        fprintf(stderr, "pscom_run: out of memory setting up %d processes\n", job.nprocs);
+        return EXIT_LAUNCH_FAILED;
+    }
+
+    /* Block the handled signals in every thread, including the PMIx progress
+     * thread started below; they arrive through the signalfd. */
+    sigset_t mask, old_mask;
+    sigemptyset(&mask);
+    for (size_t s = 0; s < sizeof(handled_signals) / sizeof(handled_signals[0]); s++)
+        sigaddset(&mask, handled_signals[s]);
+    pthread_sigmask(SIG_BLOCK, &mask, &old_mask);
+    signal(SIGPIPE, SIG_IGN);
+    int sfd = signalfd(-1, &mask, SFD_NONBLOCK | SFD_CLOEXEC);
+    if (sfd < 0) {
+        psr_log(&job, 0, "signalfd failed: %s", strerror(errno));
+        goto out_job;
+    }
+    if (pipe2(job.wake_fd, O_NONBLOCK | O_CLOEXEC) != 0) {
+        psr_log(&job, 0, "cannot create the wake-up pipe: %s", strerror(errno));
+        goto out_sfd;
+    }
+    if (make_tmpdir(&job) != 0) goto out_sfd;
+    if (psr_server_start(&job) != 0) goto out_tmpdir;
+
+    double start = psr_now();
+    for (int i = 0; i < job.nprocs; i++) {
+        if (spawn(&job, &job.procs[i], &old_mask) != 0) {
+            pthread_mutex_lock(&job.lock);
+            psr_job_end_locked(&job, EXIT_LAUNCH_FAILED, 0);
+            pthread_mutex_unlock(&job.lock);
+            break;
+        }
+    }
+    main_loop(&job, sfd, opts.timeout > 0 ? start + opts.timeout : 0);
+
+    pthread_mutex_lock(&job.lock);
+    status = job.exit_status;
+    pthread_mutex_unlock(&job.lock);
+    psr_server_stop(&job);
+out_tmpdir:
+    remove_tmpdir(&job);
+out_sfd:
+    close(sfd);
+out_job:
+    job_free(&job);
+    psr_opts_free(&opts);
+    return status;
+}

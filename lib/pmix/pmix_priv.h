@@ -1,0 +1,126 @@
+/*
+ * Internals of libpscom_pmix. Functions shared between its files carry the
+ * prefix pmx_.
+ *
+ * The library sees pscom only through pscom.h, plus three services of
+ * pscom_plugin.h: the progress engine's file descriptor watch (the event
+ * pipe), pscom_plugin_log() (PSP_DEBUG levels and the common line prefix) and
+ * pscom_plugin_log_level().
+ */
+#ifndef PMX_PRIV_H_
+#define PMX_PRIV_H_
+
+#include <pmix.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "pscom.h"
+#include "pscom_plugin.h"
+#include "pscom_pmix.h"
+
+/* PSP_DEBUG levels. */
+#define PMX_LOG_ERROR 1
+#define PMX_LOG_WARN  2
+#define PMX_LOG_INFO  3
+#define PMX_LOG_DEBUG 4
+
+/* The PMIx keys of the bootstrap. */
+#define PMX_KEY_EP     "pscom.ep"
+#define PMX_KEY_NODEID "pscom.nodeid"
+
+/* The name of every PMIx event handler of this library: it marks the chain
+ * results so that one event is handled once also when several of our
+ * registrations match it. */
+#define PMX_HANDLER_NAME "pscom_pmix"
+
+/* A queued event (job->evq). */
+struct pmx_event {
+    struct pmx_event *next; /* link in job->evq */
+    int code;
+    pmix_proc_t source;
+    int *ranks; /* ranks of our namespace the event names; owned */
+    size_t nranks;
+    char *text; /* owned copy, or NULL */
+    int exit_code;
+    bool has_exit_code;
+    bool nondefault;
+    /* PMIx's chain: info stays valid until cbfunc is called. NULL for
+     * events made locally (singleton). */
+    pmix_info_t *info;
+    size_t ninfo;
+    pmix_event_notification_cbfunc_fn_t cbfunc;
+    void *cbdata;
+};
+
+/* An application handler. Never freed before finalize, so a dispatcher may
+ * keep a pointer across the handler calls. */
+struct pmx_handler {
+    size_t id;
+    int category; /* PMX_CAT_* */
+    int *codes;
+    size_t ncodes;
+    pscom_pmix_event_cb_t cb;
+    void *ctx;
+    bool removed;
+    bool has_pmix_ref;
+    size_t pmix_ref; /* our PMIx-level registration for its codes */
+};
+
+enum { PMX_CAT_SPECIFIC = 0, PMX_CAT_GROUP = 1, PMX_CAT_DEFAULT = 2 };
+
+struct pscom_pmix_job {
+    pmix_proc_t me;
+    int rank, size;
+    bool singleton;
+    bool server_lost; /* a lost-connection event came */
+
+    /* Bootstrap. */
+    pscom_socket_t *sock;
+    pscom_connection_t **cons; /* [size] */
+    signed char *local;        /* [size]: 1, 0, -1 unknown */
+    bool *failed;              /* [size]: a failure event named the rank */
+
+    /* Events: filled by PMIx's thread, emptied by the dispatcher. */
+    pthread_mutex_t evq_lock;
+    struct pmx_event *evq_head, *evq_tail;
+    int pipe_rd, pipe_wr;
+    bool fd_watched;
+    /* One dispatcher at a time (trylock; never held while waiting). */
+    pthread_mutex_t dispatch_lock;
+
+    /* Application handlers, in registration order. */
+    pthread_mutex_t hdlr_lock;
+    struct pmx_handler **hdlrs;
+    size_t nhdlrs, cap_hdlrs;
+    size_t next_id;
+
+    /* Our own PMIx registrations (catch-all, peer failure). */
+    size_t own_refs[4];
+    size_t nown_refs;
+};
+
+/* pmix_job.c */
+void pmx_log(const pscom_pmix_job_t *job, int level, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+/* Map a PMIx status to a pscom error (setting errno for STDERROR). */
+pscom_err_t pmx_err(pmix_status_t rc);
+/* Fill a pmix_proc_t for a rank of our namespace. */
+void pmx_proc(const pscom_pmix_job_t *job, int rank, pmix_proc_t *p);
+bool pmx_server_usable(const pscom_pmix_job_t *job, const char *what);
+pmix_data_range_t pmx_range(pscom_pmix_range_t range);
+
+/* pmix_event.c */
+int pmx_events_start(pscom_pmix_job_t *job);
+void pmx_events_stop(pscom_pmix_job_t *job);
+/* Queue an event made in this process (singleton, local notify). */
+int pmx_event_local(pscom_pmix_job_t *job, int code, int rank,
+                    const char *text);
+
+/* pmix_boot.c */
+/* Parse "host:port@name": 0, or -1 with *why set to what is wrong. */
+int pmx_ep_check(const char *ep, int *port, char name[9], const char **why);
+void pmx_fail_peer(pscom_pmix_job_t *job, int rank, int code,
+                   const char *text, bool normal_exit);
+
+#endif /* PMX_PRIV_H_ */

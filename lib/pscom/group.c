@@ -1,0 +1,604 @@
+/*
+ * Groups: a numbered set of connections of one socket, with broadcast and
+ * barrier over it.
+ *
+ * Group messages (BCAST, BARRIER) never meet the application's receives:
+ * they are matched here, by connection, type, group id and root, against
+ * the group receives this file posts, in posting order; one that comes
+ * first waits in arrival order until its receive is posted. So a group may
+ * receive before its peers have opened it, and consecutive collectives of
+ * one group stay apart, because the members call them in the same order
+ * and each connection delivers in order.
+ *
+ * Broadcast follows a tree rooted at the broadcast root: every member
+ * passes the message on to up to FANOUT children, the first members of the
+ * FANOUT near-equal chunks of the ranks below it. Barrier is a
+ * dissemination barrier: in round k every member tells the member 2^k
+ * ranks above it and waits for the one 2^k ranks below.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "core.h"
+
+#define GROUP_MAGIC 0x67727570u /* "grup" */
+#define FANOUT 3
+#define NONE ((unsigned)-1)
+
+struct PSCOM_group {
+    uint32_t magic;
+    struct psc_list next; /* groups */
+    struct psc_sock *sock;
+    uint32_t id;
+    uint32_t rank;
+    uint32_t size;
+    struct psc_con *cons[]; /* by group rank; NULL at our own rank */
+};
+
+static struct psc_list groups = PSC_LIST_HEAD_INIT(groups);
+/* Group receives waiting for their message, in posting order (psc_req.next). */
+static struct psc_list posted = PSC_LIST_HEAD_INIT(posted);
+/* Group messages that came before their receive, arrival order (psc_req.next). */
+static struct psc_list unexpected = PSC_LIST_HEAD_INIT(unexpected);
+
+/* What a group message or receive is about: with the connection, the key
+ * it is matched by. Kept in the request's user storage. */
+struct gkey {
+    uint8_t type;
+    uint32_t group_id;
+    uint32_t root;
+};
+
+/* User storage of a group receive. */
+struct grecv {
+    struct gkey key;
+    struct bcast_op *op; /* broadcast: what to do once it is in */
+};
+
+/* User storage of an unexpected group message; its body follows. */
+struct gmsg {
+    struct gkey key;
+    bool arrived;          /* the body is in */
+    struct psc_req *taker; /* the receive waiting for the rest of the body */
+    char data[];
+};
+
+/* A posted broadcast in progress. */
+struct bcast_op {
+    struct psc_req *user; /* the application's request */
+    size_t xlen;          /* its xheader length */
+    unsigned pending;     /* forwards not written yet, +1 while starting */
+    pscom_req_state_t err;
+    unsigned nchild;
+    struct psc_con *child_con[FANOUT];
+    uint32_t child_size[FANOUT];
+};
+
+/* ---------------------------------------------------------------------- */
+/* The broadcast tree, over ranks relative to the root                    */
+/* ---------------------------------------------------------------------- */
+
+/* The children of relative rank u whose subtree has n ranks. */
+static unsigned tree_children(unsigned u, unsigned n, unsigned start[],
+                              unsigned size[])
+{
+    unsigned rest = n ? n - 1 : 0, base = rest / FANOUT, extra = rest % FANOUT;
+    unsigned next = u + 1, count = 0;
+    for (unsigned i = 0; i < FANOUT; i++) {
+        unsigned sz = base + (i < extra);
+        if (!sz) break;
+        start[count] = next;
+        size[count] = sz;
+        count++;
+        next += sz;
+    }
+    return count;
+}
+
+/* The parent of relative rank u (NONE for the root) and the size of u's
+ * subtree in a tree over n ranks. */
+static void tree_locate(unsigned n, unsigned u, unsigned *parent,
+                        unsigned *sub)
+{
+    unsigned node = 0, len = n;
+    *parent = NONE;
+    while (node != u) {
+        unsigned start[FANOUT], size[FANOUT];
+        unsigned c = tree_children(node, len, start, size);
+        unsigned i = 0;
+        while (i + 1 < c && u >= start[i + 1]) i++;
+        *parent = node;
+        node = start[i];
+        len = size[i];
+    }
+    *sub = len;
+}
+
+/* ---------------------------------------------------------------------- */
+/* Matching                                                               */
+/* ---------------------------------------------------------------------- */
+
+static bool key_eq(const struct gkey *a, const struct gkey *b)
+{
+    return a->type == b->type && a->group_id == b->group_id &&
+           a->root == b->root;
+}
+
+static struct gkey key_of(const pscom_header_net_t *hdr)
+{
+    const pscom_xheader_bcast_t *b = (const void *)(hdr + 1);
+    return (struct gkey){.type = hdr->msg_type,
+                         .group_id = b->group_id,
+                         .root = b->bcast_root};
+}
+
+/* Take the message's header and xheader into receive req. */
+static void accept_header(struct psc_req *req, const pscom_header_net_t *hdr,
+                          size_t received)
+{
+    pscom_request_t *r = &req->pub;
+    size_t xl = hdr->xheader_len < r->xheader_len ? hdr->xheader_len
+                                                   : r->xheader_len;
+    r->header = *hdr;
+    memcpy(&r->xheader, hdr + 1, xl);
+    r->state |= PSCOM_REQ_STATE_IO_STARTED;
+    if (received > r->data_len) r->state |= PSCOM_REQ_STATE_TRUNCATED;
+}
+
+/* An unexpected message (whole) goes to its receive; g is freed after. */
+static void deliver(struct psc_req *g, struct psc_req *req)
+{
+    size_t len = g->pub.data_len;
+    size_t fit = len < req->pub.data_len ? len : req->pub.data_len;
+    accept_header(req, &g->pub.header, len);
+    if (fit) memcpy(req->pub.data, g->pub.data, fit);
+    psc_req_done(req, 0);
+}
+
+/* The body of an unexpected message is in (or its connection failed).
+ * Once it has a receive, g goes when this returns (self_free): not here,
+ * psc_req_done still holds it. */
+static void unexpected_done(pscom_request_t *r)
+{
+    struct psc_req *g = req_of(r);
+    struct gmsg *gm = (struct gmsg *)r->user;
+    struct psc_req *taker = gm->taker;
+
+    if (r->state & PSCOM_REQ_STATE_ERROR) {
+        psc_list_del(&g->next);
+        g->self_free = true;
+        if (taker) psc_req_done(taker, PSCOM_REQ_STATE_ERROR);
+        return;
+    }
+    gm->arrived = true;
+    if (taker) {
+        g->self_free = true;
+        deliver(g, taker);
+    }
+}
+
+/* Post a group receive: req->pub.connection, its struct grecv, data,
+ * data_len and xheader_len are set. */
+static void group_recv(struct psc_req *req)
+{
+    struct grecv *gr = (struct grecv *)req->pub.user;
+    struct psc_con *con = con_of(req->pub.connection);
+    struct psc_list *pos;
+
+    req->pub.state = PSCOM_REQ_STATE_RECV_REQUEST | PSCOM_REQ_STATE_POSTED;
+    psc_list_for_each(pos, &unexpected) {
+        struct psc_req *g = psc_list_entry(pos, struct psc_req, next);
+        struct gmsg *gm = (struct gmsg *)g->pub.user;
+        if (g->pub.connection != &con->pub || !key_eq(&gm->key, &gr->key))
+            continue;
+        psc_list_del(&g->next);
+        if (gm->arrived) {
+            deliver(g, req);
+            psc_req_release(g);
+        } else {
+            gm->taker = req;
+        }
+        return;
+    }
+    if (con->failed || con->closing) {
+        psc_req_done(req, PSCOM_REQ_STATE_ERROR);
+        return;
+    }
+    psc_list_add_tail(&req->next, &posted);
+}
+
+int psc_group_header_check(const pscom_header_net_t *hdr, const char **why)
+{
+    if (hdr->xheader_len < sizeof(pscom_xheader_bcast_t) ||
+        (hdr->msg_type == PSC_MSG_BARRIER &&
+         (hdr->xheader_len != sizeof(pscom_xheader_bcast_t) || hdr->data_len))) {
+        *why = "group message with a bad length";
+        return -1;
+    }
+    return 0;
+}
+
+int psc_group_rx(struct psc_con *con, pscom_header_net_t *hdr,
+                 struct psc_req **body)
+{
+    struct gkey key = key_of(hdr);
+    struct psc_list *pos;
+
+    psc_list_for_each(pos, &posted) {
+        struct psc_req *req = psc_list_entry(pos, struct psc_req, next);
+        struct grecv *gr = (struct grecv *)req->pub.user;
+        if (req->pub.connection != &con->pub || !key_eq(&gr->key, &key))
+            continue;
+        psc_list_del(&req->next);
+        accept_header(req, hdr, hdr->data_len);
+        *body = req;
+        return 0;
+    }
+
+    uint64_t len = hdr->data_len;
+    struct psc_req *g = NULL;
+    if (len <= SIZE_MAX - sizeof(struct gmsg))
+        g = psc_req_alloc(hdr->xheader_len, sizeof(struct gmsg) + len);
+    if (!g) {
+        psc_err("%s: out of memory keeping a group message of %llu bytes "
+                "that came before its receive; closing the connection",
+                psc_con_str(con), (unsigned long long)len);
+        psc_con_fail(con, PSCOM_OP_READ, PSCOM_ERR_STDERROR);
+        return -1;
+    }
+    struct gmsg *gm = (struct gmsg *)g->pub.user;
+    gm->key = key;
+    memcpy(&g->pub.header, hdr, PSC_HDR_LEN + hdr->xheader_len);
+    g->pub.xheader_len = hdr->xheader_len;
+    g->pub.connection = &con->pub;
+    g->pub.data = gm->data;
+    g->pub.data_len = len;
+    g->pub.ops.io_done = unexpected_done;
+    psc_list_add_tail(&g->next, &unexpected);
+    *body = g;
+    return 0;
+}
+
+void psc_group_con_fail(struct psc_con *con)
+{
+    struct psc_list failed, *pos, *tmp;
+    psc_list_init(&failed);
+
+    psc_list_for_each_safe(pos, tmp, &posted) {
+        struct psc_req *req = psc_list_entry(pos, struct psc_req, next);
+        if (req->pub.connection != &con->pub) continue;
+        psc_list_del(&req->next);
+        psc_list_add_tail(&req->next, &failed);
+    }
+    /* Messages still arriving end through the core (unexpected_done). */
+    psc_list_for_each_safe(pos, tmp, &unexpected) {
+        struct psc_req *g = psc_list_entry(pos, struct psc_req, next);
+        struct gmsg *gm = (struct gmsg *)g->pub.user;
+        if (g->pub.connection != &con->pub || !gm->arrived) continue;
+        psc_list_del(&g->next);
+        psc_req_release(g);
+    }
+    while (!psc_list_empty(&failed)) {
+        struct psc_req *req = psc_list_first(&failed, struct psc_req, next);
+        psc_list_del(&req->next);
+        psc_req_done(req, PSCOM_REQ_STATE_ERROR);
+    }
+}
+
+/* ---------------------------------------------------------------------- */
+/* Groups                                                                 */
+/* ---------------------------------------------------------------------- */
+
+static struct PSCOM_group *find_locked(struct psc_sock *sock, uint32_t id)
+{
+    struct psc_list *pos;
+    psc_list_for_each(pos, &groups) {
+        struct PSCOM_group *g = psc_list_entry(pos, struct PSCOM_group, next);
+        if (g->id == id && (!sock || g->sock == sock)) return g;
+    }
+    return NULL;
+}
+
+pscom_group_t *pscom_group_open(pscom_socket_t *socket, uint32_t group_id,
+                                uint32_t my_grank, uint32_t group_size,
+                                pscom_connection_t **connections)
+{
+    if (!socket || !group_size || my_grank >= group_size ||
+        (group_size > 1 && !connections)) {
+        psc_err("pscom_group_open(group %u): rank %u of %u, socket %p, "
+                "connections %p: invalid arguments", group_id, my_grank,
+                group_size, (void *)socket, (void *)connections);
+        return NULL;
+    }
+    for (uint32_t i = 0; i < group_size; i++) {
+        if (i == my_grank) continue;
+        if (!connections[i] ||
+            con_of(connections[i])->magic != PSC_CON_MAGIC ||
+            connections[i]->socket != socket) {
+            psc_err("pscom_group_open(group %u): the connection of rank %u "
+                    "is not an open connection of this socket", group_id, i);
+            return NULL;
+        }
+    }
+    struct PSCOM_group *g =
+        calloc(1, sizeof(*g) + group_size * sizeof(g->cons[0]));
+    if (!g) {
+        psc_err("pscom_group_open(group %u): out of memory", group_id);
+        return NULL;
+    }
+    g->magic = GROUP_MAGIC;
+    g->sock = sock_of(socket);
+    g->id = group_id;
+    g->rank = my_grank;
+    g->size = group_size;
+    for (uint32_t i = 0; i < group_size; i++)
+        g->cons[i] = i == my_grank ? NULL : con_of(connections[i]);
+
+    psc_lock();
+    if (find_locked(g->sock, group_id)) {
+        psc_unlock();
+        psc_err("pscom_group_open: group %u is open on this socket already",
+                group_id);
+        free(g);
+        return NULL;
+    }
+    psc_list_add_tail(&g->next, &groups);
+    psc_unlock();
+    return g;
+}
+
+static bool group_valid(pscom_group_t *group, const char *fn)
+{
+    if (group && group->magic == GROUP_MAGIC) return true;
+    psc_err("%s(%p): not an open group (closed already?)", fn, (void *)group);
+    return false;
+}
+
+void pscom_group_close(pscom_group_t *group)
+{
+    if (!group) return;
+    if (!group_valid(group, "pscom_group_close")) return;
+    psc_lock();
+    psc_list_del(&group->next);
+    group->magic = 0;
+    psc_unlock();
+    free(group);
+}
+
+pscom_group_t *pscom_group_find(pscom_socket_t *socket, uint32_t group_id)
+{
+    psc_lock();
+    struct PSCOM_group *g = find_locked(socket ? sock_of(socket) : NULL,
+                                        group_id);
+    psc_unlock();
+    return g;
+}
+
+uint32_t pscom_group_get_id(pscom_group_t *group)
+{
+    return group_valid(group, "pscom_group_get_id") ? group->id : 0;
+}
+
+/* ---------------------------------------------------------------------- */
+/* Broadcast                                                              */
+/* ---------------------------------------------------------------------- */
+
+static void bcast_finish(struct bcast_op *op)
+{
+    struct psc_req *user = op->user;
+    pscom_req_state_t err = op->err;
+    free(op);
+    psc_req_done(user, err);
+}
+
+static void forward_written(pscom_req_state_t state, void *priv)
+{
+    struct bcast_op *op = priv;
+    if (state & PSCOM_REQ_STATE_ERROR) op->err |= PSCOM_REQ_STATE_ERROR;
+    if (!--op->pending) bcast_finish(op);
+}
+
+/* Pass the user's message on to our children, then finish. */
+static void bcast_forward(struct bcast_op *op, size_t len)
+{
+    pscom_request_t *u = &op->user->pub;
+
+    op->pending = op->nchild + 1;
+    for (unsigned i = 0; i < op->nchild; i++) {
+        struct psc_req *c = psc_req_alloc(op->xlen, 0);
+        if (!c) {
+            psc_err("pscom_post_bcast(group %u): out of memory forwarding",
+                    u->xheader.bcast.group_id);
+            op->err |= PSCOM_REQ_STATE_ERROR;
+            op->pending--;
+            continue;
+        }
+        c->self_free = true;
+        c->inplace_done = forward_written;
+        c->inplace_priv = op;
+        memcpy(&c->pub.xheader, &u->xheader, op->xlen);
+        c->pub.xheader.bcast.bcast_arg1 = op->child_size[i];
+        c->pub.xheader.bcast.bcast_arg2 = 0;
+        c->pub.state = PSCOM_REQ_STATE_SEND_REQUEST | PSCOM_REQ_STATE_POSTED;
+        psc_xmsg_send(op->child_con[i], c, PSC_MSG_BCAST, &c->pub.header,
+                      op->xlen, u->data, len);
+    }
+    if (!--op->pending) bcast_finish(op);
+}
+
+/* Our part of the broadcast arrived in the user's buffer. */
+static void bcast_received(pscom_request_t *r)
+{
+    struct grecv *gr = (struct grecv *)r->user;
+    struct bcast_op *op = gr->op;
+    pscom_request_t *u = &op->user->pub;
+
+    u->header = r->header;
+    memcpy(&u->xheader, &r->xheader, op->xlen);
+    u->state |= r->state & (PSCOM_REQ_STATE_TRUNCATED |
+                            PSCOM_REQ_STATE_IO_STARTED);
+    if (r->state & PSCOM_REQ_STATE_ERROR) {
+        op->err |= PSCOM_REQ_STATE_ERROR;
+        op->nchild = 0; /* nothing to pass on */
+    }
+    size_t len = r->header.data_len < u->data_len ? r->header.data_len
+                                                   : u->data_len;
+    bcast_forward(op, len);
+}
+
+void pscom_post_bcast(pscom_request_t *request)
+{
+    struct psc_req *req = req_of(request);
+    pscom_request_t *r = request;
+    const char *why = NULL;
+
+    if (req->magic != PSC_REQ_MAGIC) {
+        psc_err("pscom_post_bcast(%p): not a request, or freed",
+                (void *)request);
+        return;
+    }
+    psc_lock();
+    if ((r->state & PSCOM_REQ_STATE_POSTED) &&
+        !(r->state & PSCOM_REQ_STATE_DONE)) {
+        psc_err("pscom_post_bcast: request %p is posted already",
+                (void *)request);
+        psc_unlock();
+        return;
+    }
+    size_t xlen = r->xheader_len ? r->xheader_len : r->max_xheader_len;
+    uint32_t gid = r->xheader.bcast.group_id;
+    uint32_t root = r->xheader.bcast.bcast_root;
+    struct PSCOM_group *g =
+        find_locked(r->socket ? sock_of(r->socket) : NULL, gid);
+
+    r->state = PSCOM_REQ_STATE_RECV_REQUEST | PSCOM_REQ_STATE_POSTED;
+    if (xlen < sizeof(pscom_xheader_bcast_t) ||
+        (xlen > r->max_xheader_len && xlen > sizeof(pscom_xheader_t)))
+        why = "xheader_len must hold pscom_xheader_bcast_t and fit the "
+              "request";
+    else if (!g)
+        why = "no such group on this socket";
+    else if (root >= g->size)
+        why = "the root is not a rank of the group";
+    struct bcast_op *op = why ? NULL : calloc(1, sizeof(*op));
+    if (!why && !op) why = "out of memory";
+    if (why) {
+        psc_err("pscom_post_bcast(group %u, root %u): %s", gid, root, why);
+        psc_req_done(req, PSCOM_REQ_STATE_ERROR);
+        psc_unlock();
+        return;
+    }
+    r->xheader_len = xlen;
+    op->user = req;
+    op->xlen = xlen;
+
+    unsigned u = (g->rank + g->size - root) % g->size, parent, sub;
+    unsigned start[FANOUT], size[FANOUT];
+    tree_locate(g->size, u, &parent, &sub);
+    op->nchild = tree_children(u, sub, start, size);
+    for (unsigned i = 0; i < op->nchild; i++) {
+        op->child_con[i] = g->cons[(start[i] + root) % g->size];
+        op->child_size[i] = size[i];
+    }
+
+    if (parent == NONE) {
+        r->state = PSCOM_REQ_STATE_SEND_REQUEST | PSCOM_REQ_STATE_POSTED |
+                   PSCOM_REQ_STATE_IO_STARTED;
+        r->header.xheader_len = (uint16_t)xlen;
+        r->header.msg_type = PSC_MSG_BCAST;
+        r->header.data_len = r->data_len;
+        bcast_forward(op, r->data_len);
+        psc_unlock();
+        return;
+    }
+    struct psc_req *rr = psc_req_alloc(xlen, sizeof(struct grecv));
+    if (!rr) {
+        psc_err("pscom_post_bcast(group %u): out of memory", gid);
+        free(op);
+        psc_req_done(req, PSCOM_REQ_STATE_ERROR);
+        psc_unlock();
+        return;
+    }
+    struct grecv *gr = (struct grecv *)rr->pub.user;
+    gr->key = (struct gkey){.type = PSC_MSG_BCAST, .group_id = gid,
+                            .root = root};
+    gr->op = op;
+    rr->self_free = true;
+    rr->pub.connection = &g->cons[(parent + root) % g->size]->pub;
+    rr->pub.xheader_len = xlen;
+    rr->pub.data = r->data;
+    rr->pub.data_len = r->data_len;
+    rr->pub.ops.io_done = bcast_received;
+    group_recv(rr);
+    psc_unlock();
+}
+
+void pscom_bcast(pscom_group_t *group, unsigned bcast_root, void *xheader,
+                 size_t xheader_len, void *data, size_t data_len)
+{
+    if (!group_valid(group, "pscom_bcast")) return;
+    size_t xlen = sizeof(pscom_xheader_bcast_t) + xheader_len;
+    pscom_request_t *r = pscom_request_create(xlen, 0);
+    if (!r) return;
+    r->xheader_len = xlen;
+    r->data = data;
+    r->data_len = data_len;
+    r->socket = &group->sock->pub;
+    r->xheader.bcast.group_id = group->id;
+    r->xheader.bcast.bcast_root = bcast_root;
+    bool root = bcast_root == group->rank;
+    if (root && xheader_len) memcpy(r->xheader.bcast.user, xheader, xheader_len);
+    pscom_post_bcast(r);
+    pscom_wait(r);
+    if (!root && xheader_len && pscom_req_successful(r))
+        memcpy(xheader, r->xheader.bcast.user, xheader_len);
+    pscom_request_free(r);
+}
+
+/* ---------------------------------------------------------------------- */
+/* Barrier                                                                */
+/* ---------------------------------------------------------------------- */
+
+void pscom_barrier(pscom_group_t *group)
+{
+    if (!group_valid(group, "pscom_barrier")) return;
+    uint32_t size = group->size, me = group->rank;
+
+    for (uint32_t dist = 1; dist < size; dist *= 2) {
+        struct psc_con *to = group->cons[(me + dist) % size];
+        struct psc_con *from = group->cons[(me + size - dist) % size];
+        size_t xlen = sizeof(pscom_xheader_bcast_t);
+        struct psc_req *rr = psc_req_alloc(xlen, sizeof(struct grecv));
+        struct psc_req *s = psc_req_alloc(xlen, 0);
+        if (!rr || !s) {
+            psc_err("pscom_barrier(group %u): out of memory", group->id);
+            if (rr) psc_req_release(rr);
+            if (s) psc_req_release(s);
+            return;
+        }
+        struct grecv *gr = (struct grecv *)rr->pub.user;
+        gr->key = (struct gkey){.type = PSC_MSG_BARRIER, .group_id = group->id};
+        rr->pub.connection = &from->pub;
+        rr->pub.xheader_len = xlen;
+
+        s->pub.xheader.bcast = (pscom_xheader_bcast_t){
+            .group_id = group->id, .bcast_arg1 = dist};
+        s->pub.state = PSCOM_REQ_STATE_SEND_REQUEST | PSCOM_REQ_STATE_POSTED;
+
+        psc_lock();
+        group_recv(rr);
+        psc_xmsg_send(to, s, PSC_MSG_BARRIER, &s->pub.header, xlen, NULL, 0);
+        psc_unlock();
+        pscom_wait(&s->pub);
+        pscom_wait(&rr->pub);
+        bool ok = pscom_req_successful(&s->pub) &&
+                  pscom_req_successful(&rr->pub);
+        psc_req_release(s);
+        psc_req_release(rr);
+        if (!ok) {
+            psc_err("pscom_barrier(group %u): a connection failed; the "
+                    "barrier is left early", group->id);
+            return;
+        }
+    }
+}

@@ -1,0 +1,1355 @@
+/*
+ * The ofi plugin: pscom connections over libfabric (loadable module
+ * libpscom4ofi.so).
+ *
+ * One RDM endpoint per process, with one completion queue and one address
+ * vector, carries every ofi connection of every socket. It is opened by the
+ * first handshake and closed at library teardown. A connection is a pair of
+ * connection ids (conids), one per side, exchanged in the handshake blobs
+ * (ofi_proto.h) together with the endpoint names: messages to a side carry
+ * its conid in the tag, so receives posted for one connection never match
+ * another's, also between the same two processes.
+ *
+ * Sending: each frame the core queues (head = header + extended header,
+ * then the body) becomes one tagged message, or, when it is larger than
+ * the receiver's receive buffers, a first message (the head) and the body
+ * in chunks of at most the providers' largest message. Up to PSP_OFI_SENDQ
+ * frames are in flight per connection; a FIFO of them reports finished
+ * frames to the core in queue order (pscom_plugin_tx_done), and only once
+ * libfabric is done with their buffers. Frames that fit the provider's
+ * inject size are copied and finished at once.
+ *
+ * Receiving: each connection keeps PSP_OFI_RECVQ receives posted, one per
+ * frame sequence number (the tag carries it), each into a buffer of
+ * PSP_OFI_BOUNCE bytes; the frame order is therefore the sequence order,
+ * however the completions arrive. The rest of a large frame is received
+ * into a temporary buffer and pushed, except for rendezvous data (the core
+ * has matched a posted receive for it), which goes straight into the user's
+ * buffer: zero copy where the provider has a rendezvous protocol.
+ *
+ * Peer death: a failed send reports an error completion; a peer that only
+ * sends to us is watched through the pre-connection's TCP socket, which the
+ * plugin keeps. A peer closes it with a goodbye record that says how many
+ * frames it sent; a socket that closes without one fails the connection
+ * after PSP_OFI_EOF_GRACE ms (time for messages still in the fabric).
+ *
+ * Re-entrancy: upcalls into the core may run application callbacks that
+ * send, receive or wait, and so call back into this plugin. State is
+ * updated before every upcall; after an upcall that returned -1 (or after
+ * pscom_plugin_con_error) the connection's state is not touched again,
+ * because at progress depth 0 the core may already have closed it.
+ */
+#include <errno.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "ofi_proto.h"
+#include "ofi_wrap.h"
+#include "pscom_plugin.h"
+
+#define LOG(level, ...) pscom_plugin_log((level), "ofi: " __VA_ARGS__)
+enum { L_ERR = 1, L_WARN = 2, L_INFO = 3, L_DEBUG = 4, L_VERBOSE = 5 };
+
+#define INJECT_MAX 4096 /* largest frame copied to the stack for fi_tinject */
+#define CQ_BATCH 16
+#define BYE_LEN 16
+
+/* ---------------------------------------------------------------------- */
+/* Settings                                                               */
+/* ---------------------------------------------------------------------- */
+
+static char *cfg_provider, *cfg_domain;
+static size_t cfg_rendezvous, cfg_bounce, cfg_max_msg;
+static unsigned cfg_recvq, cfg_sendq, cfg_eof_grace, cfg_linger;
+
+static const pscom_config_row_t ofi_rows[] = {
+    {"PSP_OFI_PROVIDER", PSCOM_CONFIG_STR, NULL,
+     "libfabric provider, e.g. \"tcp;ofi_rxm\" or \"shm\"; unset: the first "
+     "that offers RDM endpoints with tagged messages", "ofi", NULL,
+     &cfg_provider},
+    {"PSP_OFI_DOMAIN", PSCOM_CONFIG_STR, NULL,
+     "libfabric domain (for tcp: the interface, e.g. eth0); unset: the "
+     "provider's first", "ofi", NULL, &cfg_domain},
+    {"PSP_OFI_RENDEZVOUS", PSCOM_CONFIG_SIZE, "64k",
+     "rendezvous threshold on ofi connections: larger bodies wait for the "
+     "receive and go straight into its buffer", "ofi", "PSP_RENDEZVOUS",
+     &cfg_rendezvous},
+    {"PSP_OFI_BOUNCE", PSCOM_CONFIG_SIZE, "16k",
+     "size of each posted receive buffer (64..1G); larger frames are sent as "
+     "a head and a body", "ofi", NULL, &cfg_bounce},
+    {"PSP_OFI_RECVQ", PSCOM_CONFIG_UINT, "8",
+     "receive buffers posted per ofi connection (1..1024); memory per "
+     "connection is PSP_OFI_RECVQ * PSP_OFI_BOUNCE", "ofi", NULL, &cfg_recvq},
+    {"PSP_OFI_SENDQ", PSCOM_CONFIG_UINT, "64",
+     "frames in flight per ofi connection (1..4096)", "ofi", NULL,
+     &cfg_sendq},
+    {"PSP_OFI_MAX_MSG", PSCOM_CONFIG_SIZE, "inf",
+     "largest libfabric message; longer bodies go in chunks (at most the "
+     "provider's max_msg_size)", "ofi", NULL, &cfg_max_msg},
+    {"PSP_OFI_EOF_GRACE", PSCOM_CONFIG_UINT, "200",
+     "ms to wait for messages still in the fabric after a peer's "
+     "pre-connection socket closed without a goodbye, before the connection "
+     "fails", "ofi", NULL, &cfg_eof_grace},
+    {"PSP_OFI_LINGER", PSCOM_CONFIG_UINT, "2000",
+     "ms during which messages to a closed ofi connection are drained", "ofi",
+     NULL, &cfg_linger},
+};
+
+/* ---------------------------------------------------------------------- */
+/* Lists                                                                  */
+/* ---------------------------------------------------------------------- */
+
+struct dl {
+    struct dl *next, *prev;
+};
+
+static void dl_init(struct dl *h)
+{
+    h->next = h->prev = h;
+}
+
+static bool dl_empty(const struct dl *h)
+{
+    return h->next == h;
+}
+
+static void dl_add(struct dl *h, struct dl *n)
+{
+    n->next = h->next;
+    n->prev = h;
+    h->next->prev = n;
+    h->next = n;
+}
+
+static void dl_del(struct dl *n)
+{
+    n->prev->next = n->next;
+    n->next->prev = n->prev;
+    n->next = n->prev = n;
+}
+
+#define dl_entry(p, type, member) \
+    ((type *)((char *)(p) - offsetof(type, member)))
+
+/* ---------------------------------------------------------------------- */
+/* State                                                                  */
+/* ---------------------------------------------------------------------- */
+
+enum op_kind {
+    OP_SLOT, /* a posted receive of the ring: first messages of frames */
+    OP_BODY, /* a chunk of the rest of a frame */
+    OP_TX,   /* a send */
+    OP_SINK, /* drains messages to a closed connection */
+};
+
+enum slot_state {
+    SLOT_IDLE,   /* to be posted (the last try found the queue full) */
+    SLOT_POSTED, /* the provider holds it */
+    SLOT_DONE,   /* received, not yet delivered */
+    SLOT_BUSY,   /* being delivered */
+};
+
+struct ofi_con;
+
+/* One libfabric operation. Owned by its connection (oc) while that is
+ * open; when the connection closes, operations the provider still holds
+ * become orphans (oc NULL, on ofi.orphans) until their completion. */
+struct op {
+    ofw_ctx_t ctx; /* first: the provider's scratch space */
+    uint8_t kind;  /* enum op_kind */
+    bool posted;   /* the provider holds it */
+    bool direct;   /* OP_BODY: received into the core's buffer */
+    uint8_t state; /* OP_SLOT: enum slot_state */
+    struct ofi_con *oc;
+    struct dl link; /* oc->ops (not slots), or ofi.orphans, ofi.sinks */
+    uint32_t seq;   /* OP_SLOT: the frame it is posted for */
+    size_t len;     /* OP_SLOT: bytes received; OP_BODY: bytes posted */
+    uint64_t frame; /* OP_TX: frame number */
+    uint64_t deadline; /* OP_SINK: ms */
+    void *dst;      /* OP_BODY: where it receives */
+    void *tmp;      /* owned buffer: OP_BODY copy path, OP_TX copies */
+    struct iovec iov[2]; /* OP_TX: valid until completion */
+    size_t cap;     /* bytes at buf */
+    uint8_t buf[];  /* OP_SLOT, OP_SINK: the receive buffer */
+};
+
+/* A frame in flight (send FIFO). */
+struct txe {
+    uint64_t bytes;   /* head + body */
+    uint32_t pending; /* posted messages not yet completed */
+    bool posting;     /* not every message of it is posted yet */
+};
+
+struct ofi_con {
+    pscom_plugin_con_t *con;
+    struct dl link; /* ofi.cons while open */
+    struct dl ops;  /* OP_BODY and OP_TX operations of this connection */
+    bool counted;   /* holds a reference on the endpoint */
+    bool open;
+    bool dead;      /* failed or closing: no more upcalls */
+    bool attn;      /* on the attention scan (counted in ofi.attn) */
+    bool tx_blocked; /* a send found the queue full */
+    int fd;         /* the pre-connection socket, or -1 */
+
+    uint32_t conid;      /* peers tag messages to us with it */
+    uint32_t peer_conid; /* we tag messages to the peer with it */
+    uint64_t dest;       /* the peer's address (fi_addr_t) */
+    size_t peer_bounce;  /* largest first message the peer takes */
+    size_t chunk;        /* largest message in either direction */
+
+    /* Receiving. */
+    struct op **ring;
+    unsigned nring;
+    unsigned rx_idx;     /* ring slot of the next frame */
+    uint32_t rx_seq;     /* the next frame to deliver */
+    uint64_t rx_frames;  /* frames delivered */
+    uint64_t eof_hold_at; /* ms since the peer's EOF message waits, or 0 */
+    struct {
+        bool active;     /* the rest of frame `seq` is being received */
+        bool need_post;  /* the next chunk is not posted yet */
+        bool direct_ok;  /* rendezvous data: the core's buffer is safe */
+        uint32_t seq;
+        uint64_t k;      /* chunks received */
+        uint64_t left;   /* bytes still to receive */
+    } body;
+
+    /* Sending. */
+    struct txe *fifo;
+    unsigned nfifo;
+    uint64_t tx_head, tx_tail; /* frames reported .. frames committed */
+    uint64_t fifo_bytes;       /* bytes of committed, unreported frames */
+    struct {
+        bool active;     /* frame tx_tail-1 is partly posted */
+        uint64_t frame;
+        const uint8_t *head, *body;
+        size_t hl, bl, first;
+        uint64_t off, total, k;
+    } txp;
+
+    /* Watching the peer. */
+    uint64_t gone_at;    /* ms when the peer's socket closed, or 0 */
+    uint8_t bye[BYE_LEN];
+    size_t bye_have;
+    uint64_t bye_frames; /* frames the peer says it sent */
+};
+
+/* A peer endpoint in the address vector (entries are never removed:
+ * operations may still reference them). */
+struct peer {
+    uint64_t fi_addr;
+    size_t len;
+    uint8_t addr[OFW_ADDR_MAX];
+};
+
+static struct {
+    ofw_info_t info;
+    size_t inject_max;   /* frames up to this size go with fi_tinject */
+    size_t max_msg;      /* largest message we take */
+    ofw_ep_t *ep;        /* NULL until the first handshake */
+    int ep_err;          /* opening the endpoint failed for good */
+    uint8_t addr[OFW_ADDR_MAX];
+    size_t addr_len;
+    uint32_t next_conid;
+    unsigned refs;       /* connections in handshake or open */
+    struct dl cons;      /* open connections */
+    struct dl orphans;   /* operations of closed connections */
+    struct dl sinks;     /* OP_SINK operations, oldest last */
+    unsigned attn;       /* connections with attn set */
+    unsigned rounds;
+    unsigned in_progress; /* nesting of ofi_progress */
+    struct peer **peers; /* open addressing, cap a power of two */
+    unsigned npeers, peers_cap;
+} ofi;
+
+/* ---------------------------------------------------------------------- */
+/* Helpers                                                                */
+/* ---------------------------------------------------------------------- */
+
+static uint64_t now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+static size_t min_size(uint64_t a, uint64_t b)
+{
+    return (size_t)(a < b ? a : b);
+}
+
+static struct op *op_new(enum op_kind kind, size_t cap)
+{
+    struct op *op = calloc(1, sizeof(*op) + cap);
+    if (!op) return NULL;
+    op->kind = (uint8_t)kind;
+    op->cap = cap;
+    op->link.next = op->link.prev = &op->link;
+    return op;
+}
+
+static void op_free(struct op *op)
+{
+    dl_del(&op->link);
+    free(op->tmp);
+    free(op);
+}
+
+static void set_attn(struct ofi_con *oc)
+{
+    if (oc->attn) return;
+    oc->attn = true;
+    ofi.attn++;
+}
+
+static void clear_attn(struct ofi_con *oc)
+{
+    if (!oc->attn) return;
+    oc->attn = false;
+    ofi.attn--;
+}
+
+static pscom_err_t err_of(int e)
+{
+    switch (e) {
+    case ECONNRESET:
+    case ECONNREFUSED:
+    case ECONNABORTED:
+    case ENOTCONN:
+    case EPIPE:
+    case EHOSTUNREACH:
+    case ENETUNREACH:
+    case ESHUTDOWN:
+        return PSCOM_ERR_EOF;
+    default:
+        return PSCOM_ERR_IOERROR;
+    }
+}
+
+/* The connection failed here: tell the core (once). Do not touch oc
+ * afterwards: the application may close the connection from con_error. */
+static void fail_con(struct ofi_con *oc, pscom_op_t op, pscom_err_t err,
+                     const char *what, int sys_errno)
+{
+    if (oc->dead) return;
+    oc->dead = true;
+    pscom_plugin_con_error(oc->con, op, err, what, sys_errno);
+}
+
+/* A message from the peer that breaks the protocol. */
+static void fail_proto(struct ofi_con *oc, const char *why)
+{
+    if (oc->dead) return;
+    LOG(L_ERR, "%s: %s (provider %s); closing the connection",
+        pscom_plugin_con_str(oc->con), why, ofi.info.prov);
+    fail_con(oc, PSCOM_OP_READ, PSCOM_ERR_IOERROR, "receive (protocol error)",
+             EPROTO);
+}
+
+/* ---------------------------------------------------------------------- */
+/* Endpoint and peers                                                     */
+/* ---------------------------------------------------------------------- */
+
+static int ep_get(void)
+{
+    if (ofi.ep) return 0;
+    if (ofi.ep_err) return ofi.ep_err;
+    char why[256];
+    int rc = ofw_ep_open(&ofi.ep, ofi.addr, &ofi.addr_len, why, sizeof(why));
+    if (rc) {
+        ofi.ep_err = rc;
+        ofi.ep = NULL;
+        LOG(L_WARN, "cannot open an endpoint of provider %s (domain %s): %s; "
+            "connections use the next transport", ofi.info.prov,
+            ofi.info.domain, why);
+        return rc;
+    }
+    char s[128];
+    LOG(L_DEBUG, "endpoint %s open (provider %s, domain %s)",
+        ofw_addr_str(ofi.ep, ofi.addr, ofi.addr_len, s, sizeof(s)),
+        ofi.info.prov, ofi.info.domain);
+    return 0;
+}
+
+static uint64_t addr_hash(const uint8_t *a, size_t len)
+{
+    uint64_t h = 1469598103934665603ull;
+    for (size_t i = 0; i < len; i++) h = (h ^ a[i]) * 1099511628211ull;
+    return h;
+}
+
+static int peers_grow(void)
+{
+    unsigned cap = ofi.peers_cap ? ofi.peers_cap * 2 : 64;
+    struct peer **t = calloc(cap, sizeof(*t));
+    if (!t) return -ENOMEM;
+    for (unsigned i = 0; i < ofi.peers_cap; i++) {
+        struct peer *p = ofi.peers[i];
+        if (!p) continue;
+        unsigned j = (unsigned)addr_hash(p->addr, p->len) & (cap - 1);
+        while (t[j]) j = (j + 1) & (cap - 1);
+        t[j] = p;
+    }
+    free(ofi.peers);
+    ofi.peers = t;
+    ofi.peers_cap = cap;
+    return 0;
+}
+
+/* The address vector entry of a peer's endpoint name, inserted once. */
+static int peer_addr(const uint8_t *addr, size_t len, uint64_t *fi_addr)
+{
+    if ((ofi.npeers + 1) * 2 > ofi.peers_cap && peers_grow()) return -ENOMEM;
+    unsigned mask = ofi.peers_cap - 1;
+    unsigned j = (unsigned)addr_hash(addr, len) & mask;
+    for (; ofi.peers[j]; j = (j + 1) & mask) {
+        struct peer *p = ofi.peers[j];
+        if (p->len == len && !memcmp(p->addr, addr, len)) {
+            *fi_addr = p->fi_addr;
+            return 0;
+        }
+    }
+    struct peer *p = calloc(1, sizeof(*p));
+    if (!p) return -ENOMEM;
+    int rc = ofw_av_insert(ofi.ep, addr, len, &p->fi_addr);
+    if (rc) {
+        free(p);
+        return rc;
+    }
+    p->len = len;
+    memcpy(p->addr, addr, len);
+    ofi.peers[j] = p;
+    ofi.npeers++;
+    *fi_addr = p->fi_addr;
+    return 0;
+}
+
+static void ref_put(struct ofi_con *oc)
+{
+    if (!oc->counted) return;
+    oc->counted = false;
+    ofi.refs--;
+}
+
+/* ---------------------------------------------------------------------- */
+/* Receiving                                                              */
+/* ---------------------------------------------------------------------- */
+
+static void deliver(struct ofi_con *oc);
+
+/* Post ring slot `op` for frame `seq`: 0, or the provider's error. The
+ * slot is SLOT_IDLE when that failed. */
+static ssize_t slot_post_raw(struct ofi_con *oc, struct op *op, uint32_t seq)
+{
+    op->seq = seq & OFI_SEQ_MASK;
+    ssize_t rc = ofw_trecv(ofi.ep, op->buf, op->cap,
+                           ofi_tag(oc->conid, op->seq, OFI_PART_FIRST), 0,
+                           &op->ctx);
+    op->state = rc ? SLOT_IDLE : SLOT_POSTED;
+    op->posted = rc == 0;
+    return rc;
+}
+
+/* Post ring slot `op` for frame `seq`. 0; -1 when the connection failed. */
+static int slot_post(struct ofi_con *oc, struct op *op, uint32_t seq)
+{
+    ssize_t rc = slot_post_raw(oc, op, seq);
+    if (rc == 0) return 0;
+    if (rc == -EAGAIN) {
+        set_attn(oc);
+        return 0;
+    }
+    LOG(L_ERR, "%s: posting a receive failed: %s",
+        pscom_plugin_con_str(oc->con), ofw_strerror((int)rc));
+    fail_con(oc, PSCOM_OP_READ, PSCOM_ERR_IOERROR, "fi_trecv", (int)-rc);
+    return -1;
+}
+
+/* Post the next chunk of the rest of the frame being received. 0, or -1
+ * when the connection failed. */
+static int body_post(struct ofi_con *oc)
+{
+    size_t n = min_size(oc->body.left, oc->chunk);
+    struct op *op = op_new(OP_BODY, 0);
+    if (!op) goto nomem;
+    void *dst = NULL;
+    if (oc->body.direct_ok) {
+        void *b = NULL;
+        size_t avail = pscom_plugin_rx_direct(oc->con, &b);
+        if (avail >= n && b) {
+            dst = b;
+            op->direct = true;
+        }
+    }
+    if (!dst) {
+        op->tmp = malloc(n ? n : 1);
+        if (!op->tmp) goto nomem;
+        dst = op->tmp;
+    }
+    op->oc = oc;
+    op->dst = dst;
+    op->len = n;
+    ssize_t rc = ofw_trecv(ofi.ep, dst, n,
+                           ofi_tag(oc->conid, oc->body.seq,
+                                   ofi_chunk_part(oc->body.k)),
+                           0, &op->ctx);
+    if (rc == -EAGAIN) {
+        op_free(op);
+        set_attn(oc);
+        return 0;
+    }
+    if (rc) {
+        op_free(op);
+        LOG(L_ERR, "%s: posting a receive of %zu bytes failed: %s",
+            pscom_plugin_con_str(oc->con), n, ofw_strerror((int)rc));
+        fail_con(oc, PSCOM_OP_READ, PSCOM_ERR_IOERROR, "fi_trecv", (int)-rc);
+        return -1;
+    }
+    op->posted = true;
+    dl_add(&oc->ops, &op->link);
+    oc->body.need_post = false;
+    return 0;
+
+nomem:
+    if (op) op_free(op);
+    LOG(L_ERR, "%s: out of memory for a message body of %zu bytes",
+        pscom_plugin_con_str(oc->con), n);
+    fail_con(oc, PSCOM_OP_READ, PSCOM_ERR_STDERROR, "malloc", ENOMEM);
+    return -1;
+}
+
+/* The peer's end-of-connection message makes the core fail what is still
+ * queued on this connection, also sends whose data the peer has taken but
+ * whose completion we have not read yet (a rendezvous send completes only
+ * after the receiver's acknowledgement). So it waits until the sends in
+ * flight have completed, for at most PSP_OFI_EOF_GRACE ms. */
+static bool hold_eof(struct ofi_con *oc)
+{
+    if (oc->tx_head == oc->tx_tail) return false;
+    uint64_t now = now_ms();
+    if (!oc->eof_hold_at) oc->eof_hold_at = now;
+    if (now >= oc->eof_hold_at + cfg_eof_grace) return false;
+    set_attn(oc); /* looked at again from progress */
+    return true;
+}
+
+/* Hand the frames that arrived in sequence to the core. */
+static void deliver(struct ofi_con *oc)
+{
+    while (!oc->dead) {
+        if (oc->body.active) {
+            if (oc->body.need_post) body_post(oc);
+            return;
+        }
+        struct op *slot = oc->ring[oc->rx_idx];
+        if (slot->state != SLOT_DONE) return;
+
+        size_t len = slot->len, head;
+        uint64_t total;
+        uint8_t type;
+        if (ofi_frame_parse(slot->buf, len, &head, &total, &type)) {
+            fail_proto(oc, "message shorter than a frame header");
+            return;
+        }
+        if (len > total) {
+            fail_proto(oc, "message longer than the frame it starts");
+            return;
+        }
+        if (type == OFI_MSG_EOF && len == total && hold_eof(oc)) return;
+        oc->eof_hold_at = 0;
+        /* State first: the push may call back into this plugin. */
+        slot->state = SLOT_BUSY;
+        uint32_t seq = oc->rx_seq;
+        oc->rx_seq = (seq + 1) & OFI_SEQ_MASK;
+        oc->rx_idx = (oc->rx_idx + 1) % oc->nring;
+        oc->rx_frames++;
+        if (len < total) {
+            oc->body.active = true;
+            oc->body.need_post = true;
+            oc->body.seq = seq;
+            oc->body.k = 0;
+            oc->body.left = total - len;
+            oc->body.direct_ok = type == OFI_MSG_RNDV_DATA && len == head;
+        }
+        if (pscom_plugin_rx_push(oc->con, slot->buf, len)) {
+            oc->dead = true;
+            return;
+        }
+        if (slot_post(oc, slot, seq + oc->nring)) return;
+    }
+}
+
+static void body_done(struct ofi_con *oc, struct op *op, size_t len)
+{
+    bool direct = op->direct;
+    void *dst = op->dst;
+    if (len != op->len) {
+        op_free(op);
+        fail_proto(oc, "message body shorter than announced");
+        return;
+    }
+    oc->body.left -= len;
+    oc->body.k++;
+    if (oc->body.left)
+        oc->body.need_post = true;
+    else
+        oc->body.active = false;
+
+    int rc;
+    if (direct) {
+        /* The core still waits for exactly these bytes, unless the
+         * connection failed meanwhile. */
+        void *b = NULL;
+        size_t avail = pscom_plugin_rx_direct(oc->con, &b);
+        if (b != dst || avail < len) {
+            op_free(op);
+            oc->dead = true;
+            return;
+        }
+        op_free(op);
+        rc = pscom_plugin_rx_direct_done(oc->con, len);
+    } else {
+        rc = pscom_plugin_rx_push(oc->con, op->tmp, len);
+        op_free(op);
+    }
+    if (rc) {
+        oc->dead = true;
+        return;
+    }
+    deliver(oc);
+}
+
+/* ---------------------------------------------------------------------- */
+/* Sending                                                                */
+/* ---------------------------------------------------------------------- */
+
+static void fail_send(struct ofi_con *oc, const char *what, int err)
+{
+    LOG(L_WARN, "%s: %s failed: %s", pscom_plugin_con_str(oc->con), what,
+        ofw_strerror(-err));
+    fail_con(oc, PSCOM_OP_WRITE, err_of(err), what, err);
+}
+
+/* Post the messages of the partly posted frame. 1 when all are posted, 0
+ * when the send queue is full, -1 when the connection failed. */
+static int txp_continue(struct ofi_con *oc)
+{
+    while (oc->txp.off < oc->txp.total) {
+        uint64_t off = oc->txp.off;
+        size_t len;
+        unsigned part;
+        if (off == 0) {
+            len = oc->txp.first;
+            part = OFI_PART_FIRST;
+        } else {
+            len = min_size(oc->txp.total - off, oc->chunk);
+            part = ofi_chunk_part(oc->txp.k);
+        }
+        struct op *op = op_new(OP_TX, 0);
+        if (!op) {
+            fail_send(oc, "malloc", ENOMEM);
+            return -1;
+        }
+        size_t cnt = 0, hl = oc->txp.hl;
+        if (off < hl) {
+            size_t n = min_size(hl - off, len);
+            op->iov[cnt++] = (struct iovec){(void *)(oc->txp.head + off), n};
+        }
+        if (off + len > hl) {
+            size_t boff = off > hl ? off - hl : 0;
+            size_t n = len - (off < hl ? hl - off : 0);
+            op->iov[cnt++] = (struct iovec){(void *)(oc->txp.body + boff), n};
+        }
+        if (cnt > ofi.info.iov_limit) {
+            op->tmp = malloc(len);
+            if (!op->tmp) {
+                op_free(op);
+                fail_send(oc, "malloc", ENOMEM);
+                return -1;
+            }
+            memcpy(op->tmp, op->iov[0].iov_base, op->iov[0].iov_len);
+            memcpy((char *)op->tmp + op->iov[0].iov_len, op->iov[1].iov_base,
+                   op->iov[1].iov_len);
+            op->iov[0] = (struct iovec){op->tmp, len};
+            cnt = 1;
+        }
+        op->oc = oc;
+        op->frame = oc->txp.frame;
+        ssize_t rc = ofw_tsendv(ofi.ep, op->iov, cnt, oc->dest,
+                                ofi_tag(oc->peer_conid, (uint32_t)op->frame,
+                                        part),
+                                &op->ctx);
+        if (rc == -EAGAIN) {
+            op_free(op);
+            oc->tx_blocked = true;
+            set_attn(oc);
+            return 0;
+        }
+        if (rc) {
+            op_free(op);
+            fail_send(oc, "fi_tsendv", (int)-rc);
+            return -1;
+        }
+        op->posted = true;
+        dl_add(&oc->ops, &op->link);
+        if (off == 0) {
+            /* The frame is committed with its first message. */
+            struct txe *e = &oc->fifo[oc->tx_tail % oc->nfifo];
+            *e = (struct txe){.bytes = oc->txp.total, .posting = true};
+            oc->tx_tail++;
+            oc->fifo_bytes += oc->txp.total;
+        } else {
+            oc->txp.k++;
+        }
+        oc->fifo[op->frame % oc->nfifo].pending++;
+        oc->txp.off += len;
+    }
+    oc->fifo[oc->txp.frame % oc->nfifo].posting = false;
+    oc->txp.active = false;
+    return 1;
+}
+
+#define IOV_PEEK (2 * 4096 + 4)
+
+/* Post queued frames while the window has room. No upcalls except
+ * con_error. 0, or -1 when the connection failed. */
+static int tx_post(struct ofi_con *oc)
+{
+    static struct iovec iov[IOV_PEEK];
+    for (;;) {
+        if (oc->txp.active) {
+            int rc = txp_continue(oc);
+            if (rc <= 0) return rc;
+        }
+        if (oc->tx_tail - oc->tx_head >= oc->nfifo) return 0;
+
+        size_t total;
+        int want = (int)(2 * (oc->tx_tail - oc->tx_head) + 2);
+        int cnt = pscom_plugin_tx_peek(oc->con, iov, want, &total);
+        /* Skip what is in flight: whole frames, so whole entries. */
+        uint64_t skip = oc->fifo_bytes;
+        int i = 0;
+        while (i < cnt && skip >= iov[i].iov_len) skip -= iov[i++].iov_len;
+        if (i >= cnt || skip) return 0;
+
+        const uint8_t *head = iov[i].iov_base;
+        size_t hl;
+        uint64_t ftotal;
+        uint8_t type;
+        if (ofi_frame_parse(head, iov[i].iov_len, &hl, &ftotal, &type) ||
+            hl != iov[i].iov_len) {
+            LOG(L_ERR, "%s: internal error: a queued frame does not start "
+                "with its header", pscom_plugin_con_str(oc->con));
+            fail_send(oc, "frame", EPROTO);
+            return -1;
+        }
+        size_t bl = (size_t)(ftotal - hl);
+        const uint8_t *body = NULL;
+        if (bl) {
+            if (i + 1 >= cnt || iov[i + 1].iov_len != bl) return 0;
+            body = iov[i + 1].iov_base;
+        }
+
+        uint64_t frame = oc->tx_tail;
+        if (ftotal <= ofi.inject_max && ftotal <= oc->peer_bounce) {
+            uint8_t buf[INJECT_MAX];
+            memcpy(buf, head, hl);
+            if (bl) memcpy(buf + hl, body, bl);
+            ssize_t rc = ofw_tinject(ofi.ep, buf, (size_t)ftotal, oc->dest,
+                                     ofi_tag(oc->peer_conid, (uint32_t)frame,
+                                             OFI_PART_FIRST));
+            if (rc == -EAGAIN) {
+                oc->tx_blocked = true;
+                set_attn(oc);
+                return 0;
+            }
+            if (rc) {
+                fail_send(oc, "fi_tinject", (int)-rc);
+                return -1;
+            }
+            oc->fifo[frame % oc->nfifo] = (struct txe){.bytes = ftotal};
+            oc->tx_tail++;
+            oc->fifo_bytes += ftotal;
+            continue;
+        }
+        oc->txp.active = true;
+        oc->txp.frame = frame;
+        oc->txp.head = head;
+        oc->txp.body = body;
+        oc->txp.hl = hl;
+        oc->txp.bl = bl;
+        oc->txp.off = 0;
+        oc->txp.k = 0;
+        oc->txp.total = ftotal;
+        oc->txp.first = ofi_first_len(hl, bl, oc->peer_bounce);
+    }
+}
+
+/* Post, and report finished frames to the core, until neither moves. */
+static void tx_run(struct ofi_con *oc)
+{
+    for (;;) {
+        if (oc->dead) return;
+        if (tx_post(oc)) return;
+        uint64_t bytes = 0;
+        while (oc->tx_head != oc->tx_tail) {
+            struct txe *e = &oc->fifo[oc->tx_head % oc->nfifo];
+            if (e->posting || e->pending) break;
+            bytes += e->bytes;
+            oc->tx_head++;
+        }
+        if (!bytes) return;
+        oc->fifo_bytes -= bytes;
+        if (!pscom_plugin_tx_pending(oc->con)) {
+            /* The core failed the connection and dropped its queue. */
+            oc->dead = true;
+            return;
+        }
+        if (pscom_plugin_tx_done(oc->con, bytes)) {
+            /* Inside progress the core frees nothing; outside (tx_kick from
+             * a send) the application may have closed the connection. */
+            if (ofi.in_progress) oc->dead = true;
+            return;
+        }
+    }
+}
+
+static void tx_done_op(struct ofi_con *oc, struct op *op)
+{
+    oc->fifo[op->frame % oc->nfifo].pending--;
+    op_free(op);
+    tx_run(oc);
+}
+
+/* ---------------------------------------------------------------------- */
+/* Completions                                                            */
+/* ---------------------------------------------------------------------- */
+
+static void sink_post(struct op *op)
+{
+    uint64_t tag = op->frame; /* the closed connection's conid << 32 */
+    op->posted = ofw_trecv(ofi.ep, op->buf, op->cap, tag,
+                           OFI_TAG_ANY_OF_CONID, &op->ctx) == 0;
+    if (!op->posted) op_free(op);
+}
+
+static void on_comp(const ofw_comp_t *c)
+{
+    struct op *op = (struct op *)c->ctx;
+    struct ofi_con *oc = op->oc;
+    op->posted = false;
+    switch (op->kind) {
+    case OP_SLOT:
+        if (!oc) {
+            op_free(op);
+            return;
+        }
+        op->len = c->len;
+        op->state = SLOT_DONE;
+        deliver(oc);
+        return;
+    case OP_BODY:
+        if (!oc) {
+            op_free(op);
+            return;
+        }
+        dl_del(&op->link);
+        body_done(oc, op, c->len);
+        return;
+    case OP_TX:
+        if (!oc) {
+            op_free(op);
+            return;
+        }
+        tx_done_op(oc, op);
+        return;
+    case OP_SINK:
+        LOG(L_VERBOSE, "drained a message of %zu bytes to closed connection "
+            "id %u", c->len, (unsigned)(op->frame >> 32));
+        if (op->deadline > now_ms())
+            sink_post(op);
+        else
+            op_free(op);
+        return;
+    }
+}
+
+static void on_cq_error(const ofw_cqerr_t *e)
+{
+    struct op *op = (struct op *)e->ctx;
+    if (!op) {
+        LOG(L_WARN, "completion error without an operation: %s", e->text);
+        return;
+    }
+    struct ofi_con *oc = op->oc;
+    op->posted = false;
+    if (op->kind == OP_SINK) {
+        if (e->err != ECANCELED && op->deadline > now_ms())
+            sink_post(op);
+        else
+            op_free(op);
+        return;
+    }
+    if (!oc || oc->dead || e->err == ECANCELED) {
+        if (op->kind != OP_SLOT || !oc) op_free(op);
+        return;
+    }
+    char what[320];
+    if (op->kind == OP_TX) {
+        snprintf(what, sizeof(what), "libfabric send (%s: %s)", ofi.info.prov,
+                 e->text);
+        LOG(L_DEBUG, "%s: send completed with an error: %s",
+            pscom_plugin_con_str(oc->con), e->text);
+        fail_con(oc, PSCOM_OP_WRITE, err_of(e->err), what, e->err);
+        return;
+    }
+    if (e->err == EMSGSIZE) {
+        fail_proto(oc, "message longer than the receive posted for it");
+        return;
+    }
+    snprintf(what, sizeof(what), "libfabric receive (%s: %s)", ofi.info.prov,
+             e->text);
+    fail_con(oc, PSCOM_OP_READ, err_of(e->err), what, e->err);
+}
+
+/* ---------------------------------------------------------------------- */
+/* Watching the peer through the pre-connection socket                    */
+/* ---------------------------------------------------------------------- */
+
+static void put_u64le(uint8_t *p, uint64_t v)
+{
+    for (int i = 0; i < 8; i++) p[i] = (uint8_t)(v >> (8 * i));
+}
+
+static uint64_t get_u64le(const uint8_t *p)
+{
+    uint64_t v = 0;
+    for (int i = 7; i >= 0; i--) v = v << 8 | p[i];
+    return v;
+}
+
+static bool bye_ok(const struct ofi_con *oc)
+{
+    return oc->bye_have == BYE_LEN && !memcmp(oc->bye, "OFIB", 4);
+}
+
+static void check_gone(struct ofi_con *oc)
+{
+    uint64_t now = now_ms();
+    if (bye_ok(oc)) {
+        if (oc->rx_frames >= oc->bye_frames ||
+            now >= oc->gone_at + 5ull * cfg_eof_grace) {
+            LOG(L_DEBUG, "%s: the peer closed its end (%llu of %llu frames "
+                "arrived)", pscom_plugin_con_str(oc->con),
+                (unsigned long long)oc->rx_frames,
+                (unsigned long long)oc->bye_frames);
+            fail_con(oc, PSCOM_OP_READ, PSCOM_ERR_EOF,
+                     "peer closed the connection", 0);
+        }
+        return;
+    }
+    if (now >= oc->gone_at + cfg_eof_grace) {
+        LOG(L_INFO, "%s: the peer's pre-connection socket closed without a "
+            "goodbye: the peer process is gone", pscom_plugin_con_str(oc->con));
+        fail_con(oc, PSCOM_OP_READ, PSCOM_ERR_EOF,
+                 "pre-connection socket (peer gone)", ECONNRESET);
+    }
+}
+
+static void on_fd(int fd, uint32_t events, void *arg)
+{
+    struct ofi_con *oc = arg;
+    (void)events;
+    if (!oc->open || oc->dead) return;
+    for (;;) {
+        uint8_t buf[64];
+        ssize_t n = recv(fd, buf, sizeof(buf), MSG_DONTWAIT);
+        if (n > 0) {
+            size_t take = min_size((uint64_t)n, BYE_LEN - oc->bye_have);
+            memcpy(oc->bye + oc->bye_have, buf, take);
+            oc->bye_have += take;
+            if (bye_ok(oc)) oc->bye_frames = get_u64le(oc->bye + 8);
+            continue;
+        }
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;
+        if (!oc->gone_at) oc->gone_at = now_ms();
+        break;
+    }
+    if (oc->gone_at) check_gone(oc);
+}
+
+/* ---------------------------------------------------------------------- */
+/* Operations                                                             */
+/* ---------------------------------------------------------------------- */
+
+static int ofi_init(void)
+{
+    pscom_plugin_config_register(ofi_rows, sizeof(ofi_rows) / sizeof(ofi_rows[0]));
+    if (cfg_bounce < OFI_BOUNCE_MIN) cfg_bounce = OFI_BOUNCE_MIN;
+    if (cfg_bounce > OFI_BOUNCE_MAX) cfg_bounce = OFI_BOUNCE_MAX;
+    if (cfg_recvq < 1) cfg_recvq = 1;
+    if (cfg_recvq > 1024) cfg_recvq = 1024;
+    if (cfg_sendq < 1) cfg_sendq = 1;
+    if (cfg_sendq > 4096) cfg_sendq = 4096;
+
+    memset(&ofi, 0, sizeof(ofi));
+    dl_init(&ofi.cons);
+    dl_init(&ofi.orphans);
+    dl_init(&ofi.sinks);
+    ofi.next_conid = (uint32_t)getpid() << 12;
+
+    char why[512];
+    int rc = ofw_select(cfg_provider, cfg_domain, &ofi.info, why, sizeof(why));
+    if (rc) {
+        /* Asked for by name: worth a warning; otherwise libfabric simply
+         * has nothing for us here. */
+        LOG(cfg_provider && *cfg_provider ? L_WARN : L_DEBUG,
+            "%s; the ofi plugin is not used%s", why,
+            cfg_provider && *cfg_provider ? " (check PSP_OFI_PROVIDER)" : "");
+        return rc;
+    }
+    if (cfg_bounce > ofi.info.max_msg_size) cfg_bounce = ofi.info.max_msg_size;
+    ofi.max_msg = min_size(cfg_max_msg, ofi.info.max_msg_size);
+    if (ofi.max_msg < cfg_bounce) ofi.max_msg = cfg_bounce;
+    ofi.inject_max = min_size(ofi.info.inject_size, INJECT_MAX);
+    LOG(L_DEBUG, "provider %s, fabric %s, domain %s: inject %zu, largest "
+        "message %zu, iov %zu, queues tx %zu rx %zu%s", ofi.info.prov,
+        ofi.info.fabric, ofi.info.domain, ofi.info.inject_size,
+        ofi.info.max_msg_size, ofi.info.iov_limit, ofi.info.tx_size,
+        ofi.info.rx_size, ofi.info.local_only ? "; this host only" : "");
+    return 0;
+}
+
+static void ofi_destroy(void)
+{
+    if (ofi.ep) ofw_ep_close(ofi.ep);
+    ofi.ep = NULL;
+    /* The provider is gone: nothing references the operations any more. */
+    while (!dl_empty(&ofi.orphans))
+        op_free(dl_entry(ofi.orphans.next, struct op, link));
+    while (!dl_empty(&ofi.sinks))
+        op_free(dl_entry(ofi.sinks.next, struct op, link));
+    for (unsigned i = 0; i < ofi.peers_cap; i++) free(ofi.peers[i]);
+    free(ofi.peers);
+    ofi.peers = NULL;
+    ofi.peers_cap = ofi.npeers = 0;
+    ofw_unselect();
+}
+
+static int ofi_offer(const pscom_plugin_peer_t *peer)
+{
+    return !ofi.info.local_only || peer->same_node;
+}
+
+static int ofi_hs_start(pscom_plugin_con_t *con, void *priv, void *blob,
+                        size_t *len)
+{
+    struct ofi_con *oc = priv;
+    int rc = ep_get();
+    if (rc) return rc;
+
+    oc->con = con;
+    oc->fd = -1;
+    dl_init(&oc->ops);
+    dl_init(&oc->link);
+    if (++ofi.next_conid == 0) ofi.next_conid = 1;
+    oc->conid = ofi.next_conid;
+    oc->counted = true;
+    ofi.refs++;
+
+    ofi_blob_t b = {
+        .conid = oc->conid,
+        .bounce = (uint32_t)cfg_bounce,
+        .max_msg = ofi.max_msg,
+        .addr_format = ofi.info.addr_format,
+        .addr_len = ofi.addr_len,
+    };
+    snprintf(b.prov, sizeof(b.prov), "%s", ofi.info.prov);
+    memcpy(b.addr, ofi.addr, ofi.addr_len);
+    size_t n = ofi_blob_encode(&b, blob, *len);
+    if (!n) {
+        ref_put(oc);
+        LOG(L_DEBUG, "%s: the endpoint name (%zu bytes) does not fit the "
+            "handshake", pscom_plugin_con_str(con), ofi.addr_len);
+        return -ENOBUFS;
+    }
+    *len = n;
+    return 0;
+}
+
+static int ofi_hs_connect(pscom_plugin_con_t *con, void *priv,
+                          const void *blob, size_t len)
+{
+    struct ofi_con *oc = priv;
+    ofi_blob_t *b = calloc(1, sizeof(*b));
+    const char *why = NULL;
+    int rc;
+
+    if (!b) return -ENOMEM;
+    rc = ofi_blob_decode(blob, len, b, &why);
+    if (rc) goto out;
+    if (strcmp(b->prov, ofi.info.prov)) {
+        why = "the peer uses another libfabric provider";
+        rc = -EPROTONOSUPPORT;
+        goto out;
+    }
+    if (b->addr_format != ofi.info.addr_format) {
+        why = "the peer's endpoint name has another address format";
+        rc = -EAFNOSUPPORT;
+        goto out;
+    }
+    rc = peer_addr(b->addr, b->addr_len, &oc->dest);
+    if (rc) {
+        why = "fi_av_insert of the peer's endpoint failed";
+        goto out;
+    }
+    oc->peer_conid = b->conid;
+    oc->peer_bounce = b->bounce;
+    oc->chunk = min_size(ofi.max_msg, b->max_msg);
+
+out:
+    if (rc)
+        LOG(L_DEBUG, "%s: %s (peer's provider \"%s\", ours \"%s\"): %s",
+            pscom_plugin_con_str(con), why ? why : "handshake failed",
+            b->prov[0] ? b->prov : "?", ofi.info.prov, strerror(-rc));
+    free(b);
+    return rc;
+}
+
+static void ofi_hs_abort(pscom_plugin_con_t *con, void *priv)
+{
+    ref_put(priv);
+}
+
+/* Free what open() allocated (no operation of oc is posted). */
+static void release(struct ofi_con *oc)
+{
+    for (unsigned i = 0; oc->ring && i < oc->nring; i++) {
+        struct op *op = oc->ring[i];
+        if (!op) continue;
+        if (op->posted) {
+            op->oc = NULL;
+            dl_add(&ofi.orphans, &op->link);
+            ofw_cancel(ofi.ep, &op->ctx);
+        } else {
+            op_free(op);
+        }
+    }
+    free(oc->ring);
+    oc->ring = NULL;
+    free(oc->fifo);
+    oc->fifo = NULL;
+}
+
+static int ofi_open(pscom_plugin_con_t *con, void *priv, int fd)
+{
+    struct ofi_con *oc = priv;
+
+    oc->nring = cfg_recvq;
+    oc->nfifo = cfg_sendq;
+    oc->ring = calloc(oc->nring, sizeof(*oc->ring));
+    oc->fifo = calloc(oc->nfifo, sizeof(*oc->fifo));
+    if (!oc->ring || !oc->fifo) goto nomem;
+    for (unsigned i = 0; i < oc->nring; i++) {
+        struct op *op = op_new(OP_SLOT, cfg_bounce);
+        if (!op) goto nomem;
+        op->oc = oc;
+        oc->ring[i] = op;
+        ssize_t rc = slot_post_raw(oc, op, i);
+        if (rc == -EAGAIN) {
+            set_attn(oc); /* posted from progress */
+        } else if (rc) {
+            LOG(L_ERR, "%s: posting receives failed: %s",
+                pscom_plugin_con_str(con), ofw_strerror((int)rc));
+            clear_attn(oc);
+            release(oc);
+            ref_put(oc);
+            return (int)rc;
+        }
+    }
+    oc->open = true;
+    dl_add(&ofi.cons, &oc->link);
+
+    int keep = 0;
+    if (fd >= 0) {
+        if (pscom_plugin_fd_add(fd, EPOLLIN | EPOLLRDHUP, 0, on_fd, oc) == 0) {
+            oc->fd = fd;
+            keep = 1;
+        } else {
+            LOG(L_WARN, "%s: cannot watch the pre-connection socket; a peer "
+                "that dies while we only receive goes unnoticed",
+                pscom_plugin_con_str(con));
+        }
+    }
+    LOG(L_DEBUG, "%s: open (conids %u here, %u there; provider %s)",
+        pscom_plugin_con_str(con), oc->conid, oc->peer_conid, ofi.info.prov);
+    /* Frames may have arrived before this side switched. */
+    return keep;
+
+nomem:
+    LOG(L_ERR, "%s: out of memory for %u receive buffers of %zu bytes (see "
+        "PSP_OFI_RECVQ, PSP_OFI_BOUNCE)", pscom_plugin_con_str(con), cfg_recvq,
+        cfg_bounce);
+    release(oc);
+    ref_put(oc);
+    return -ENOMEM;
+}
+
+static void ofi_close(pscom_plugin_con_t *con, void *priv)
+{
+    struct ofi_con *oc = priv;
+    if (!oc->open) return;
+    oc->open = false;
+    oc->dead = true;
+    clear_attn(oc);
+    dl_del(&oc->link);
+
+    if (oc->fd >= 0) {
+        uint8_t bye[BYE_LEN] = {'O', 'F', 'I', 'B'};
+        put_u64le(bye + 8, oc->tx_tail);
+        ssize_t n = send(oc->fd, bye, sizeof(bye), MSG_NOSIGNAL | MSG_DONTWAIT);
+        (void)n; /* a peer that is gone needs no goodbye */
+        pscom_plugin_fd_del(oc->fd);
+        close(oc->fd);
+        oc->fd = -1;
+    }
+
+    /* Operations the provider still holds outlive the connection. */
+    while (!dl_empty(&oc->ops)) {
+        struct op *op = dl_entry(oc->ops.next, struct op, link);
+        dl_del(&op->link);
+        if (!op->posted) {
+            op_free(op);
+            continue;
+        }
+        op->oc = NULL;
+        dl_add(&ofi.orphans, &op->link);
+        if (op->kind == OP_BODY) ofw_cancel(ofi.ep, &op->ctx);
+    }
+    release(oc);
+
+    /* Messages the peer sent before it learnt of the close would stay in
+     * the provider's unexpected queue for good: drain them for a while. */
+    if (cfg_linger) {
+        struct op *s = op_new(OP_SINK, 64);
+        if (s) {
+            s->frame = (uint64_t)oc->conid << 32;
+            s->deadline = now_ms() + cfg_linger;
+            dl_add(&ofi.sinks, &s->link);
+            sink_post(s);
+        }
+    }
+    ref_put(oc);
+}
+
+static void ofi_tx_kick(pscom_plugin_con_t *con, void *priv)
+{
+    struct ofi_con *oc = priv;
+    if (!oc->open || oc->dead) return;
+    tx_run(oc);
+}
+
+/* Connections whose sends or receives found a full queue. */
+static void scan_attn(void)
+{
+    struct dl *p, *next;
+    for (p = ofi.cons.next; p != &ofi.cons && ofi.attn; p = next) {
+        next = p->next;
+        struct ofi_con *oc = dl_entry(p, struct ofi_con, link);
+        if (!oc->attn) continue;
+        clear_attn(oc);
+        if (oc->dead) continue;
+        for (unsigned i = 0; i < oc->nring && !oc->dead; i++) {
+            struct op *slot = oc->ring[i];
+            if (slot->state != SLOT_IDLE) continue;
+            /* Slot i is for the frame that is (i - rx_idx) mod nring ahead. */
+            unsigned ahead = (i + oc->nring - oc->rx_idx) % oc->nring;
+            slot_post(oc, slot, oc->rx_seq + ahead);
+        }
+        if (oc->dead) continue;
+        if (oc->body.active && oc->body.need_post) {
+            if (body_post(oc)) continue;
+        }
+        if (oc->tx_blocked) {
+            oc->tx_blocked = false;
+            tx_run(oc);
+        }
+        if (oc->eof_hold_at && !oc->dead) deliver(oc);
+    }
+}
+
+/* Sinks past their deadline are canceled (freed on completion). */
+static void expire_sinks(void)
+{
+    uint64_t now = now_ms();
+    while (!dl_empty(&ofi.sinks)) {
+        struct op *s = dl_entry(ofi.sinks.prev, struct op, link);
+        if (s->deadline > now) break;
+        dl_del(&s->link);
+        dl_add(&ofi.orphans, &s->link);
+        s->deadline = 0;
+        if (s->posted) ofw_cancel(ofi.ep, &s->ctx);
+    }
+}
+
+static int ofi_progress(void)
+{
+    if (!ofi.ep) return 0;
+    ofi.in_progress++;
+    int did = 0;
+    ofw_comp_t comp[CQ_BATCH];
+    for (int round = 0; round < 4; round++) {
+        ssize_t n = ofw_cq_read(ofi.ep, comp, CQ_BATCH);
+        if (n > 0) {
+            did = 1;
+            for (ssize_t i = 0; i < n; i++) on_comp(&comp[i]);
+            if (n < CQ_BATCH) break;
+            continue;
+        }
+        if (n == OFW_CQ_ERROR) {
+            ofw_cqerr_t e;
+            while (ofw_cq_readerr(ofi.ep, &e) == 0) on_cq_error(&e);
+            did = 1;
+            continue;
+        }
+        if (n < 0 && pscom_plugin_log_level() >= L_WARN && !(ofi.rounds & 0xffff))
+            LOG(L_WARN, "reading the completion queue failed: %s",
+                ofw_strerror((int)n));
+        break;
+    }
+    if (ofi.attn) scan_attn();
+    if (!dl_empty(&ofi.sinks) && (++ofi.rounds & 1023) == 0) expire_sinks();
+    ofi.in_progress--;
+    return did;
+}
+
+static const pscom_plugin_ops_t ofi_ops = {
+    .init = ofi_init,
+    .destroy = ofi_destroy,
+    .offer = ofi_offer,
+    .hs_start = ofi_hs_start,
+    .hs_connect = ofi_hs_connect,
+    .hs_abort = ofi_hs_abort,
+    .open = ofi_open,
+    .close = ofi_close,
+    .tx_kick = ofi_tx_kick,
+    .progress = ofi_progress,
+};
+
+const pscom_plugin_t pscom_plugin_ofi = {
+    .api_version = PSCOM_PLUGIN_API_VERSION,
+    .name = "ofi",
+    .con_type = PSCOM_CON_TYPE_OFI,
+    .priority = 20,
+    .con_priv_size = sizeof(struct ofi_con),
+    .rendezvous = &cfg_rendezvous,
+    .fds_per_con = 1, /* the pre-connection socket; the endpoint is shared */
+    .ops = &ofi_ops,
+};

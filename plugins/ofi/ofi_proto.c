@@ -1,0 +1,152 @@
+/*
+ * The ofi handshake blob and frame parsing (see ofi_proto.h).
+ *
+ * Blob layout, little endian:
+ *
+ *   off size
+ *     0    4  magic "OFI" and version (1)
+ *     4    2  flags, 0 (unknown bits are ignored)
+ *     6    2  addr_len, 1..OFW_ADDR_MAX
+ *     8    4  conid
+ *    12    4  bounce, OFI_BOUNCE_MIN..OFI_BOUNCE_MAX
+ *    16    8  max_msg, at least bounce
+ *    24    4  addr_format
+ *    28    1  prov_len, 1..OFI_PROV_MAX
+ *    29    n  provider name (no NUL), then the endpoint name
+ *
+ * The blob ends exactly after the endpoint name.
+ */
+#include <errno.h>
+#include <string.h>
+
+#include "ofi_proto.h"
+#include "pscom.h"
+
+#define HDR_LEN 29
+
+static void put16(uint8_t *p, uint16_t v)
+{
+    p[0] = (uint8_t)v;
+    p[1] = (uint8_t)(v >> 8);
+}
+
+static void put32(uint8_t *p, uint32_t v)
+{
+    for (int i = 0; i < 4; i++) p[i] = (uint8_t)(v >> (8 * i));
+}
+
+static void put64(uint8_t *p, uint64_t v)
+{
+    for (int i = 0; i < 8; i++) p[i] = (uint8_t)(v >> (8 * i));
+}
+
+static uint16_t get16(const uint8_t *p)
+{
+    return (uint16_t)(p[0] | p[1] << 8);
+}
+
+static uint32_t get32(const uint8_t *p)
+{
+    uint32_t v = 0;
+    for (int i = 3; i >= 0; i--) v = v << 8 | p[i];
+    return v;
+}
+
+static uint64_t get64(const uint8_t *p)
+{
+    uint64_t v = 0;
+    for (int i = 7; i >= 0; i--) v = v << 8 | p[i];
+    return v;
+}
+
+size_t ofi_blob_encode(const ofi_blob_t *b, void *buf, size_t cap)
+{
+    size_t plen = strnlen(b->prov, sizeof(b->prov));
+    size_t len = HDR_LEN + plen + b->addr_len;
+    uint8_t *p = buf;
+
+    if (!plen || plen > OFI_PROV_MAX || !b->addr_len ||
+        b->addr_len > OFW_ADDR_MAX || len > cap)
+        return 0;
+    memcpy(p, "OFI", 3);
+    p[3] = OFI_BLOB_VERSION;
+    put16(p + 4, 0);
+    put16(p + 6, (uint16_t)b->addr_len);
+    put32(p + 8, b->conid);
+    put32(p + 12, b->bounce);
+    put64(p + 16, b->max_msg);
+    put32(p + 24, b->addr_format);
+    p[28] = (uint8_t)plen;
+    memcpy(p + HDR_LEN, b->prov, plen);
+    memcpy(p + HDR_LEN + plen, b->addr, b->addr_len);
+    return len;
+}
+
+int ofi_blob_decode(const void *buf, size_t len, ofi_blob_t *b,
+                    const char **why)
+{
+    const uint8_t *p = buf;
+
+    if (!buf || len < 4 || memcmp(p, "OFI", 3)) {
+        *why = "not an ofi handshake blob (bad magic)";
+        return -EPROTO;
+    }
+    if (p[3] != OFI_BLOB_VERSION) {
+        *why = "ofi handshake blob of another version";
+        return -EPROTONOSUPPORT;
+    }
+    if (len < HDR_LEN) {
+        *why = "ofi handshake blob too short";
+        return -EPROTO;
+    }
+    size_t alen = get16(p + 6);
+    size_t plen = p[28];
+    if (!plen || plen > OFI_PROV_MAX) {
+        *why = "ofi handshake blob: bad provider name length";
+        return -EPROTO;
+    }
+    if (!alen || alen > OFW_ADDR_MAX) {
+        *why = "ofi handshake blob: bad address length";
+        return -EPROTO;
+    }
+    if (len != HDR_LEN + plen + alen) {
+        *why = "ofi handshake blob: length does not match its contents";
+        return -EPROTO;
+    }
+    if (memchr(p + HDR_LEN, 0, plen)) {
+        *why = "ofi handshake blob: NUL in the provider name";
+        return -EPROTO;
+    }
+    uint32_t bounce = get32(p + 12);
+    uint64_t max_msg = get64(p + 16);
+    if (bounce < OFI_BOUNCE_MIN || bounce > OFI_BOUNCE_MAX) {
+        *why = "ofi handshake blob: receive buffer size out of range";
+        return -EPROTO;
+    }
+    if (max_msg < bounce) {
+        *why = "ofi handshake blob: largest message smaller than the "
+               "receive buffers";
+        return -EPROTO;
+    }
+    b->conid = get32(p + 8);
+    b->bounce = bounce;
+    b->max_msg = max_msg;
+    b->addr_format = get32(p + 24);
+    memcpy(b->prov, p + HDR_LEN, plen);
+    b->prov[plen] = 0;
+    b->addr_len = alen;
+    memcpy(b->addr, p + HDR_LEN + plen, alen);
+    return 0;
+}
+
+int ofi_frame_parse(const void *msg, size_t len, size_t *head,
+                    uint64_t *total, uint8_t *type)
+{
+    pscom_header_net_t h;
+    if (len < sizeof(h)) return -1;
+    memcpy(&h, msg, sizeof(h));
+    *head = sizeof(h) + (size_t)h.xheader_len;
+    *total = sizeof(h) + (uint64_t)h.xheader_len + (uint64_t)h.data_len;
+    *type = h.msg_type;
+    return 0;
+}

@@ -1,0 +1,101 @@
+/*
+ * The ofi plugin's own protocol: the handshake blob, the tag layout and how
+ * a frame is cut into libfabric messages. Pure functions without state,
+ * shared by the plugin and its unit tests. doc/plugins/ofi.md describes
+ * the format for people.
+ *
+ * Tags (64 bits):
+ *
+ *   63            32 31                     8 7        0
+ *   +---------------+------------------------+----------+
+ *   | receiver conid|  frame sequence (24)   |   part   |
+ *   +---------------+------------------------+----------+
+ *
+ * The conid is chosen by the receiving side (unique in its process, never
+ * reused) and travels in its handshake blob; the sequence number counts the
+ * frames of one direction of one connection; part 0 is the first message
+ * of a frame (the whole frame, or its head), parts 1..255 carry the rest in
+ * chunks (chunk k has part 1 + k % 255).
+ */
+#ifndef OFI_PROTO_H_
+#define OFI_PROTO_H_
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "ofi_wrap.h"
+
+#define OFI_SEQ_BITS 24
+#define OFI_SEQ_MASK ((1u << OFI_SEQ_BITS) - 1)
+#define OFI_PART_FIRST 0u
+/* Ignore mask that matches every message to one conid. */
+#define OFI_TAG_ANY_OF_CONID 0xffffffffull
+
+static inline uint64_t ofi_tag(uint32_t conid, uint32_t seq, unsigned part)
+{
+    return ((uint64_t)conid << 32) | ((uint64_t)(seq & OFI_SEQ_MASK) << 8) |
+           (part & 0xffu);
+}
+
+/* The part number of remainder chunk k (0-based). */
+static inline unsigned ofi_chunk_part(uint64_t k)
+{
+    return 1u + (unsigned)(k % 255u);
+}
+
+/* Bytes of the first message of a frame of hl head bytes (header and
+ * extended header) and bl body bytes, when the receiver takes first
+ * messages of at most `bounce` bytes: the whole frame when it fits, else the
+ * head alone (so that the body lands in one piece, possibly straight in the
+ * user's buffer), else the first `bounce` bytes. */
+static inline size_t ofi_first_len(size_t hl, size_t bl, size_t bounce)
+{
+    if (hl + bl <= bounce) return hl + bl;
+    if (hl <= bounce) return hl;
+    return bounce;
+}
+
+/* The frame a message begins, from its 8-byte pscom_header_net_t: the
+ * length of its head (header and extended header), its total length and
+ * its message type. -1 when msg has fewer than 8 bytes. */
+int ofi_frame_parse(const void *msg, size_t len, size_t *head,
+                    uint64_t *total, uint8_t *type);
+
+/* The message type of a rendezvous body (doc/wire-protocol.md): its
+ * receive buffer is a posted request's, so the body may be received into
+ * it directly. */
+#define OFI_MSG_RNDV_DATA 3
+/* The message type of the end-of-connection message. */
+#define OFI_MSG_EOF 4
+
+/* ---------------------------------------------------------------------- */
+/* Handshake blob                                                         */
+/* ---------------------------------------------------------------------- */
+
+#define OFI_BLOB_VERSION 1
+#define OFI_BOUNCE_MIN 64u
+#define OFI_BOUNCE_MAX (1u << 30)
+#define OFI_PROV_MAX 63
+
+/* One side's description of its end, sent in the pre-connection. */
+typedef struct ofi_blob {
+    uint32_t conid;       /* put this in the tags of messages to me */
+    uint32_t bounce;      /* largest first message of a frame I accept */
+    uint64_t max_msg;     /* largest message I accept */
+    uint32_t addr_format; /* libfabric address format of addr */
+    char prov[OFI_PROV_MAX + 1]; /* my provider, NUL terminated */
+    size_t addr_len;
+    uint8_t addr[OFW_ADDR_MAX]; /* my endpoint name */
+} ofi_blob_t;
+
+/* Encode b into buf (cap bytes): the length, or 0 when it does not fit or
+ * b is not valid. */
+size_t ofi_blob_encode(const ofi_blob_t *b, void *buf, size_t cap);
+
+/* Decode a blob from the network: 0, or -EPROTO (malformed),
+ * -EPROTONOSUPPORT (another version) with a reason in *why. Never reads
+ * past len. */
+int ofi_blob_decode(const void *buf, size_t len, ofi_blob_t *b,
+                    const char **why);
+
+#endif /* OFI_PROTO_H_ */

@@ -1,0 +1,120 @@
+/*
+ * ofw: the libfabric calls of the ofi plugin, behind a thin layer.
+ *
+ * The glue (ofi_plugin.c) never includes a libfabric header: it sees the
+ * provider through these functions only, so that unit tests can link a fake
+ * implementation (test/ofi/fake_wrap.c) that fails, delays or reorders
+ * operations at will. ofi_wrap.c implements them with fi_* calls.
+ *
+ * Errors are negative errno values: libfabric's FI_E* codes equal the errno
+ * codes they are named after, and the few that do not are mapped
+ * (FI_ETRUNC to -EMSGSIZE, other provider-specific codes to -EIO). None of
+ * these functions logs: the caller knows which connection an error is about.
+ *
+ * Threads: none of these functions is thread-safe on its own; the plugin
+ * calls them with the library lock held (the domain is opened with
+ * FI_THREAD_DOMAIN).
+ */
+#ifndef OFI_WRAP_H_
+#define OFI_WRAP_H_
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+#include <sys/uio.h>
+
+/* Provider scratch space of one operation (the size of struct
+ * fi_context2). It must be the first member of the caller's operation
+ * record and stay valid until the operation's completion was read. */
+typedef struct ofw_ctx {
+    void *internal[8];
+} ofw_ctx_t;
+
+/* Largest endpoint name (fi_getname) the plugin handles. */
+#define OFW_ADDR_MAX 512
+
+/* What the plugin needs to know of the chosen provider. */
+typedef struct ofw_info {
+    char prov[64];          /* "tcp;ofi_rxm", "shm" */
+    char fabric[64];        /* fabric name, for messages */
+    char domain[64];        /* domain name (interface), for messages */
+    uint32_t addr_format;   /* FI_SOCKADDR_IN, FI_ADDR_STR, ... */
+    size_t inject_size;     /* largest fi_tinject */
+    size_t max_msg_size;    /* largest message */
+    size_t iov_limit;       /* entries of one fi_tsendv */
+    size_t tx_size, rx_size; /* queue depths, for messages */
+    int local_only;         /* reaches processes of this host only (shm) */
+} ofw_info_t;
+
+/* One successful completion. */
+typedef struct ofw_comp {
+    ofw_ctx_t *ctx; /* the operation's context */
+    size_t len;     /* receives: bytes received */
+    uint64_t tag;   /* receives: the message's tag */
+} ofw_comp_t;
+
+/* One failed (or canceled) operation. */
+typedef struct ofw_cqerr {
+    ofw_ctx_t *ctx;    /* NULL when the provider names no operation */
+    int err;           /* positive errno: ECANCELED, EMSGSIZE (truncated), ... */
+    int prov_errno;    /* the provider's own code, for messages */
+    size_t len;        /* bytes transferred before the error */
+    char text[160];    /* fi_strerror and fi_cq_strerror, for messages */
+} ofw_cqerr_t;
+
+/* fi_cq_read found an error entry: read it with ofw_cq_readerr(). */
+#define OFW_CQ_ERROR (-100000)
+
+/* Choose the provider: the first that offers FI_EP_RDM with tagged
+ * messages, restricted to provider `prov` and domain `domain` when not
+ * NULL. On success fills *info and keeps the choice for ofw_ep_open();
+ * otherwise a negative errno and a sentence in why (what was asked, what
+ * libfabric said, which providers exist). */
+int ofw_select(const char *prov, const char *domain, ofw_info_t *info,
+               char *why, size_t why_len);
+/* Forget the choice (after every endpoint was closed). */
+void ofw_unselect(void);
+
+typedef struct ofw_ep ofw_ep_t;
+
+/* Open fabric, domain, completion queue, address vector and an RDM
+ * endpoint of the chosen provider. On success *ep owns them all and addr
+ * (OFW_ADDR_MAX bytes) holds its name (*addr_len bytes). Otherwise a
+ * negative errno and the failing call in why. */
+int ofw_ep_open(ofw_ep_t **ep, void *addr, size_t *addr_len, char *why,
+                size_t why_len);
+/* Close everything of ep. Operations still posted are dropped: their
+ * contexts may be freed afterwards. */
+void ofw_ep_close(ofw_ep_t *ep);
+
+/* Insert a peer's name into the address vector: 0 and *fi_addr. */
+int ofw_av_insert(ofw_ep_t *ep, const void *addr, size_t addr_len,
+                  uint64_t *fi_addr);
+/* A printable form of a peer's name ("fi_sockaddr_in://1.2.3.4:5"). */
+const char *ofw_addr_str(ofw_ep_t *ep, const void *addr, size_t addr_len,
+                         char *buf, size_t buf_len);
+
+/* Tagged sends and receives. 0, -EAGAIN (queue full: read completions and
+ * retry later) or another negative errno. fi_tinject copies buf and has no
+ * completion; the others complete through the completion queue with ctx,
+ * and the buffers (also the iovec array) must stay valid until then. */
+ssize_t ofw_tinject(ofw_ep_t *ep, const void *buf, size_t len, uint64_t dest,
+                    uint64_t tag);
+ssize_t ofw_tsendv(ofw_ep_t *ep, const struct iovec *iov, size_t count,
+                   uint64_t dest, uint64_t tag, ofw_ctx_t *ctx);
+ssize_t ofw_trecv(ofw_ep_t *ep, void *buf, size_t len, uint64_t tag,
+                  uint64_t ignore, ofw_ctx_t *ctx);
+/* Ask for ctx's operation to end; it then completes with ECANCELED (or
+ * normally, when it was done already). */
+int ofw_cancel(ofw_ep_t *ep, ofw_ctx_t *ctx);
+
+/* Read up to max completions: their number, 0 when there are none,
+ * OFW_CQ_ERROR when an error entry waits, or another negative errno. */
+ssize_t ofw_cq_read(ofw_ep_t *ep, ofw_comp_t *comp, size_t max);
+/* Take the waiting error entry: 0, or -EAGAIN when there is none. */
+int ofw_cq_readerr(ofw_ep_t *ep, ofw_cqerr_t *err);
+
+/* The text of a negative result of the functions above. */
+const char *ofw_strerror(int err);
+
+#endif /* OFI_WRAP_H_ */

@@ -1,0 +1,1137 @@
+/*
+ * The ucx plugin: connections over UCX (UCP active messages), the loadable
+ * module libpscom4ucx.so. UCX picks the wire underneath (shared memory, tcp,
+ * InfiniBand, ...) from its own UCX_* settings.
+ *
+ * Objects. One UCP context and worker per pscom socket (struct ux_sock),
+ * created with the socket's first connection and destroyed with its last.
+ * Each connection (struct ux_con, the core's per-connection block) has a
+ * UCP endpoint to the peer's worker, created from the worker address that
+ * came in the handshake blob (ucx_blob.h), in UCX's peer error-handling
+ * mode: a dead peer becomes a connection error.
+ *
+ * Which connection an active message is for: every AM header starts with
+ * the receiver's connection key (slot and generation in the socket's table),
+ * which the receiver announced in its blob. A key whose slot was freed or
+ * reused does not match and its message is dropped.
+ *
+ * Sending: each frame of the core's send queue (head = header + xheader,
+ * then the body) is one active message, the head in the AM header, the body
+ * as data. Bodies below the core's rendezvous threshold (user messages) go
+ * with UCX's eager protocol; larger ones are rendezvous bodies (RNDV_DATA,
+ * sent after the receiver matched them) and UCX chooses, normally its own
+ * zero-copy rendezvous. Frames handed to UCX wait in a FIFO (ux_con.txq);
+ * the core learns of them (pscom_plugin_tx_done) strictly in queue order,
+ * once UCX no longer needs their buffers. A head longer than UCX's largest
+ * AM header travels at the start of the data instead (UXW_AM_FRAME_LONG).
+ *
+ * Receiving: the AM callback only records the message (ux_con.rxq: the head
+ * copied; small data copied; larger eager data and rendezvous descriptors
+ * kept by UCX). After ucp_worker_progress returned, the messages are handed
+ * to the core in order, one at a time: a rendezvous body is received with
+ * ucp_am_recv_data_nbx, straight into the user's buffer when the core
+ * offers it (pscom_plugin_rx_direct) and the body is a rendezvous body by
+ * size, else into a temporary buffer that is then pushed; messages behind it
+ * wait until it is complete.
+ *
+ * Upcalls into the core (tx_done, rx_push, con_error) happen only from the
+ * progress op, never from a UCX callback and never from tx_kick: so
+ * application callbacks may post, wait or close freely, and no connection is
+ * freed under our feet (the core frees connections at progress depth 0).
+ */
+#include <errno.h>
+#include <stdbool.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "pscom_plugin.h"
+#include "ucx_blob.h"
+#include "ucx_wrap.h"
+
+#define KEY_LEN       8    /* connection key in front of every AM header */
+#define HDR_INLINE    88   /* frame heads up to this long live in the entry */
+#define RX_INLINE     232  /* arrivals up to this long are copied, pooled */
+#define PEEK_IOV      128  /* so at most 64 frames per connection in UCX */
+#define CLOSE_WAIT_MS 2000 /* longest wait for UCX to let go of buffers */
+#define POOL_MAX      256  /* free entries kept for reuse */
+#define HUP_GRACE_MS  100  /* from the peer's end of the pre-connection socket
+                            * to the connection error: time for its last
+                            * messages, which travel another way */
+
+/* ---------------------------------------------------------------------- */
+/* Settings                                                               */
+/* ---------------------------------------------------------------------- */
+
+static size_t cfg_rendezvous;
+
+static const pscom_config_row_t ux_rows[] = {
+    {"PSP_UCX_RENDEZVOUS", PSCOM_CONFIG_SIZE, "64k",
+     "rendezvous threshold on ucx connections: larger messages wait for "
+     "their receive, then UCX moves them into the receive buffer",
+     "ucx", "PSP_RENDEZVOUS", &cfg_rendezvous},
+};
+
+/* ---------------------------------------------------------------------- */
+/* Objects                                                                */
+/* ---------------------------------------------------------------------- */
+
+struct ux_sock;
+struct ux_con;
+
+/* A frame handed to UCX. */
+struct ux_txe {
+    struct ux_txe *next; /* ux_con.txq (oldest first), or txe_pool */
+    struct ux_con *uc;   /* NULL once its connection closed (orphan) */
+    const void *base;    /* the frame's head in the core's send queue */
+    size_t len;          /* head + body bytes */
+    bool done;           /* UCX no longer needs the buffers */
+    int status;          /* how the send ended */
+    uint8_t *hdr;        /* the AM header (hinline, or malloc'ed) */
+    uint8_t hinline[KEY_LEN + HDR_INLINE];
+};
+
+enum rx_kind {
+    RX_COPY, /* the data is in buf, after the head */
+    RX_KEPT, /* UCX keeps the data for us (uxw_am_release) */
+    RX_RNDV, /* data is a rendezvous descriptor (uxw_am_recv) */
+};
+
+/* An active message not yet given to the core. */
+struct ux_rx {
+    struct ux_rx *next; /* ux_con.rxq, or rx_pool */
+    uint8_t kind;       /* enum rx_kind */
+    bool long_head;     /* the frame head is part of the data */
+    size_t head_len;    /* bytes of frame head at buf */
+    void *data;
+    size_t len;
+    size_t cap; /* bytes at buf */
+    uint8_t buf[];
+};
+
+/* A rendezvous body under way. */
+struct ux_rop {
+    struct ux_con *uc; /* NULL once its connection closed (orphan) */
+    void *buf;         /* the user's buffer (direct) or our own */
+    size_t len;
+    bool direct;
+    bool done;
+    int status;
+};
+
+struct ux_con {
+    pscom_plugin_con_t *con;
+    struct ux_sock *us; /* NULL: nothing to release */
+    uxw_ep_t *ep;
+    uint32_t slot, gen;           /* our key, announced in our blob */
+    uint32_t peer_slot, peer_gen; /* the peer's key */
+    uint64_t peer_rndv;           /* the peer's rendezvous threshold */
+    bool open;
+    bool rx_busy;        /* between a message's head and body push */
+    bool pending;        /* on ux_sock.pending */
+    struct ux_con *next_pending;
+    bool err;            /* failed: report once from dispatch, then stop */
+    bool err_reported;
+    pscom_op_t err_op;
+    pscom_err_t err_code;
+    char err_what[128];  /* what failed, for the log line */
+    bool ep_failed;      /* UCX reported the endpoint broken */
+    int fd;              /* the pre-connection socket, watched; -1: none */
+    bool hup;            /* the peer's end of it closed ... */
+    uint64_t hup_at;     /* ... at this time (ms) */
+    struct ux_txe *txq, **txq_tail;
+    struct ux_rx *rxq, **rxq_tail;
+    struct ux_rop *rop;
+};
+
+struct ux_sock {
+    struct ux_sock *next; /* socks */
+    pscom_socket_t *key;
+    uxw_worker_t *w;
+    size_t max_head;     /* longest frame head sent in the AM header */
+    unsigned refs;       /* connections from hs_start to close/hs_abort */
+    bool unused;         /* refs dropped to 0 during progress: destroy after */
+    unsigned closing;    /* endpoint closes under way */
+    struct ux_con **slots;
+    uint32_t *gens;
+    uint32_t *free_slots;
+    uint32_t nslots, nfree;
+    struct ux_con *pending; /* connections with work for dispatch */
+};
+
+static struct ux_sock *socks;
+static uxw_context_t *spare_ctx; /* made by init, taken by the first socket */
+static struct ux_txe *txe_pool;
+static struct ux_rx *rx_pool;
+static unsigned txe_pool_n, rx_pool_n;
+static bool warned_cancel;
+static unsigned progress_depth; /* nesting of ux_progress */
+
+static uint64_t now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+static uxw_config_t ucx_settings(void)
+{
+    return (uxw_config_t){.shm_error_handling = 1};
+}
+
+/* ---------------------------------------------------------------------- */
+/* Entry pools                                                            */
+/* ---------------------------------------------------------------------- */
+
+static struct ux_txe *txe_get(void)
+{
+    struct ux_txe *e = txe_pool;
+    if (e) {
+        txe_pool = e->next;
+        txe_pool_n--;
+    } else {
+        e = malloc(sizeof(*e));
+        if (!e) return NULL;
+    }
+    e->next = NULL;
+    e->done = false;
+    e->status = 0;
+    e->hdr = e->hinline;
+    return e;
+}
+
+static void txe_put(struct ux_txe *e)
+{
+    if (e->hdr != e->hinline) free(e->hdr);
+    if (txe_pool_n >= POOL_MAX) {
+        free(e);
+        return;
+    }
+    e->next = txe_pool;
+    txe_pool = e;
+    txe_pool_n++;
+}
+
+static struct ux_rx *rx_get(size_t bytes)
+{
+    struct ux_rx *rx;
+    if (bytes <= RX_INLINE && rx_pool) {
+        rx = rx_pool;
+        rx_pool = rx->next;
+        rx_pool_n--;
+    } else {
+        size_t cap = bytes <= RX_INLINE ? RX_INLINE : bytes;
+        rx = malloc(sizeof(*rx) + cap);
+        if (!rx) return NULL;
+        rx->cap = cap;
+    }
+    rx->next = NULL;
+    rx->long_head = false;
+    return rx;
+}
+
+static void rx_put(struct ux_rx *rx)
+{
+    if (rx->cap != RX_INLINE || rx_pool_n >= POOL_MAX) {
+        free(rx);
+        return;
+    }
+    rx->next = rx_pool;
+    rx_pool = rx;
+    rx_pool_n++;
+}
+
+static void pools_free(void)
+{
+    while (txe_pool) {
+        struct ux_txe *e = txe_pool;
+        txe_pool = e->next;
+        free(e);
+    }
+    while (rx_pool) {
+        struct ux_rx *rx = rx_pool;
+        rx_pool = rx->next;
+        free(rx);
+    }
+    txe_pool_n = rx_pool_n = 0;
+}
+
+/* ---------------------------------------------------------------------- */
+/* Keys                                                                   */
+/* ---------------------------------------------------------------------- */
+
+static void key_put(uint8_t *p, uint32_t slot, uint32_t gen)
+{
+    memcpy(p, &slot, 4);
+    memcpy(p + 4, &gen, 4);
+}
+
+static struct ux_con *key_lookup(struct ux_sock *us, const uint8_t *p)
+{
+    uint32_t slot, gen;
+    memcpy(&slot, p, 4);
+    memcpy(&gen, p + 4, 4);
+    if (slot >= us->nslots || us->gens[slot] != gen) return NULL;
+    return us->slots[slot];
+}
+
+static int slot_alloc(struct ux_sock *us, struct ux_con *uc)
+{
+    if (!us->nfree) {
+        uint32_t n = us->nslots ? us->nslots * 2 : 16;
+        struct ux_con **s = realloc(us->slots, n * sizeof(*s));
+        if (!s) return -ENOMEM;
+        us->slots = s;
+        uint32_t *g = realloc(us->gens, n * sizeof(*g));
+        if (!g) return -ENOMEM;
+        us->gens = g;
+        uint32_t *f = realloc(us->free_slots, n * sizeof(*f));
+        if (!f) return -ENOMEM;
+        us->free_slots = f;
+        for (uint32_t i = n; i > us->nslots; i--) {
+            us->slots[i - 1] = NULL;
+            us->gens[i - 1] = 1;
+            us->free_slots[us->nfree++] = i - 1;
+        }
+        us->nslots = n;
+    }
+    uint32_t slot = us->free_slots[--us->nfree];
+    us->slots[slot] = uc;
+    uc->slot = slot;
+    uc->gen = us->gens[slot];
+    return 0;
+}
+
+static void slot_free(struct ux_sock *us, struct ux_con *uc)
+{
+    us->slots[uc->slot] = NULL;
+    us->gens[uc->slot]++;
+    us->free_slots[us->nfree++] = uc->slot;
+}
+
+/* ---------------------------------------------------------------------- */
+/* Pending work                                                           */
+/* ---------------------------------------------------------------------- */
+
+/* Dispatch this open connection on the next round of progress. */
+static void mark_pending(struct ux_con *uc)
+{
+    if (uc->pending || !uc->open) return;
+    uc->pending = true;
+    uc->next_pending = uc->us->pending;
+    uc->us->pending = uc;
+}
+
+static void unmark_pending(struct ux_con *uc)
+{
+    if (!uc->pending) return;
+    for (struct ux_con **pp = &uc->us->pending; *pp; pp = &(*pp)->next_pending)
+        if (*pp == uc) {
+            *pp = uc->next_pending;
+            break;
+        }
+    uc->pending = false;
+}
+
+/* Record the first failure of uc; dispatch reports it once what arrived
+ * before was delivered. */
+__attribute__((format(printf, 4, 5)))
+static void set_error(struct ux_con *uc, pscom_op_t op, pscom_err_t code,
+                      const char *fmt, ...)
+{
+    if (!uc->err) {
+        va_list ap;
+        uc->err = true;
+        uc->err_op = op;
+        uc->err_code = code;
+        va_start(ap, fmt);
+        vsnprintf(uc->err_what, sizeof(uc->err_what), fmt, ap);
+        va_end(ap);
+    }
+    mark_pending(uc);
+}
+
+static void set_ucx_error(struct ux_con *uc, pscom_op_t op, const char *what,
+                          int status)
+{
+    set_error(uc, op,
+              uxw_status_is_peer_gone(status) ? PSCOM_ERR_EOF
+                                              : PSCOM_ERR_IOERROR,
+              "%s (%s)", what, uxw_status_str(status));
+}
+
+/* ---------------------------------------------------------------------- */
+/* UCX callbacks: they only record                                       */
+/* ---------------------------------------------------------------------- */
+
+static void tx_cb(void *user, int status)
+{
+    struct ux_txe *e = user;
+    e->done = true;
+    e->status = status;
+    if (!e->uc) {
+        txe_put(e);
+        return;
+    }
+    mark_pending(e->uc);
+}
+
+static void rop_cb(void *user, int status, size_t len)
+{
+    struct ux_rop *rop = user;
+    (void)len;
+    rop->done = true;
+    rop->status = status;
+    if (!rop->uc) {
+        if (!rop->direct) free(rop->buf);
+        free(rop);
+        return;
+    }
+    mark_pending(rop->uc);
+}
+
+static void ep_closed_cb(void *user, int status)
+{
+    struct ux_sock *us = user;
+    (void)status;
+    us->closing--;
+}
+
+static void ep_err_cb(void *arg, uxw_ep_t *ep, int status)
+{
+    struct ux_sock *us = arg;
+    for (uint32_t i = 0; i < us->nslots; i++) {
+        struct ux_con *uc = us->slots[i];
+        if (!uc || uc->ep != ep) continue;
+        pscom_plugin_log(4, "ucx: %s: UCX reports the endpoint failed: %s",
+                         pscom_plugin_con_str(uc->con), uxw_status_str(status));
+        uc->ep_failed = true;
+        set_ucx_error(uc, PSCOM_OP_READ, "UCX endpoint", status);
+        return;
+    }
+}
+
+/* Check what the peer put in front of a message. 0, or a reason. */
+static const char *check_am(unsigned id, size_t head_len, size_t len,
+                            const uint8_t *head)
+{
+    if (id == UXW_AM_FRAME_LONG)
+        return head_len || len < sizeof(pscom_header_net_t)
+                   ? "long-head message without its head"
+                   : NULL;
+    if (id != UXW_AM_FRAME) return "unknown message kind";
+    pscom_header_net_t h;
+    if (head_len < sizeof(h)) return "message head shorter than a header";
+    memcpy(&h, head, sizeof(h));
+    if (sizeof(h) + h.xheader_len != head_len)
+        return "extended header length does not match the message head";
+    if (h.data_len != len) return "body length does not match the header";
+    return NULL;
+}
+
+static int am_cb(void *arg, unsigned id, const void *hdr, size_t hdr_len,
+                 void *data, size_t len, unsigned flags)
+{
+    struct ux_sock *us = arg;
+    struct ux_con *uc = hdr_len >= KEY_LEN ? key_lookup(us, hdr) : NULL;
+    if (!uc || uc->err) {
+        pscom_plugin_log(5, "ucx: message of %zu bytes for a closed or "
+                         "unknown connection dropped", len);
+        return UXW_AM_DONE;
+    }
+    const uint8_t *head = (const uint8_t *)hdr + KEY_LEN;
+    size_t head_len = hdr_len - KEY_LEN;
+    const char *bad = check_am(id, head_len, len, head);
+    if (bad) {
+        pscom_plugin_log(1, "ucx: %s: malformed message from the peer (%s); "
+                         "closing the connection",
+                         pscom_plugin_con_str(uc->con), bad);
+        set_error(uc, PSCOM_OP_READ, PSCOM_ERR_IOERROR,
+                  "receive (malformed message: %s)", bad);
+        return UXW_AM_DONE;
+    }
+
+    int ret = UXW_AM_DONE;
+    struct ux_rx *rx;
+    if (flags & UXW_AM_RNDV) {
+        rx = rx_get(head_len);
+        if (rx) {
+            rx->kind = RX_RNDV;
+            rx->data = data;
+            ret = UXW_AM_KEEP;
+        }
+    } else if (len && (flags & UXW_AM_KEEPABLE) && head_len + len > RX_INLINE) {
+        rx = rx_get(head_len);
+        if (rx) {
+            rx->kind = RX_KEPT;
+            rx->data = data;
+            ret = UXW_AM_KEEP;
+        }
+    } else {
+        rx = rx_get(head_len + len);
+        if (rx) {
+            rx->kind = RX_COPY;
+            rx->data = rx->buf + head_len;
+            if (len) memcpy(rx->data, data, len);
+        }
+    }
+    if (!rx) {
+        pscom_plugin_log(1, "ucx: %s: out of memory for an arriving message "
+                         "of %zu bytes; closing the connection",
+                         pscom_plugin_con_str(uc->con), len);
+        set_error(uc, PSCOM_OP_READ, PSCOM_ERR_STDERROR,
+                  "receive (out of memory)");
+        return UXW_AM_DONE;
+    }
+    rx->long_head = id == UXW_AM_FRAME_LONG;
+    rx->head_len = head_len;
+    rx->len = len;
+    memcpy(rx->buf, head, head_len);
+    *uc->rxq_tail = rx;
+    uc->rxq_tail = &rx->next;
+    mark_pending(uc);
+    return ret;
+}
+
+/* ---------------------------------------------------------------------- */
+/* Sending                                                                */
+/* ---------------------------------------------------------------------- */
+
+/* Hand one frame to UCX. 0, or -1 after recording the failure. */
+static int send_frame(struct ux_con *uc, const struct iovec *head,
+                      const struct iovec *body)
+{
+    struct ux_sock *us = uc->us;
+    struct ux_txe *e = txe_get();
+    if (!e) {
+        set_error(uc, PSCOM_OP_WRITE, PSCOM_ERR_STDERROR,
+                  "send (out of memory)");
+        return -1;
+    }
+    size_t blen = body ? body->iov_len : 0;
+    e->uc = uc;
+    e->base = head->iov_base;
+    e->len = head->iov_len + blen;
+
+    struct iovec data[2];
+    int dcnt = 0;
+    unsigned id;
+    size_t hlen;
+    if (head->iov_len <= us->max_head) {
+        id = UXW_AM_FRAME;
+        hlen = KEY_LEN + head->iov_len;
+        if (hlen > sizeof(e->hinline)) {
+            e->hdr = malloc(hlen);
+            if (!e->hdr) {
+                e->hdr = e->hinline;
+                txe_put(e);
+                set_error(uc, PSCOM_OP_WRITE, PSCOM_ERR_STDERROR,
+                  "send (out of memory)");
+                return -1;
+            }
+        }
+        memcpy(e->hdr + KEY_LEN, head->iov_base, head->iov_len);
+        if (body) data[dcnt++] = *body;
+    } else {
+        id = UXW_AM_FRAME_LONG;
+        hlen = KEY_LEN;
+        data[dcnt++] = *head;
+        if (body) data[dcnt++] = *body;
+    }
+    key_put(e->hdr, uc->peer_slot, uc->peer_gen);
+
+    /* Bodies below our threshold are user messages: eager, so that the
+     * receiver has them at once. Larger ones are rendezvous bodies whose
+     * receive is posted: UCX's rendezvous can put them in place. */
+    int eager = blen < cfg_rendezvous;
+    *uc->txq_tail = e;
+    uc->txq_tail = &e->next;
+    int rc = uxw_am_send(uc->ep, id, e->hdr, hlen, data, dcnt, eager, tx_cb, e);
+    if (rc == UXW_PENDING) return 0;
+    e->done = true;
+    e->status = rc;
+    mark_pending(uc);
+    return rc ? -1 : 0;
+}
+
+static void ux_tx_kick(pscom_plugin_con_t *con, void *priv)
+{
+    struct ux_con *uc = priv;
+    if (!uc->open || uc->err) return;
+
+    struct iovec iov[PEEK_IOV];
+    size_t total;
+    int n = pscom_plugin_tx_peek(con, iov, PEEK_IOV, &total);
+    struct ux_txe *h = uc->txq;
+    for (int i = 0; i < n;) {
+        pscom_header_net_t hdr;
+        if (iov[i].iov_len < sizeof(hdr)) {
+            pscom_plugin_log(1, "ucx: %s: internal error: a queued frame "
+                             "starts with %zu bytes, less than a header",
+                             pscom_plugin_con_str(con), iov[i].iov_len);
+            set_error(uc, PSCOM_OP_WRITE, PSCOM_ERR_IOERROR,
+                      "send (internal error)");
+            return;
+        }
+        memcpy(&hdr, iov[i].iov_base, sizeof(hdr));
+        int cnt = hdr.data_len ? 2 : 1;
+        if (i + cnt > n) break; /* its body is beyond this peek */
+        if (cnt == 2 && iov[i + 1].iov_len != hdr.data_len) {
+            pscom_plugin_log(1, "ucx: %s: internal error: a queued frame "
+                             "announces %llu body bytes, the queue has %zu",
+                             pscom_plugin_con_str(con),
+                             (unsigned long long)hdr.data_len,
+                             iov[i + 1].iov_len);
+            set_error(uc, PSCOM_OP_WRITE, PSCOM_ERR_IOERROR,
+                      "send (internal error)");
+            return;
+        }
+        /* Frames UCX has already are matched in order; entries whose frame
+         * left the queue (cancelled) are passed over. */
+        while (h && h->base != iov[i].iov_base) h = h->next;
+        if (h) {
+            h = h->next;
+        } else if (send_frame(uc, &iov[i], cnt == 2 ? &iov[i + 1] : NULL)) {
+            return;
+        }
+        i += cnt;
+    }
+}
+
+/* Report the frames UCX is done with, in queue order. 0, or -1 when the
+ * connection is closing. */
+static int flush_tx(struct ux_con *uc)
+{
+    pscom_plugin_con_t *con = uc->con;
+    bool flushed = false;
+    struct ux_txe *e;
+    while ((e = uc->txq) && e->done) {
+        if (e->status) {
+            set_ucx_error(uc, PSCOM_OP_WRITE, "UCX send", e->status);
+            return 0;
+        }
+        uc->txq = e->next;
+        if (!uc->txq) uc->txq_tail = &uc->txq;
+        struct iovec iov;
+        size_t total;
+        int n = pscom_plugin_tx_peek(con, &iov, 1, &total);
+        bool there = n == 1 && iov.iov_base == e->base;
+        size_t len = e->len;
+        txe_put(e);
+        if (!there) {
+            if (!warned_cancel)
+                pscom_plugin_log(2, "ucx: %s: a send was cancelled after it "
+                                 "was handed to UCX; the peer receives it "
+                                 "anyway", pscom_plugin_con_str(con));
+            warned_cancel = true;
+            continue;
+        }
+        if (pscom_plugin_tx_done(con, len)) return -1;
+        flushed = true;
+    }
+    /* Frames beyond the last peek may wait for room. */
+    if (flushed && !uc->err && pscom_plugin_tx_pending(con))
+        ux_tx_kick(con, uc);
+    return 0;
+}
+
+/* ---------------------------------------------------------------------- */
+/* Receiving                                                              */
+/* ---------------------------------------------------------------------- */
+
+/* Receive a rendezvous body: into the user's buffer when the core has one
+ * for all of it and the body is, by its size, a rendezvous body of the core
+ * (whose receive is posted and matched, so the buffer stays until we say
+ * it is full); else into a buffer of ours that is pushed afterwards. */
+static int start_rop(struct ux_con *uc, void *desc, size_t len, bool may_direct)
+{
+    struct ux_sock *us = uc->us;
+    struct ux_rop *rop = calloc(1, sizeof(*rop));
+    if (rop && may_direct && len >= uc->peer_rndv) {
+        void *dst;
+        if (pscom_plugin_rx_direct(uc->con, &dst) == len) {
+            rop->buf = dst;
+            rop->direct = true;
+        }
+    }
+    if (rop && !rop->direct) rop->buf = malloc(len);
+    if (!rop || !rop->buf) {
+        free(rop);
+        uxw_am_release(us->w, desc);
+        pscom_plugin_log(1, "ucx: %s: out of memory for a body of %zu bytes; "
+                         "closing the connection",
+                         pscom_plugin_con_str(uc->con), len);
+        set_error(uc, PSCOM_OP_READ, PSCOM_ERR_STDERROR,
+                  "receive (out of memory)");
+        return -1;
+    }
+    rop->uc = uc;
+    rop->len = len;
+    uc->rop = rop;
+    int rc = uxw_am_recv(us->w, desc, rop->buf, len, rop_cb, rop);
+    if (rc != UXW_PENDING) {
+        rop->done = true;
+        rop->status = rc;
+    }
+    return 0;
+}
+
+/* The rendezvous body arrived: give it to the core. */
+static int finish_rop(struct ux_con *uc)
+{
+    struct ux_rop *rop = uc->rop;
+    uc->rop = NULL;
+    int rc;
+    if (rop->status) {
+        set_ucx_error(uc, PSCOM_OP_READ, "UCX receive", rop->status);
+        rc = -1;
+    } else if (rop->direct) {
+        rc = pscom_plugin_rx_direct_done(uc->con, rop->len);
+    } else {
+        rc = pscom_plugin_rx_push(uc->con, rop->buf, rop->len);
+    }
+    if (!rop->direct) free(rop->buf);
+    free(rop);
+    return rc;
+}
+
+static void rx_release(struct ux_sock *us, struct ux_rx *rx)
+{
+    if (rx->kind != RX_COPY && rx->data) uxw_am_release(us->w, rx->data);
+    rx_put(rx);
+}
+
+/* One message to the core. 0, or -1 when the connection is closing.
+ * Between the head and the body, callbacks of the core (recv_accept) must
+ * not see this connection deliver its next message: rx_busy. */
+static int deliver(struct ux_con *uc, struct ux_rx *rx)
+{
+    pscom_plugin_con_t *con = uc->con;
+    int rc = 0;
+    if (rx->head_len) {
+        uc->rx_busy = rx->len != 0;
+        rc = pscom_plugin_rx_push(con, rx->buf, rx->head_len);
+        uc->rx_busy = false;
+    }
+    if (rc || !rx->len) {
+        /* closing, or no body */
+    } else if (rx->kind == RX_RNDV) {
+        void *desc = rx->data;
+        rx->data = NULL; /* start_rop consumes the descriptor */
+        rc = start_rop(uc, desc, rx->len, !rx->long_head);
+    } else {
+        rc = pscom_plugin_rx_push(con, rx->data, rx->len);
+    }
+    rx_release(uc->us, rx);
+    return rc;
+}
+
+static int deliver_rx(struct ux_con *uc)
+{
+    if (uc->rx_busy) {
+        mark_pending(uc);
+        return 0;
+    }
+    for (;;) {
+        if (uc->rop) {
+            if (!uc->rop->done) return 0;
+            if (finish_rop(uc)) return -1;
+            continue;
+        }
+        struct ux_rx *rx = uc->rxq;
+        if (!rx) return 0;
+        uc->rxq = rx->next;
+        if (!uc->rxq) uc->rxq_tail = &uc->rxq;
+        if (deliver(uc, rx)) return -1;
+    }
+}
+
+/* ---------------------------------------------------------------------- */
+/* Dispatch and progress                                                  */
+/* ---------------------------------------------------------------------- */
+
+static void report_error(struct ux_con *uc)
+{
+    uc->err_reported = true;
+    pscom_plugin_con_error(uc->con, uc->err_op, uc->err_code, uc->err_what, 0);
+}
+
+/* The peer's end of the pre-connection socket closed: it closed the
+ * connection or its process ended. Its last messages may still be on their
+ * way through UCX; after HUP_GRACE_MS the connection fails. */
+static void check_hup(struct ux_con *uc)
+{
+    if (!uc->hup || uc->err) return;
+    if (now_ms() - uc->hup_at < HUP_GRACE_MS) {
+        mark_pending(uc);
+        return;
+    }
+    set_error(uc, PSCOM_OP_READ, PSCOM_ERR_EOF,
+              "the peer's pre-connection socket closed (its process ended)");
+}
+
+/* Give the core what UCX finished for this connection: sent frames first
+ * (a reply may depend on them), then arrived messages, then a failure. */
+static void dispatch(struct ux_con *uc)
+{
+    if (!uc->open || uc->err_reported) return;
+    if (flush_tx(uc) || deliver_rx(uc)) return;
+    check_hup(uc);
+    if (uc->err && !uc->err_reported && !uc->rx_busy) report_error(uc);
+}
+
+static int dispatch_pending(struct ux_sock *us)
+{
+    struct ux_con *list = us->pending;
+    us->pending = NULL;
+    int did = list != NULL;
+    while (list) {
+        struct ux_con *uc = list;
+        list = uc->next_pending;
+        uc->pending = false;
+        dispatch(uc);
+    }
+    return did;
+}
+
+static void sock_destroy(struct ux_sock *us);
+
+/* Upcalls may nest progress (an application callback that waits) and run
+ * handshakes that release sockets: sockets are destroyed only once the
+ * outermost round is over. */
+static int ux_progress(void)
+{
+    int did = 0;
+    progress_depth++;
+    for (struct ux_sock *us = socks; us; us = us->next) {
+        did |= uxw_worker_progress(us->w) != 0;
+        if (us->pending) did |= dispatch_pending(us);
+    }
+    if (--progress_depth == 0) {
+        struct ux_sock *us = socks;
+        while (us) {
+            struct ux_sock *next = us->next;
+            if (us->unused && !us->refs) sock_destroy(us);
+            us = next;
+        }
+    }
+    return did;
+}
+
+/* Progress us (recording only, no upcalls) until done(arg) or the
+ * deadline. */
+static bool wait_for(struct ux_sock *us, bool (*done)(void *), void *arg,
+                     unsigned ms)
+{
+    uint64_t deadline = now_ms() + ms;
+    unsigned n = 0;
+    while (!done(arg)) {
+        uxw_worker_progress(us->w);
+        if ((++n & 63) == 0 && now_ms() > deadline) return done(arg);
+    }
+    return true;
+}
+
+/* ---------------------------------------------------------------------- */
+/* Sockets                                                                */
+/* ---------------------------------------------------------------------- */
+
+static struct ux_sock *sock_get(pscom_socket_t *key, char *why, size_t why_len)
+{
+    for (struct ux_sock *us = socks; us; us = us->next)
+        if (us->key == key) {
+            us->unused = false;
+            return us;
+        }
+
+    uxw_context_t *ctx = spare_ctx;
+    spare_ctx = NULL;
+    if (!ctx) {
+        uxw_config_t cfg = ucx_settings();
+        if (uxw_context_create(&cfg, &ctx, why, why_len)) return NULL;
+    }
+    struct ux_sock *us = calloc(1, sizeof(*us));
+    if (!us) {
+        uxw_context_destroy(ctx);
+        snprintf(why, why_len, "out of memory");
+        return NULL;
+    }
+    if (uxw_worker_create(ctx, am_cb, us, &us->w, why, why_len)) {
+        free(us);
+        return NULL;
+    }
+    size_t max = uxw_worker_max_am_header(us->w);
+    us->max_head = max > KEY_LEN ? max - KEY_LEN : 0;
+    us->key = key;
+    us->next = socks;
+    socks = us;
+    return us;
+}
+
+static bool no_closing(void *arg)
+{
+    return ((struct ux_sock *)arg)->closing == 0;
+}
+
+static void sock_put(struct ux_sock *us)
+{
+    if (--us->refs) return;
+    if (progress_depth) {
+        us->unused = true;
+        return;
+    }
+    sock_destroy(us);
+}
+
+static void sock_destroy(struct ux_sock *us)
+{
+    if (!wait_for(us, no_closing, us, CLOSE_WAIT_MS))
+        pscom_plugin_log(2, "ucx: %u UCX endpoint(s) still closing after %u "
+                         "ms; destroying the worker anyway", us->closing,
+                         CLOSE_WAIT_MS);
+    for (struct ux_sock **pp = &socks; *pp; pp = &(*pp)->next)
+        if (*pp == us) {
+            *pp = us->next;
+            break;
+        }
+    uxw_worker_destroy(us->w);
+    free(us->slots);
+    free(us->gens);
+    free(us->free_slots);
+    free(us);
+}
+
+/* ---------------------------------------------------------------------- */
+/* Connections                                                            */
+/* ---------------------------------------------------------------------- */
+
+static bool con_quiet(void *arg)
+{
+    struct ux_con *uc = arg;
+    for (struct ux_txe *e = uc->txq; e; e = e->next)
+        if (!e->done) return false;
+    return !uc->rop || uc->rop->done;
+}
+
+/* Undo everything of uc: after hs_abort, close, or a failed handshake. */
+static void con_release(struct ux_con *uc)
+{
+    struct ux_sock *us = uc->us;
+    if (!us) return;
+    unmark_pending(uc);
+    uc->open = false;
+    slot_free(us, uc);
+    if (uc->fd >= 0) {
+        pscom_plugin_fd_del(uc->fd);
+        close(uc->fd);
+        uc->fd = -1;
+    }
+
+    while (uc->rxq) {
+        struct ux_rx *rx = uc->rxq;
+        uc->rxq = rx->next;
+        rx_release(us, rx);
+    }
+    uc->rxq_tail = &uc->rxq;
+
+    if (uc->ep) {
+        uxw_ep_t *ep = uc->ep;
+        uc->ep = NULL;
+        /* A broken endpoint, or one with nothing left to deliver: drop it.
+         * Otherwise let UCX flush what it has (the EOF message). */
+        int force = uc->ep_failed || uc->err;
+        if (uxw_ep_close(us->w, ep, force, ep_closed_cb, us) == UXW_PENDING)
+            us->closing++;
+    }
+    /* UCX may still read send buffers or write a receive buffer of this
+     * connection; the core gives them back once we return. */
+    if (!con_quiet(uc) && !wait_for(us, con_quiet, uc, CLOSE_WAIT_MS))
+        pscom_plugin_log(2, "ucx: %s: UCX still uses buffers of the closed "
+                         "connection after %u ms", pscom_plugin_con_str(uc->con),
+                         CLOSE_WAIT_MS);
+    while (uc->txq) {
+        struct ux_txe *e = uc->txq;
+        uc->txq = e->next;
+        if (e->done) txe_put(e);
+        else e->uc = NULL; /* tx_cb frees it */
+    }
+    uc->txq_tail = &uc->txq;
+    if (uc->rop) {
+        if (uc->rop->done) {
+            if (!uc->rop->direct) free(uc->rop->buf);
+            free(uc->rop);
+        } else {
+            uc->rop->uc = NULL; /* rop_cb frees it */
+        }
+        uc->rop = NULL;
+    }
+    uc->us = NULL;
+    sock_put(us);
+}
+
+static int ux_hs_start(pscom_plugin_con_t *con, void *priv, void *blob,
+                       size_t *len)
+{
+    struct ux_con *uc = priv;
+    char why[256] = "";
+    struct ux_sock *us = sock_get(pscom_plugin_con_socket(con), why, sizeof(why));
+    if (!us) {
+        pscom_plugin_log(4, "ucx: %s: no UCX worker: %s",
+                         pscom_plugin_con_str(con), why);
+        return -ENODEV;
+    }
+    uc->con = con;
+    uc->fd = -1;
+    uc->txq_tail = &uc->txq;
+    uc->rxq_tail = &uc->rxq;
+    us->refs++;
+    if (slot_alloc(us, uc)) {
+        sock_put(us);
+        return -ENOMEM;
+    }
+    uc->us = us;
+
+    ux_blob_t b = {.slot = uc->slot, .gen = uc->gen,
+                   .rndv = cfg_rendezvous == SIZE_MAX ? UINT64_MAX
+                                                      : (uint64_t)cfg_rendezvous};
+    uxw_worker_address(us->w, &b.addr, &b.addr_len);
+    int rc = ux_blob_encode(&b, blob, len);
+    if (rc) {
+        pscom_plugin_log(4, "ucx: %s: the UCX worker address (%zu bytes) does "
+                         "not fit in the handshake (%zu bytes)",
+                         pscom_plugin_con_str(con), b.addr_len, *len);
+        con_release(uc);
+        return rc;
+    }
+    return 0;
+}
+
+static int ux_hs_connect(pscom_plugin_con_t *con, void *priv, const void *blob,
+                         size_t len)
+{
+    struct ux_con *uc = priv;
+    ux_blob_t b;
+    const char *why;
+    if (!uc->us) return -EINVAL;
+    if (ux_blob_decode(blob, len, &b, &why)) {
+        pscom_plugin_log(2, "ucx: %s: bad handshake data from the peer: %s",
+                         pscom_plugin_con_str(con), why);
+        return -EPROTO;
+    }
+    uc->peer_slot = b.slot;
+    uc->peer_gen = b.gen;
+    uc->peer_rndv = b.rndv;
+    int st = uxw_ep_create(uc->us->w, b.addr, b.addr_len, ep_err_cb, uc->us,
+                           &uc->ep);
+    if (st) {
+        pscom_plugin_log(4, "ucx: %s: cannot reach the peer's UCX worker: %s",
+                         pscom_plugin_con_str(con), uxw_status_str(st));
+        uc->ep = NULL;
+        return -EHOSTUNREACH;
+    }
+    return 0;
+}
+
+static void ux_hs_abort(pscom_plugin_con_t *con, void *priv)
+{
+    con_release(priv);
+}
+
+/* The pre-connection socket carries nothing after the handshake: readable
+ * means the peer's end closed. */
+static void on_precon_fd(int fd, uint32_t events, void *arg)
+{
+    struct ux_con *uc = arg;
+    char buf[64];
+    ssize_t n = recv(fd, buf, sizeof(buf), MSG_DONTWAIT);
+    if (n > 0 || (n < 0 && (errno == EAGAIN || errno == EINTR))) return;
+    pscom_plugin_fd_mod(fd, 0);
+    if (!uc->hup) {
+        uc->hup = true;
+        uc->hup_at = now_ms();
+    }
+    mark_pending(uc);
+}
+
+static int ux_open(pscom_plugin_con_t *con, void *priv, int precon_fd)
+{
+    struct ux_con *uc = priv;
+    if (!uc->us || !uc->ep) {
+        con_release(uc);
+        return -EINVAL;
+    }
+    /* UCX notices a dead peer late or not at all on some transports (shared
+     * memory with a full queue); the kernel closes the dead process's
+     * pre-connection socket at once. Watched cold: checked now and then. */
+    if (precon_fd >= 0 &&
+        !pscom_plugin_fd_add(precon_fd, EPOLLIN | EPOLLRDHUP, 0, on_precon_fd,
+                             uc))
+        uc->fd = precon_fd;
+    uc->open = true;
+    /* Messages that came before, or a failure: dispatch them. */
+    if (uc->rxq || uc->err) mark_pending(uc);
+    return uc->fd >= 0; /* 1: the socket is ours to close */
+}
+
+static void ux_close(pscom_plugin_con_t *con, void *priv)
+{
+    con_release(priv);
+}
+
+/* ---------------------------------------------------------------------- */
+/* Plugin                                                                 */
+/* ---------------------------------------------------------------------- */
+
+static int ux_init(void)
+{
+    pscom_plugin_config_register(ux_rows, sizeof(ux_rows) / sizeof(ux_rows[0]));
+    char why[256] = "";
+    uxw_config_t cfg = ucx_settings();
+    int st = uxw_context_create(&cfg, &spare_ctx, why, sizeof(why));
+    if (st) {
+        pscom_plugin_log(4, "ucx: UCX %s cannot start here: %s; check the "
+                         "UCX_* settings (ucx_info -d lists the transports)",
+                         uxw_version(), why);
+        spare_ctx = NULL;
+        return -ENODEV;
+    }
+    pscom_plugin_log(5, "ucx: UCX %s ready", uxw_version());
+    return 0;
+}
+
+static void ux_destroy(void)
+{
+    uxw_context_destroy(spare_ctx);
+    spare_ctx = NULL;
+    pools_free();
+}
+
+static const pscom_plugin_ops_t ux_ops = {
+    .init = ux_init,
+    .destroy = ux_destroy,
+    .hs_start = ux_hs_start,
+    .hs_connect = ux_hs_connect,
+    .hs_abort = ux_hs_abort,
+    .open = ux_open,
+    .close = ux_close,
+    .tx_kick = ux_tx_kick,
+    .progress = ux_progress,
+};
+
+const pscom_plugin_t pscom_plugin_ucx = {
+    .api_version = PSCOM_PLUGIN_API_VERSION,
+    .name = "ucx",
+    .alias = NULL, /* the core registers PSP_UCP */
+    .con_type = PSCOM_CON_TYPE_UCP,
+    .priority = 30,
+    .con_priv_size = sizeof(struct ux_con),
+    .rendezvous = &cfg_rendezvous,
+    .fds_per_con = 1, /* UCX over tcp keeps a socket per endpoint */
+    .ops = &ux_ops,
+};

@@ -1,0 +1,119 @@
+/*
+ * A thin layer over the UCX calls the ucx plugin makes (UCP active messages,
+ * one context and worker at a time), so that the glue (ucx_plugin.c) sees no
+ * UCX type and the unit tests can replace this layer with a fake
+ * (test/ucx/fake_wrap.c).
+ *
+ * Status values are UCX's ucs_status_t numbers: 0 is success, negative is an
+ * error (uxw_status_str() names it). Calls that may finish later return
+ * UXW_PENDING and a request handle; its callback runs from
+ * uxw_worker_progress(), and the handle is released by the wrapper after the
+ * callback returned. No callback runs from the call that started the
+ * operation.
+ *
+ * Thread-safety: none. The plugin calls everything with the library lock
+ * held (serialized threads).
+ */
+#ifndef PSCOM_UCX_WRAP_H
+#define PSCOM_UCX_WRAP_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/uio.h>
+
+typedef struct uxw_worker uxw_worker_t; /* a UCP context and its worker */
+typedef struct uxw_ep uxw_ep_t;         /* a UCP endpoint */
+typedef struct uxw_req uxw_req_t;       /* an operation under way */
+
+#define UXW_OK      0
+#define UXW_PENDING 1 /* under way: the callback comes from progress */
+
+/* AM ids of the plugin's two message kinds. */
+enum {
+    UXW_AM_FRAME = 0,      /* AM header: key + frame head; data: the body */
+    UXW_AM_FRAME_LONG = 1, /* AM header: key; data: frame head + body */
+};
+
+/* uxw_am_cb_t flags: what `data` is. */
+#define UXW_AM_RNDV    0x1 /* a rendezvous descriptor: fetch with uxw_am_recv() */
+#define UXW_AM_KEEPABLE 0x2 /* eager data that may be kept (UXW_AM_KEEP) */
+
+/* uxw_am_cb_t results. */
+#define UXW_AM_DONE 0 /* data is not used after the callback */
+#define UXW_AM_KEEP 1 /* data (UXW_AM_RNDV or UXW_AM_KEEPABLE) is kept: later
+                       * uxw_am_recv() or uxw_am_release() */
+
+/* An arriving active message. `hdr` is valid only during the call; `data`
+ * too, unless the callback keeps it. */
+typedef int (*uxw_am_cb_t)(void *arg, unsigned id, const void *hdr,
+                           size_t hdr_len, void *data, size_t len,
+                           unsigned flags);
+/* An endpoint failed (the peer died or the link broke). */
+typedef void (*uxw_ep_err_cb_t)(void *arg, uxw_ep_t *ep, int status);
+/* A send or a close finished. */
+typedef void (*uxw_done_cb_t)(void *user, int status);
+/* A uxw_am_recv() finished; `len` bytes arrived. */
+typedef void (*uxw_recv_cb_t)(void *user, int status, size_t len);
+
+/* UCX settings the plugin gives a context (each one only when the user did
+ * not set the UCX_ variable). */
+typedef struct uxw_config {
+    /* Let the shared-memory transports (posix, sysv) take part in peer
+     * error-handling mode (MM_ERROR_HANDLING=y; without it UCX refuses
+     * them for such endpoints). */
+    int shm_error_handling;
+} uxw_config_t;
+
+/* Read the UCX configuration and create a context (active messages only).
+ * 0, or a status with a reason in why. The context is owned by the caller:
+ * pass it to uxw_worker_create() or free it with uxw_context_destroy(). */
+typedef struct uxw_context uxw_context_t;
+int uxw_context_create(const uxw_config_t *cfg, uxw_context_t **ctx_p,
+                       char *why, size_t why_len);
+void uxw_context_destroy(uxw_context_t *ctx);
+
+/* Create a worker on ctx (which it takes over: uxw_worker_destroy() frees
+ * both, also when this fails) with am_cb registered for both AM ids. */
+int uxw_worker_create(uxw_context_t *ctx, uxw_am_cb_t am_cb, void *am_arg,
+                      uxw_worker_t **worker_p, char *why, size_t why_len);
+/* Free the worker and its context. Endpoints must be closed first. */
+void uxw_worker_destroy(uxw_worker_t *w);
+/* The worker's address (owned by the worker) and the largest AM header. */
+void uxw_worker_address(uxw_worker_t *w, const void **addr, size_t *len);
+size_t uxw_worker_max_am_header(uxw_worker_t *w);
+/* One round of progress; the number of events handled. */
+unsigned uxw_worker_progress(uxw_worker_t *w);
+
+/* An endpoint to the worker whose address is addr (from the network), in
+ * peer error-handling mode: a failure is reported to err_cb(err_arg). */
+int uxw_ep_create(uxw_worker_t *w, const void *addr, size_t len,
+                  uxw_ep_err_cb_t err_cb, void *err_arg, uxw_ep_t **ep_p);
+/* Close ep: flush what was sent first, or (force) drop it. UXW_OK when
+ * closed now; UXW_PENDING when cb(user) follows; or an error (closed). */
+int uxw_ep_close(uxw_worker_t *w, uxw_ep_t *ep, int force, uxw_done_cb_t cb,
+                 void *user);
+
+/* Send an active message: hdr (kept by UCX until done, so it must stay valid
+ * until then) and the data of iov[0..iovcnt) (0 to 2 entries). eager: force
+ * UCX's eager protocol; otherwise UCX chooses (eager or its rendezvous).
+ * UXW_OK: done now, cb does not run. UXW_PENDING: cb(user, status) follows.
+ * Negative: failed. */
+int uxw_am_send(uxw_ep_t *ep, unsigned id, const void *hdr, size_t hdr_len,
+                const struct iovec *iov, int iovcnt, int eager,
+                uxw_done_cb_t cb, void *user);
+
+/* Receive the data of a kept AM (desc) into buf[0..len). The descriptor is
+ * consumed, also on error. UXW_OK: done now. UXW_PENDING: cb follows. */
+int uxw_am_recv(uxw_worker_t *w, void *desc, void *buf, size_t len,
+                uxw_recv_cb_t cb, void *user);
+/* Drop kept AM data or a kept rendezvous descriptor. */
+void uxw_am_release(uxw_worker_t *w, void *data);
+
+/* "Connection reset by remote peer" etc. */
+const char *uxw_status_str(int status);
+/* 1 when the status means the peer is gone (reset, unreachable, timeout). */
+int uxw_status_is_peer_gone(int status);
+/* "1.13.1" */
+const char *uxw_version(void);
+
+#endif /* PSCOM_UCX_WRAP_H */

@@ -1,0 +1,109 @@
+/*
+ * Test doubles for the ofi plugin's unit tests: a fake libfabric layer
+ * (fake_wrap.c, implementing plugins/ofi/ofi_wrap.h) and a fake core
+ * (fake_core.c, implementing the services of pscom_plugin.h that the plugin
+ * calls). Both ends of a connection live in this one process and share the
+ * fake endpoint.
+ */
+#ifndef OFI_TEST_FAKE_H_
+#define OFI_TEST_FAKE_H_
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "ofi_wrap.h"
+#include "pscom_plugin.h"
+
+/* ---------------------------------------------------------------------- */
+/* Fake libfabric                                                         */
+
+struct fake_knobs {
+    /* provider */
+    char prov[64];
+    size_t inject_size, max_msg_size, iov_limit;
+    int select_fails, ep_open_fails, av_fails;
+    /* behaviour */
+    unsigned send_eagain;  /* the next n sends return -EAGAIN */
+    unsigned recv_eagain;  /* the next n receives return -EAGAIN */
+    int send_fails;        /* fi_tsendv returns -EIO */
+    unsigned send_error_completion; /* the next n sends complete with an error */
+    int hold_tx;           /* keep send completions until fake_release_held */
+    int reverse_cq;        /* hand out each batch of completions reversed */
+    /* counters */
+    unsigned inject_calls, tsend_calls, trecv_calls, injects, eagains;
+    unsigned msgs_sent, cancels, av_inserts;
+    size_t largest_msg;
+};
+extern struct fake_knobs fake;
+
+void fake_reset(void);
+void fake_release_held(int reverse);
+/* Release only held send completion i (in holding order). */
+void fake_release_held_one(unsigned i);
+/* A message from nowhere (a broken peer) with this tag. */
+void fake_send_raw(const void *data, size_t len, uint64_t tag);
+unsigned fake_posted_count(void);
+unsigned fake_unexpected_count(void);
+unsigned fake_held_count(void);
+int fake_ep_is_open(void);
+
+/* ---------------------------------------------------------------------- */
+/* Fake core                                                              */
+
+#define FAKE_MAX_FRAMES 512
+
+struct fake_frame {
+    uint8_t head[8 + 256];
+    size_t hl;
+    uint8_t *body;
+    size_t bl;
+};
+
+/* The core's side of one connection. */
+struct psc_con {
+    const char *name;
+    /* send queue */
+    struct fake_frame *q[FAKE_MAX_FRAMES];
+    unsigned qn;      /* frames queued */
+    unsigned qdone;   /* frames completed (tx_done) */
+    size_t partial;   /* bytes of frame qdone already reported */
+    unsigned tx_done_calls;
+    size_t tx_done_bytes;
+    int close_on_tx_done; /* tx_done returns -1 (closing) */
+    /* receive: the byte stream as the application would see it */
+    uint8_t *rx;
+    size_t rx_len, rx_cap;
+    size_t direct_bytes;  /* of rx, written through rx_direct */
+    unsigned frames_in;   /* complete frames received */
+    int direct_enabled;   /* offer rx_direct for rendezvous data */
+    /* receive parser */
+    uint8_t hb[8 + 65536];
+    size_t hhave, hneed;
+    uint64_t body_left;
+    int in_body, body_direct;
+    uint8_t *direct_buf;  /* the "user buffer" of rendezvous data */
+    size_t direct_off, direct_len;
+    /* failure */
+    unsigned long tx_done_evt; /* event number of the last tx_done */
+    unsigned long frame_evt;   /* event number of the last frame received */
+    int failed;
+    int errors;
+    pscom_op_t err_op;
+    pscom_err_t err;
+    void *priv;
+};
+
+void fake_con_init(struct psc_con *c, const char *name, void *priv);
+void fake_con_free(struct psc_con *c);
+/* Queue a frame: header of type, xheader of xl bytes and body of bl bytes,
+ * filled with a pattern from seed. The frame is owned by the connection. */
+struct fake_frame *fake_frame_new(uint8_t type, size_t xl, size_t bl,
+                                  uint32_t seed);
+void fake_enqueue(struct psc_con *c, struct fake_frame *f);
+/* Append the frame's bytes to buf (for the expected stream). */
+size_t fake_frame_bytes(const struct fake_frame *f, uint8_t *buf);
+
+/* The descriptor under test. */
+extern const pscom_plugin_t pscom_plugin_ofi;
+
+#endif /* OFI_TEST_FAKE_H_ */

@@ -1,0 +1,614 @@
+/*
+ * Unit tests of the ofi plugin (plugins/ofi): its handshake blob, the send
+ * FIFO that reports frames to the core in order, reassembly and ordering of
+ * received frames, -EAGAIN from a full queue, error completions, the
+ * zero-copy path for rendezvous data and closing with operations posted.
+ *
+ * The plugin runs against fakes (fake.h): an in-memory libfabric endpoint
+ * and a core whose connections are plain structs. Both ends of a
+ * connection live in this process and share the endpoint, as two sockets of
+ * one process do.
+ */
+#include <errno.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "fake.h"
+#include "ofi_proto.h"
+
+static const pscom_plugin_ops_t *ops;
+
+struct pair {
+    struct psc_con a, b;
+    void *pa, *pb;
+    ofi_blob_t blob_a, blob_b; /* what each side announced */
+};
+
+static void progress(unsigned rounds)
+{
+    for (unsigned i = 0; i < rounds; i++) ops->progress();
+}
+
+static int setup(void **state)
+{
+    fake_reset();
+    ops = pscom_plugin_ofi.ops;
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    unsetenv("PSP_OFI_BOUNCE");
+    unsetenv("PSP_OFI_MAX_MSG");
+    unsetenv("PSP_OFI_SENDQ");
+    unsetenv("PSP_OFI_RECVQ");
+    unsetenv("PSP_OFI_LINGER");
+    return 0;
+}
+
+static void pair_open(struct pair *p)
+{
+    uint8_t ba[4096], bb[4096];
+    size_t la = sizeof(ba), lb = sizeof(bb);
+    const char *why;
+
+    assert_int_equal(ops->init(), 0);
+    p->pa = calloc(1, pscom_plugin_ofi.con_priv_size);
+    p->pb = calloc(1, pscom_plugin_ofi.con_priv_size);
+    fake_con_init(&p->a, "A", p->pa);
+    fake_con_init(&p->b, "B", p->pb);
+    assert_int_equal(ops->hs_start(&p->a, p->pa, ba, &la), 0);
+    assert_int_equal(ops->hs_start(&p->b, p->pb, bb, &lb), 0);
+    assert_int_equal(ofi_blob_decode(ba, la, &p->blob_a, &why), 0);
+    assert_int_equal(ofi_blob_decode(bb, lb, &p->blob_b, &why), 0);
+    assert_int_not_equal(p->blob_a.conid, p->blob_b.conid);
+    assert_int_equal(ops->hs_connect(&p->b, p->pb, ba, la), 0);
+    assert_int_equal(ops->hs_connect(&p->a, p->pa, bb, lb), 0);
+    assert_int_equal(ops->open(&p->a, p->pa, -1), 0);
+    assert_int_equal(ops->open(&p->b, p->pb, -1), 0);
+}
+
+static void pair_close(struct pair *p)
+{
+    ops->close(&p->a, p->pa);
+    ops->close(&p->b, p->pb);
+    progress(4);
+    ops->destroy();
+    free(p->pa);
+    free(p->pb);
+    fake_con_free(&p->a);
+    fake_con_free(&p->b);
+}
+
+/* Queue frames on `from`, kick, and drive progress until they arrived. */
+static size_t send_frames(struct pair *p, struct psc_con *from,
+                          struct fake_frame **f, unsigned n, uint8_t *expect)
+{
+    size_t total = 0;
+    for (unsigned i = 0; i < n; i++) {
+        fake_enqueue(from, f[i]);
+        total += fake_frame_bytes(f[i], expect + total);
+    }
+    ops->tx_kick(from, from->priv);
+    return total;
+}
+
+/* ---------------------------------------------------------------------- */
+/* Handshake blob                                                         */
+
+static size_t valid_blob(uint8_t *buf, size_t cap, ofi_blob_t *b)
+{
+    memset(b, 0, sizeof(*b));
+    b->conid = 0x01020304;
+    b->bounce = 16384;
+    b->max_msg = 1u << 20;
+    b->addr_format = 2;
+    strcpy(b->prov, "tcp;ofi_rxm");
+    b->addr_len = 16;
+    for (int i = 0; i < 16; i++) b->addr[i] = (uint8_t)(i * 7);
+    return ofi_blob_encode(b, buf, cap);
+}
+
+static void test_blob_roundtrip(void **state)
+{
+    uint8_t buf[4096];
+    ofi_blob_t in, out;
+    const char *why = NULL;
+    size_t n = valid_blob(buf, sizeof(buf), &in);
+    assert_int_equal(n, 29 + strlen("tcp;ofi_rxm") + 16);
+    assert_int_equal(ofi_blob_decode(buf, n, &out, &why), 0);
+    assert_int_equal(out.conid, in.conid);
+    assert_int_equal(out.bounce, in.bounce);
+    assert_int_equal(out.max_msg, in.max_msg);
+    assert_int_equal(out.addr_format, in.addr_format);
+    assert_string_equal(out.prov, in.prov);
+    assert_int_equal(out.addr_len, in.addr_len);
+    assert_memory_equal(out.addr, in.addr, in.addr_len);
+    /* Does not fit: 0, nothing promised about buf. */
+    assert_int_equal(ofi_blob_encode(&in, buf, n - 1), 0);
+}
+
+static void test_blob_malformed(void **state)
+{
+    uint8_t buf[4096], bad[4096];
+    ofi_blob_t b, out;
+    const char *why;
+    size_t n = valid_blob(buf, sizeof(buf), &b);
+
+    /* Every truncation and every extension is refused. */
+    for (size_t len = 0; len < n; len++) {
+        why = NULL;
+        assert_int_not_equal(ofi_blob_decode(buf, len, &out, &why), 0);
+        assert_non_null(why);
+    }
+    memcpy(bad, buf, n);
+    bad[n] = 0;
+    assert_int_equal(ofi_blob_decode(bad, n + 1, &out, &why), -EPROTO);
+    assert_int_equal(ofi_blob_decode(NULL, 0, &out, &why), -EPROTO);
+
+    struct {
+        size_t off;
+        uint8_t val;
+        int rc;
+    } cases[] = {
+        {0, 'X', -EPROTO},            /* magic */
+        {3, 2, -EPROTONOSUPPORT},     /* version */
+        {6, 0, -EPROTO},              /* addr_len 0 */
+        {7, 0xff, -EPROTO},           /* addr_len huge */
+        {28, 0, -EPROTO},             /* prov_len 0 */
+        {28, 64, -EPROTO},            /* prov_len > 63 */
+        {28, 10, -EPROTO},            /* prov_len does not match */
+        {29, 0, -EPROTO},             /* NUL in the provider name */
+        {12, 0, -EPROTO},             /* bounce 0 (low byte 0, 16384 -> 16384?) */
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        memcpy(bad, buf, n);
+        bad[cases[i].off] = cases[i].val;
+        if (cases[i].off == 12) memset(bad + 12, 0, 4); /* bounce 0 */
+        assert_int_equal(ofi_blob_decode(bad, n, &out, &why), cases[i].rc);
+    }
+    /* bounce above the limit, max_msg below bounce */
+    memcpy(bad, buf, n);
+    bad[15] = 0x80;
+    assert_int_equal(ofi_blob_decode(bad, n, &out, &why), -EPROTO);
+    memcpy(bad, buf, n);
+    memset(bad + 16, 0, 8);
+    bad[16] = 100;
+    assert_int_equal(ofi_blob_decode(bad, n, &out, &why), -EPROTO);
+}
+
+/* Random bytes and random mutations of a valid blob: decoding never reads
+ * past the end (ASan/valgrind would tell) and what it accepts is sane. */
+static void test_blob_fuzz(void **state)
+{
+    uint8_t buf[4096], m[4096];
+    ofi_blob_t b, out;
+    const char *why;
+    size_t n = valid_blob(buf, sizeof(buf), &b);
+    srand(12345);
+    for (int it = 0; it < 20000; it++) {
+        size_t len;
+        if (it & 1) {
+            len = (size_t)rand() % 200;
+            uint8_t *r = malloc(len ? len : 1);
+            for (size_t i = 0; i < len; i++) r[i] = (uint8_t)rand();
+            if (len >= 4 && (it & 2)) memcpy(r, "OFI\1", 4);
+            if (!ofi_blob_decode(r, len, &out, &why)) {
+                assert_true(out.addr_len >= 1 && out.addr_len <= OFW_ADDR_MAX);
+                assert_true(out.bounce >= OFI_BOUNCE_MIN);
+                assert_true(out.max_msg >= out.bounce);
+                assert_int_equal(strlen(out.prov), (size_t)r[28]);
+            }
+            free(r);
+        } else {
+            memcpy(m, buf, n);
+            len = n;
+            for (int k = 0; k < 3; k++) m[rand() % n] = (uint8_t)rand();
+            if (rand() & 1) len = (size_t)rand() % (n + 8);
+            uint8_t *r = malloc(len ? len : 1);
+            memcpy(r, m, len < n ? len : n);
+            if (len > n) memset(r + n, 0, len - n);
+            (void)ofi_blob_decode(r, len, &out, &why);
+            free(r);
+        }
+    }
+}
+
+/* Blobs from a peer that cannot be used: the plugin refuses them, so that
+ * the core tries the next transport. */
+static void test_hs_connect_rejects(void **state)
+{
+    uint8_t buf[4096], own[4096];
+    ofi_blob_t b;
+    size_t lo = sizeof(own);
+    struct psc_con c;
+    void *priv = calloc(1, pscom_plugin_ofi.con_priv_size);
+
+    assert_int_equal(ops->init(), 0);
+    fake_con_init(&c, "C", priv);
+    assert_int_equal(ops->hs_start(&c, priv, own, &lo), 0);
+
+    size_t n = valid_blob(buf, sizeof(buf), &b);
+    /* another provider than ours ("fake;prov") */
+    assert_int_equal(ops->hs_connect(&c, priv, buf, n), -EPROTONOSUPPORT);
+    /* our provider, another address format */
+    strcpy(b.prov, fake.prov);
+    n = ofi_blob_encode(&b, buf, sizeof(buf));
+    assert_int_equal(ops->hs_connect(&c, priv, buf, n), -EAFNOSUPPORT);
+    /* garbage */
+    assert_int_equal(ops->hs_connect(&c, priv, "garbage", 7), -EPROTO);
+    assert_int_equal(ops->hs_connect(&c, priv, buf, 3), -EPROTO);
+    /* the address vector refuses the address */
+    b.addr_format = 42;
+    n = ofi_blob_encode(&b, buf, sizeof(buf));
+    fake.av_fails = 1;
+    assert_int_not_equal(ops->hs_connect(&c, priv, buf, n), 0);
+    fake.av_fails = 0;
+    assert_int_equal(ops->hs_connect(&c, priv, buf, n), 0);
+    assert_int_equal(c.errors, 0);
+
+    ops->hs_abort(&c, priv);
+    ops->destroy();
+    free(priv);
+    fake_con_free(&c);
+}
+
+static void test_init_and_endpoint_failures(void **state)
+{
+    uint8_t blob[4096];
+    size_t len = sizeof(blob);
+    struct psc_con c;
+    void *priv = calloc(1, pscom_plugin_ofi.con_priv_size);
+    fake_con_init(&c, "C", priv);
+
+    fake.select_fails = 1;
+    assert_true(ops->init() < 0);
+    fake.select_fails = 0;
+
+    fake.ep_open_fails = 1;
+    assert_int_equal(ops->init(), 0);
+    assert_int_equal(ops->hs_start(&c, priv, blob, &len), -EIO);
+    /* remembered: no second attempt, same answer */
+    fake.ep_open_fails = 0;
+    len = sizeof(blob);
+    assert_int_equal(ops->hs_start(&c, priv, blob, &len), -EIO);
+    assert_false(fake_ep_is_open());
+    ops->destroy();
+
+    /* A blob buffer too small for the endpoint name. */
+    assert_int_equal(ops->init(), 0);
+    len = 20;
+    assert_int_equal(ops->hs_start(&c, priv, blob, &len), -ENOBUFS);
+    ops->destroy();
+    free(priv);
+    fake_con_free(&c);
+}
+
+/* ---------------------------------------------------------------------- */
+/* Sending and receiving                                                  */
+
+static void check_stream(struct psc_con *to, const uint8_t *expect,
+                         size_t total, unsigned frames)
+{
+    assert_int_equal(to->errors, 0);
+    assert_int_equal(to->rx_len, total);
+    assert_memory_equal(to->rx, expect, total);
+    assert_int_equal(to->frames_in, frames);
+}
+
+/* Frames of every shape arrive whole and in order: empty bodies, injected
+ * ones, one-message ones, head + body, a head larger than the receive
+ * buffers, bodies in chunks. */
+static void test_stream_shapes(void **state)
+{
+    setenv("PSP_OFI_BOUNCE", "256", 1);
+    fake.max_msg_size = 1000; /* chunks of 1000 bytes */
+    struct pair p;
+    pair_open(&p);
+
+    static const size_t shapes[][2] = {
+        {0, 0},    {0, 8},    {16, 40},  {0, 200},  {24, 232}, {0, 249},
+        {0, 1000}, {8, 4096}, {200, 0},  {250, 10}, {255, 3000}, {0, 2500},
+        {3, 1},    {0, 999},  {0, 1001}, {64, 100000},
+    };
+    enum { N = sizeof(shapes) / sizeof(shapes[0]) };
+    struct fake_frame *f[N];
+    size_t cap = 0;
+    for (unsigned i = 0; i < N; i++) {
+        f[i] = fake_frame_new(i % 2 ? 0 : 1, shapes[i][0], shapes[i][1], i);
+        cap += f[i]->hl + f[i]->bl;
+    }
+    uint8_t *expect = malloc(cap);
+    size_t total = send_frames(&p, &p.a, f, N, expect);
+    progress(200);
+
+    check_stream(&p.b, expect, total, N);
+    assert_int_equal(p.a.qdone, N);
+    assert_int_equal(p.a.tx_done_bytes, total);
+    assert_true(fake.largest_msg <= 1000);
+    assert_true(fake.injects > 0);
+    assert_int_equal(fake_unexpected_count(), 0);
+    free(expect);
+    pair_close(&p);
+}
+
+/* Both directions at once, many frames, completions handed out in reverse
+ * order within each batch: the order of frames is the order of sending. */
+static void test_order_reversed_completions(void **state)
+{
+    setenv("PSP_OFI_RECVQ", "4", 1);
+    setenv("PSP_OFI_SENDQ", "8", 1);
+    fake.reverse_cq = 1;
+    struct pair p;
+    pair_open(&p);
+
+    enum { N = 300 };
+    struct fake_frame *fa[N], *fb[N];
+    size_t cap = 0;
+    for (unsigned i = 0; i < N; i++) {
+        size_t bl = (i * 7919) % 40000;
+        fa[i] = fake_frame_new(0, i % 17, bl, 1000 + i);
+        fb[i] = fake_frame_new(0, i % 5, bl / 3, 5000 + i);
+        cap += fa[i]->hl + fa[i]->bl;
+    }
+    uint8_t *ea = malloc(cap), *eb = malloc(cap);
+    size_t ta = send_frames(&p, &p.a, fa, N, ea);
+    size_t tb = send_frames(&p, &p.b, fb, N, eb);
+    progress(5000);
+
+    check_stream(&p.b, ea, ta, N);
+    check_stream(&p.a, eb, tb, N);
+    assert_int_equal(p.a.tx_done_bytes, ta);
+    assert_int_equal(p.b.tx_done_bytes, tb);
+    free(ea);
+    free(eb);
+    pair_close(&p);
+}
+
+/* The send FIFO: a frame is reported to the core only when it and every
+ * frame before it completed, however the completions arrive. */
+static void test_completion_fifo(void **state)
+{
+    fake.hold_tx = 1;
+    struct pair p;
+    pair_open(&p);
+
+    struct fake_frame *f[4];
+    uint8_t expect[4 * 2000];
+    f[0] = fake_frame_new(0, 0, 1000, 1);
+    f[1] = fake_frame_new(0, 0, 1100, 2);
+    f[2] = fake_frame_new(0, 0, 1, 3);    /* injected: done at once */
+    f[3] = fake_frame_new(0, 0, 1300, 4);
+    size_t total = send_frames(&p, &p.a, f, 4, expect);
+    progress(10);
+    assert_int_equal(fake_held_count(), 3);
+    assert_int_equal(p.a.tx_done_calls, 0);
+
+    fake_release_held_one(2); /* frame 3 */
+    fake_release_held_one(1); /* frame 1 */
+    progress(10);
+    assert_int_equal(p.a.tx_done_calls, 0); /* frame 0 still in flight */
+
+    fake_release_held_one(0); /* frame 0 */
+    progress(10);
+    assert_int_equal(p.a.qdone, 4);
+    assert_int_equal(p.a.tx_done_bytes, total);
+    check_stream(&p.b, expect, total, 4);
+    pair_close(&p);
+}
+
+/* A full send queue: tx_kick returns at once (no spinning inside the core's
+ * call), progress retries, nothing is lost or reordered. */
+static void test_send_eagain(void **state)
+{
+    struct pair p;
+    pair_open(&p);
+
+    struct fake_frame *f[6];
+    uint8_t expect[6 * 10000];
+    for (unsigned i = 0; i < 6; i++)
+        f[i] = fake_frame_new(0, 4, i % 2 ? 8 : 5000, 77 + i);
+    fake.send_eagain = 5;
+    size_t total = send_frames(&p, &p.a, f, 6, expect);
+    /* One attempt, then tx_kick gave up until progress. */
+    assert_int_equal(fake.tsend_calls + fake.inject_calls, 1);
+    assert_int_equal(p.a.tx_done_calls, 0);
+    progress(50);
+    assert_int_equal(fake.eagains, 5);
+    check_stream(&p.b, expect, total, 6);
+    assert_int_equal(p.a.tx_done_bytes, total);
+    pair_close(&p);
+}
+
+/* A full receive queue when posting receives: retried from progress. */
+static void test_recv_eagain(void **state)
+{
+    setenv("PSP_OFI_RECVQ", "4", 1);
+    fake.recv_eagain = 6; /* four of A's slots and two of B's */
+    struct pair p;
+    pair_open(&p);
+    assert_int_equal(fake_posted_count(), 2);
+
+    struct fake_frame *f[10];
+    uint8_t expect[10 * 3000];
+    for (unsigned i = 0; i < 10; i++) f[i] = fake_frame_new(0, 0, 2000, i);
+    size_t total = send_frames(&p, &p.a, f, 10, expect);
+    progress(100);
+    check_stream(&p.b, expect, total, 10);
+    pair_close(&p);
+}
+
+/* Rendezvous data goes straight into the core's buffer; other large bodies
+ * are copied. */
+static void test_direct_rendezvous_data(void **state)
+{
+    struct pair p;
+    pair_open(&p);
+    p.b.direct_enabled = 1;
+
+    struct fake_frame *f[2];
+    uint8_t *expect = malloc(300000);
+    f[0] = fake_frame_new(3, 8, 100000, 9);  /* RNDV_DATA */
+    f[1] = fake_frame_new(0, 0, 100000, 10); /* USER */
+    size_t total = send_frames(&p, &p.a, f, 2, expect);
+    progress(50);
+    check_stream(&p.b, expect, total, 2);
+    assert_int_equal(p.b.direct_bytes, 100000);
+    free(expect);
+    pair_close(&p);
+}
+
+/* ---------------------------------------------------------------------- */
+/* Errors                                                                 */
+
+static void test_send_error_completion(void **state)
+{
+    struct pair p;
+    pair_open(&p);
+    struct fake_frame *f[3];
+    uint8_t expect[3 * 5000];
+    for (unsigned i = 0; i < 3; i++) f[i] = fake_frame_new(0, 0, 4000, i);
+    fake.send_error_completion = 1;
+    send_frames(&p, &p.a, f, 3, expect);
+    progress(20);
+    assert_int_equal(p.a.errors, 1);
+    assert_int_equal(p.a.err_op, PSCOM_OP_WRITE);
+    assert_int_equal(p.a.err, PSCOM_ERR_EOF); /* connection reset */
+    assert_int_equal(p.a.tx_done_calls, 0);   /* frame 0 failed first */
+    progress(20);
+    assert_int_equal(p.a.errors, 1); /* once */
+    pair_close(&p);
+}
+
+/* Messages from a broken or hostile peer: longer than the receive buffer,
+ * shorter than a header, longer than the frame they start. */
+static void test_bad_messages(void **state)
+{
+    static const struct {
+        size_t len;
+        int patch_header;
+    } cases[] = {{16385, 0}, {4, 0}, {64, 1}};
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        fake_reset();
+        struct pair p;
+        pair_open(&p);
+        uint8_t *msg = calloc(1, cases[i].len);
+        if (cases[i].patch_header) {
+            pscom_header_net_t h = {.xheader_len = 0, .msg_type = 0,
+                                    .data_len = 8};
+            memcpy(msg, &h, 8); /* a 16-byte frame in 64 bytes */
+        }
+        fake_send_raw(msg, cases[i].len,
+                      ofi_tag(p.blob_b.conid, 0, OFI_PART_FIRST));
+        progress(5);
+        assert_int_equal(p.b.errors, 1);
+        assert_int_equal(p.b.err_op, PSCOM_OP_READ);
+        assert_int_equal(p.b.frames_in, 0);
+        free(msg);
+        pair_close(&p);
+    }
+}
+
+/* The peer's end-of-connection message waits until our sends in flight
+ * completed: the core would fail them, though the peer has them. */
+static void test_eof_waits_for_sends(void **state)
+{
+    struct pair p;
+    pair_open(&p);
+    fake.hold_tx = 1;
+    struct fake_frame *big = fake_frame_new(0, 0, 50000, 1);
+    struct fake_frame *eof = fake_frame_new(4, 0, 0, 2);
+    uint8_t expect[60000];
+    send_frames(&p, &p.a, &big, 1, expect);
+    send_frames(&p, &p.b, &eof, 1, expect);
+    progress(20);
+    assert_int_equal(p.a.frames_in, 0); /* held back */
+    fake_release_held(0);
+    progress(20);
+    assert_int_equal(p.a.frames_in, 1);
+    assert_int_equal(p.a.qdone, 1);
+    assert_true(p.a.tx_done_evt < p.a.frame_evt);
+    pair_close(&p);
+}
+
+/* tx_done returns -1 (closing): the plugin stops using the connection,
+ * although more of its sends complete. */
+static void test_stop_after_closing(void **state)
+{
+    struct pair p;
+    pair_open(&p);
+    struct fake_frame *f[3];
+    uint8_t expect[3 * 3000];
+    for (unsigned i = 0; i < 3; i++) f[i] = fake_frame_new(0, 0, 2000, i);
+    p.a.close_on_tx_done = 1;
+    send_frames(&p, &p.a, f, 3, expect);
+    progress(10);
+    assert_int_equal(p.a.tx_done_calls, 1);
+    assert_int_equal(p.a.errors, 0);
+    pair_close(&p);
+}
+
+/* Closing with receives posted cancels them; messages to the closed
+ * connection are drained by a sink for PSP_OFI_LINGER ms. */
+static void test_close_cancels_and_drains(void **state)
+{
+    setenv("PSP_OFI_RECVQ", "8", 1);
+    struct pair p;
+    pair_open(&p);
+    assert_int_equal(fake_posted_count(), 16);
+    ops->close(&p.b, p.pb);
+    assert_int_equal(fake.cancels, 8);
+    progress(5);
+    /* A's 8 receives and B's sink */
+    assert_int_equal(fake_posted_count(), 9);
+    /* A still sends to B: the sink takes it, nothing stays unexpected. */
+    struct fake_frame *f = fake_frame_new(0, 0, 100, 1);
+    uint8_t expect[200];
+    send_frames(&p, &p.a, &f, 1, expect);
+    progress(5);
+    assert_int_equal(fake_unexpected_count(), 0);
+    assert_int_equal(p.b.frames_in, 0);
+    ops->close(&p.a, p.pa);
+    progress(5);
+    ops->destroy();
+    free(p.pa);
+    free(p.pb);
+    fake_con_free(&p.a);
+    fake_con_free(&p.b);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_blob_roundtrip, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_blob_malformed, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_blob_fuzz, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_hs_connect_rejects, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_init_and_endpoint_failures, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_stream_shapes, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_order_reversed_completions, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_completion_fifo, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_send_eagain, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_recv_eagain, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_direct_rendezvous_data, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_send_error_completion, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_bad_messages, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_eof_waits_for_sends, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_stop_after_closing, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_close_cancels_and_drains, setup,
+                                        teardown),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,274 @@
+/*
+ * The core services of pscom_plugin.h, faked for the ucx plugin's unit
+ * tests (see fake.h): one send queue per connection, a receive state
+ * machine that splits what the plugin delivers into messages, and records of
+ * errors, file descriptors and log lines.
+ */
+#include <assert.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "fake.h"
+
+static pscom_socket_t *the_socket = (pscom_socket_t *)0x1000;
+pscom_socket_t *fake_socket;
+
+void fake_con_init(struct psc_con *c)
+{
+    memset(c, 0, sizeof(*c));
+    c->need = sizeof(pscom_header_net_t);
+    fake_socket = the_socket;
+}
+
+size_t fake_head(uint8_t *out, size_t xlen, uint64_t data_len, uint8_t fill)
+{
+    pscom_header_net_t h = {.xheader_len = (uint16_t)xlen, .msg_type = 0,
+                            .data_len = data_len};
+    memcpy(out, &h, sizeof(h));
+    memset(out + sizeof(h), fill, xlen);
+    return sizeof(h) + xlen;
+}
+
+struct fake_frame *fake_queue(struct psc_con *c, size_t xlen, void *body,
+                              size_t body_len)
+{
+    assert(c->qn < FAKE_MAX_FRAMES);
+    struct fake_frame *f = malloc(sizeof(*f));
+    assert(f);
+    c->q[c->qn++] = f;
+    f->head_len = fake_head(f->head, xlen, body_len, (uint8_t)(0x40 + c->qn));
+    f->body = body;
+    f->body_len = body_len;
+    f->left = f->head_len + body_len;
+    return f;
+}
+
+void fake_unqueue(struct psc_con *c, int i)
+{
+    free(c->q[i]);
+    memmove(&c->q[i], &c->q[i + 1], (c->qn - i - 1) * sizeof(c->q[0]));
+    c->qn--;
+}
+
+int pscom_plugin_tx_peek(pscom_plugin_con_t *c, struct iovec *iov, int iov_max,
+                         size_t *total)
+{
+    int n = 0;
+    size_t sum = 0;
+    for (int i = 0; i < c->qn; i++) {
+        struct fake_frame *f = c->q[i];
+        size_t skip = f->head_len + f->body_len - f->left;
+        struct iovec parts[2] = {{f->head, f->head_len}, {f->body, f->body_len}};
+        for (int k = 0; k < 2; k++) {
+            if (skip >= parts[k].iov_len) {
+                skip -= parts[k].iov_len;
+                continue;
+            }
+            if (n == iov_max) goto out;
+            iov[n].iov_base = (char *)parts[k].iov_base + skip;
+            iov[n].iov_len = parts[k].iov_len - skip;
+            sum += iov[n].iov_len;
+            skip = 0;
+            n++;
+        }
+    }
+out:
+    *total = sum;
+    return n;
+}
+
+int pscom_plugin_tx_done(pscom_plugin_con_t *c, size_t n)
+{
+    assert(c->ndone < FAKE_MAX_FRAMES * 2);
+    c->done_calls[c->ndone++] = n;
+    while (n) {
+        assert(c->qn > 0); /* more bytes reported than queued */
+        struct fake_frame *f = c->q[0];
+        size_t take = n < f->left ? n : f->left;
+        f->left -= take;
+        n -= take;
+        if (!f->left) fake_unqueue(c, 0);
+    }
+    return c->closing ? -1 : 0;
+}
+
+int pscom_plugin_tx_pending(pscom_plugin_con_t *c)
+{
+    return c->qn > 0;
+}
+
+static void msg_done(struct psc_con *c)
+{
+    c->nmsgs++;
+    c->in_body = false;
+    c->have = 0;
+    c->need = sizeof(pscom_header_net_t);
+}
+
+int pscom_plugin_rx_push(pscom_plugin_con_t *c, const void *buf, size_t len)
+{
+    const uint8_t *p = buf;
+    if (c->closing) return -1;
+    while (len) {
+        assert(c->nmsgs < FAKE_MAX_MSGS);
+        struct fake_msg *m = &c->msgs[c->nmsgs];
+        if (c->in_body) {
+            size_t take = len < c->body_left ? len : c->body_left;
+            size_t room = sizeof(m->body) - m->body_len;
+            memcpy(m->body + m->body_len, p, take < room ? take : room);
+            m->body_len += take;
+            c->body_left -= take;
+            p += take;
+            len -= take;
+            if (!c->body_left) msg_done(c);
+            continue;
+        }
+        size_t take = c->need - c->have;
+        if (take > len) take = len;
+        memcpy(c->hbuf + c->have, p, take);
+        c->have += take;
+        p += take;
+        len -= take;
+        if (c->have < c->need) continue;
+        pscom_header_net_t h;
+        memcpy(&h, c->hbuf, sizeof(h));
+        if (c->need == sizeof(h) && h.xheader_len) {
+            c->need += h.xheader_len;
+            continue;
+        }
+        memset(m, 0, sizeof(*m));
+        memcpy(m->head, c->hbuf, c->have);
+        m->head_len = c->have;
+        c->body_left = h.data_len;
+        if (!c->body_left) msg_done(c);
+        else c->in_body = true;
+    }
+    return c->closing ? -1 : 0;
+}
+
+size_t pscom_plugin_rx_direct(pscom_plugin_con_t *c, void **buf)
+{
+    if (!c->in_body || !c->direct_buf || !c->direct_len) return 0;
+    *buf = c->direct_buf;
+    return c->direct_len < c->body_left ? c->direct_len : c->body_left;
+}
+
+int pscom_plugin_rx_direct_done(pscom_plugin_con_t *c, size_t n)
+{
+    struct fake_msg *m = &c->msgs[c->nmsgs];
+    assert(c->in_body && n <= c->body_left && n <= c->direct_len);
+    size_t room = sizeof(m->body) - m->body_len;
+    memcpy(m->body + m->body_len, c->direct_buf, n < room ? n : room);
+    m->body_len += n;
+    m->direct += n;
+    c->direct_buf = (char *)c->direct_buf + n;
+    c->direct_len -= n;
+    c->body_left -= n;
+    if (!c->body_left) msg_done(c);
+    return c->closing ? -1 : 0;
+}
+
+void pscom_plugin_con_error(pscom_plugin_con_t *c, pscom_op_t op,
+                            pscom_err_t err, const char *what, int sys_errno)
+{
+    (void)sys_errno;
+    c->errors++;
+    c->err_op = op;
+    c->err = err;
+    snprintf(c->err_what, sizeof(c->err_what), "%s", what);
+}
+
+pscom_connection_t *pscom_plugin_con_pub(pscom_plugin_con_t *c)
+{
+    (void)c;
+    return NULL;
+}
+
+pscom_socket_t *pscom_plugin_con_socket(pscom_plugin_con_t *c)
+{
+    (void)c;
+    return the_socket;
+}
+
+const char *pscom_plugin_con_str(pscom_plugin_con_t *c)
+{
+    (void)c;
+    return "fake connection";
+}
+
+/* The one fd watch of the last connection that asked (enough here). */
+static struct psc_con *fd_owner;
+
+int pscom_plugin_fd_add(int fd, uint32_t events, int hot,
+                        pscom_plugin_fd_cb_t cb, void *arg)
+{
+    (void)events;
+    (void)hot;
+    /* The plugin's arg is its connection state; remember the callback on
+     * the connection that is being opened (set by the test). */
+    if (fd_owner) {
+        fd_owner->fd = fd;
+        fd_owner->fd_added++;
+        fd_owner->fd_cb = cb;
+        fd_owner->fd_arg = arg;
+    }
+    return 0;
+}
+
+int pscom_plugin_fd_mod(int fd, uint32_t events)
+{
+    (void)fd;
+    (void)events;
+    return 0;
+}
+
+void pscom_plugin_fd_del(int fd)
+{
+    (void)fd;
+    if (fd_owner) fd_owner->fd_added--;
+}
+
+void fake_fd_owner(struct psc_con *c);
+void fake_fd_owner(struct psc_con *c)
+{
+    fd_owner = c;
+}
+
+void pscom_plugin_log(int level, const char *fmt, ...)
+{
+    if (!getenv("FAKE_LOG")) return;
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "[log %d] ", level);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    va_end(ap);
+}
+
+int pscom_plugin_log_level(void)
+{
+    return 0;
+}
+
+/* Defaults only: sizes with k/M suffixes and "inf". */
+void pscom_plugin_config_register(const pscom_config_row_t *rows, size_t count)
+{
+    for (size_t i = 0; i < count; i++) {
+        const pscom_config_row_t *r = &rows[i];
+        const char *env = getenv(r->name);
+        const char *v = env ? env : r->defval;
+        if (r->type == PSCOM_CONFIG_SIZE) {
+            char *end;
+            unsigned long long n = strtoull(v, &end, 0);
+            if (!strcmp(v, "inf")) n = (unsigned long long)SIZE_MAX;
+            else if (*end == 'k') n <<= 10;
+            else if (*end == 'M') n <<= 20;
+            *(size_t *)r->var = (size_t)n;
+        } else if (r->type == PSCOM_CONFIG_UINT || r->type == PSCOM_CONFIG_INT ||
+                   r->type == PSCOM_CONFIG_BOOL) {
+            *(int *)r->var = atoi(v);
+        }
+    }
+}

@@ -1,0 +1,693 @@
+/*
+ * The ucx plugin's logic (plugins/ucx/ucx_plugin.c) with UCX and the core
+ * replaced by fakes (fake.h): the handshake blob it sends and what it does
+ * with the peer's, the order in which it reports sent frames to the core
+ * whatever order UCX completes them in, the queue of arrived messages while
+ * a rendezvous body is on its way, when a body goes straight into the
+ * receive buffer and when through a buffer of its own, messages for unknown
+ * connections, malformed messages, broken endpoints and a dead peer, and
+ * closing with operations still under way.
+ */
+#include <errno.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+#include <cmocka.h>
+
+#include "fake.h"
+#include "ucx_blob.h"
+
+extern const pscom_plugin_t pscom_plugin_ucx;
+void fake_fd_owner(struct psc_con *c);
+
+#define OPS (pscom_plugin_ucx.ops)
+#define PEER_SLOT 7
+#define PEER_GEN  3
+#define RNDV      (64 * 1024) /* the plugin's default threshold */
+
+/* A connection's key: what the peer puts in front of its messages. */
+struct key {
+    uint32_t slot, gen;
+};
+
+/* One connection of the plugin, set up through the handshake. */
+struct tcon {
+    struct psc_con core;
+    void *priv;
+    struct key key; /* from its blob */
+    int peer_fd;    /* the peer's end of the pre-connection socket */
+};
+
+static struct tcon *tcon_open(uint64_t peer_rndv)
+{
+    struct tcon *t = calloc(1, sizeof(*t));
+    assert_non_null(t);
+    fake_con_init(&t->core);
+    t->priv = calloc(1, pscom_plugin_ucx.con_priv_size);
+    assert_non_null(t->priv);
+
+    uint8_t blob[4096];
+    size_t len = sizeof(blob);
+    assert_int_equal(OPS->hs_start(&t->core, t->priv, blob, &len), 0);
+    ux_blob_t mine;
+    const char *why;
+    assert_int_equal(ux_blob_decode(blob, len, &mine, &why), 0);
+    assert_int_equal(mine.rndv, RNDV);
+    t->key.slot = mine.slot;
+    t->key.gen = mine.gen;
+
+    ux_blob_t peer = {.slot = PEER_SLOT, .gen = PEER_GEN, .rndv = peer_rndv,
+                      .addr = mine.addr, .addr_len = mine.addr_len};
+    uint8_t pblob[4096];
+    size_t plen = sizeof(pblob);
+    assert_int_equal(ux_blob_encode(&peer, pblob, &plen), 0);
+    assert_int_equal(OPS->hs_connect(&t->core, t->priv, pblob, plen), 0);
+    int sv[2];
+    assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+    t->peer_fd = sv[1];
+    fake_fd_owner(&t->core);
+    assert_int_equal(OPS->open(&t->core, t->priv, sv[0]), 1);
+    fake_fd_owner(NULL);
+    assert_int_equal(t->core.fd_added, 1);
+    return t;
+}
+
+static void tcon_close(struct tcon *t)
+{
+    fake_fd_owner(&t->core);
+    OPS->close(&t->core, t->priv);
+    fake_fd_owner(NULL);
+    assert_int_equal(t->core.fd_added, 0);
+    if (t->peer_fd >= 0) close(t->peer_fd);
+    while (t->core.qn) fake_unqueue(&t->core, 0);
+    free(t->priv);
+    free(t);
+}
+
+static void progress(void)
+{
+    OPS->progress();
+}
+
+/* An AM for t: key, then the frame head (xlen bytes of xheader, body of
+ * body_len), as the peer's plugin builds it. */
+static size_t am_hdr(uint8_t *out, struct key k, size_t xlen,
+                     uint64_t body_len, uint8_t fill)
+{
+    memcpy(out, &k.slot, 4);
+    memcpy(out + 4, &k.gen, 4);
+    return 8 + fake_head(out + 8, xlen, body_len, fill);
+}
+
+static int am_eager(struct key k, size_t xlen, void *body, size_t len,
+                    uint8_t fill)
+{
+    uint8_t h[512];
+    size_t hl = am_hdr(h, k, xlen, len, fill);
+    return fake_am(UXW_AM_FRAME, h, hl, body, len, 0);
+}
+
+static int am_rndv(struct key k, size_t xlen, void *desc, size_t len,
+                   uint8_t fill)
+{
+    uint8_t h[512];
+    size_t hl = am_hdr(h, k, xlen, len, fill);
+    return fake_am(UXW_AM_FRAME, h, hl, desc, len, UXW_AM_RNDV);
+}
+
+static int setup(void **state)
+{
+    (void)state;
+    fake_wrap_reset();
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    /* Every test closes its connections: no worker may be left. */
+    assert_int_equal(fw.workers, 0);
+    return 0;
+}
+
+/* ---------------------------------------------------------------------- */
+/* Handshake                                                              */
+/* ---------------------------------------------------------------------- */
+
+static void blob_from_hs_start(void **state)
+{
+    struct tcon *a = tcon_open(RNDV);
+    struct tcon *b = tcon_open(RNDV);
+    /* One worker for both connections of the socket, distinct keys. */
+    assert_int_equal(fw.workers, 1);
+    assert_true(a->key.slot != b->key.slot);
+    tcon_close(a);
+    assert_int_equal(fw.workers, 1);
+    tcon_close(b);
+    assert_int_equal(fw.workers, 0);
+}
+
+static void hs_connect_refuses_bad_blobs(void **state)
+{
+    struct psc_con *core = malloc(sizeof(*core));
+    fake_con_init(core);
+    void *priv = calloc(1, pscom_plugin_ucx.con_priv_size);
+    uint8_t blob[4096];
+    size_t len = sizeof(blob);
+    assert_int_equal(OPS->hs_start(core, priv, blob, &len), 0);
+
+    uint8_t bad[64] = {0};
+    assert_int_equal(OPS->hs_connect(core, priv, bad, sizeof(bad)), -EPROTO);
+    assert_int_equal(OPS->hs_connect(core, priv, NULL, 0), -EPROTO);
+    assert_int_equal(OPS->hs_connect(core, priv, blob, len - 1), -EPROTO);
+    assert_int_equal(fw.ep_creates, 0);
+
+    /* A good blob whose address UCX cannot reach: refused too. */
+    fw.ep_create_result = -6; /* UCS_ERR_UNREACHABLE */
+    assert_int_equal(OPS->hs_connect(core, priv, blob, len), -EHOSTUNREACH);
+    OPS->hs_abort(core, priv);
+    free(priv);
+    free(core);
+    assert_int_equal(fw.workers, 0);
+}
+
+/* ---------------------------------------------------------------------- */
+/* Sending                                                                */
+/* ---------------------------------------------------------------------- */
+
+static void sends_complete_in_queue_order(void **state)
+{
+    struct tcon *t = tcon_open(RNDV);
+    char b1[100], b2[200];
+    fake_queue(&t->core, 16, b1, sizeof(b1));
+    fake_queue(&t->core, 0, NULL, 0);
+    fake_queue(&t->core, 4, b2, sizeof(b2));
+    OPS->tx_kick(&t->core, t->priv);
+    assert_int_equal(fw.nsends, 3);
+
+    /* Keys and heads as the peer expects them. */
+    uint32_t key[2];
+    memcpy(key, fw.sends[0].hdr, 8);
+    assert_int_equal(key[0], PEER_SLOT);
+    assert_int_equal(key[1], PEER_GEN);
+    assert_int_equal(fw.sends[0].id, UXW_AM_FRAME);
+    assert_int_equal(fw.sends[0].hdr_len, 8 + 8 + 16);
+    assert_int_equal(fw.sends[0].data_len, sizeof(b1));
+    assert_int_equal(fw.sends[1].data_len, 0);
+
+    /* A second kick hands nothing twice. */
+    OPS->tx_kick(&t->core, t->priv);
+    assert_int_equal(fw.nsends, 3);
+
+    /* UCX finishes the last two first: the core hears nothing yet. */
+    fake_send_complete(2, 0);
+    fake_send_complete(1, 0);
+    progress();
+    assert_int_equal(t->core.ndone, 0);
+    /* The first: all three, one by one, in order. */
+    fake_send_complete(0, 0);
+    progress();
+    assert_int_equal(t->core.ndone, 3);
+    assert_int_equal(t->core.done_calls[0], 8 + 16 + sizeof(b1));
+    assert_int_equal(t->core.done_calls[1], 8);
+    assert_int_equal(t->core.done_calls[2], 8 + 4 + sizeof(b2));
+    assert_int_equal(t->core.qn, 0);
+    tcon_close(t);
+}
+
+static void immediate_completion_is_reported_from_progress(void **state)
+{
+    struct tcon *t = tcon_open(RNDV);
+    fw.send_result = UXW_OK;
+    char b[8];
+    fake_queue(&t->core, 0, b, sizeof(b));
+    OPS->tx_kick(&t->core, t->priv);
+    assert_int_equal(fw.nsends, 1);
+    /* Never from tx_kick (it may run at depth 0, from pscom_post_send). */
+    assert_int_equal(t->core.ndone, 0);
+    progress();
+    assert_int_equal(t->core.ndone, 1);
+    assert_int_equal(t->core.done_calls[0], 16);
+    tcon_close(t);
+}
+
+static void eager_below_threshold_ucx_choice_above(void **state)
+{
+    struct tcon *t = tcon_open(RNDV);
+    static char small[RNDV - 1], big[RNDV];
+    fake_queue(&t->core, 0, small, sizeof(small));
+    fake_queue(&t->core, 8, big, sizeof(big));
+    OPS->tx_kick(&t->core, t->priv);
+    assert_int_equal(fw.nsends, 2);
+    assert_int_equal(fw.sends[0].eager, 1);
+    assert_int_equal(fw.sends[1].eager, 0);
+    fake_send_complete(0, 0);
+    fake_send_complete(1, 0);
+    progress();
+    assert_int_equal(t->core.ndone, 2);
+    tcon_close(t);
+}
+
+static void long_head_travels_in_the_data(void **state)
+{
+    fw.max_am_header = 64; /* frame heads up to 56 bytes fit */
+    struct tcon *t = tcon_open(RNDV);
+    char b[10];
+    memset(b, 'b', sizeof(b));
+    fake_queue(&t->core, 48, b, sizeof(b)); /* head 56: fits */
+    fake_queue(&t->core, 49, b, sizeof(b)); /* head 57: does not */
+    OPS->tx_kick(&t->core, t->priv);
+    assert_int_equal(fw.nsends, 2);
+    assert_int_equal(fw.sends[0].id, UXW_AM_FRAME);
+    assert_int_equal(fw.sends[1].id, UXW_AM_FRAME_LONG);
+    assert_int_equal(fw.sends[1].hdr_len, 8);
+    assert_int_equal(fw.sends[1].data_len, 8 + 49 + sizeof(b));
+    assert_memory_equal(fw.sends[1].data, t->core.q[1]->head, 57);
+
+    /* And the receiving side of it. */
+    uint8_t key[8];
+    memcpy(key, &t->key.slot, 4);
+    memcpy(key + 4, &t->key.gen, 4);
+    uint8_t data[8 + 49 + 10];
+    fake_head(data, 49, 10, 0x77);
+    memset(data + 57, 'z', 10);
+    fake_am(UXW_AM_FRAME_LONG, key, 8, data, sizeof(data), 0);
+    progress();
+    assert_int_equal(t->core.nmsgs, 1);
+    assert_int_equal(t->core.msgs[0].head_len, 57);
+    assert_int_equal(t->core.msgs[0].body_len, 10);
+    assert_int_equal(t->core.msgs[0].body[9], 'z');
+
+    fake_send_complete(0, 0);
+    fake_send_complete(1, 0);
+    progress();
+    tcon_close(t);
+}
+
+static void cancelled_frame_is_skipped(void **state)
+{
+    struct tcon *t = tcon_open(RNDV);
+    char b[4];
+    fake_queue(&t->core, 0, b, sizeof(b));
+    fake_queue(&t->core, 0, b, sizeof(b));
+    fake_queue(&t->core, 0, b, sizeof(b));
+    OPS->tx_kick(&t->core, t->priv);
+    assert_int_equal(fw.nsends, 3);
+    /* The application cancels the middle send after it went to UCX. */
+    fake_unqueue(&t->core, 1);
+    /* A new frame: handed once, the others not again. */
+    fake_queue(&t->core, 0, b, sizeof(b));
+    OPS->tx_kick(&t->core, t->priv);
+    assert_int_equal(fw.nsends, 4);
+    for (int i = 0; i < 4; i++) fake_send_complete(i, 0);
+    progress();
+    assert_int_equal(t->core.ndone, 3);
+    assert_int_equal(t->core.qn, 0);
+    tcon_close(t);
+}
+
+static void send_error_fails_the_connection(void **state)
+{
+    struct tcon *t = tcon_open(RNDV);
+    char b[4];
+    fake_queue(&t->core, 0, b, sizeof(b));
+    fake_queue(&t->core, 0, b, sizeof(b));
+    OPS->tx_kick(&t->core, t->priv);
+    fake_send_complete(0, 0);
+    fake_send_complete(1, -25); /* connection reset */
+    progress();
+    assert_int_equal(t->core.ndone, 1); /* the good one first */
+    assert_int_equal(t->core.errors, 1);
+    assert_int_equal(t->core.err_op, PSCOM_OP_WRITE);
+    assert_int_equal(t->core.err, PSCOM_ERR_EOF);
+    /* Nothing more after the error. */
+    fake_queue(&t->core, 0, b, sizeof(b));
+    OPS->tx_kick(&t->core, t->priv);
+    assert_int_equal(fw.nsends, 2);
+    progress();
+    assert_int_equal(t->core.errors, 1);
+    tcon_close(t);
+    assert_int_equal(fw.ep_close_force, 1);
+}
+
+/* ---------------------------------------------------------------------- */
+/* Receiving                                                              */
+/* ---------------------------------------------------------------------- */
+
+static void eager_messages_arrive_in_order(void **state)
+{
+    struct tcon *t = tcon_open(RNDV);
+    char small[8] = "abcdefg";
+    static char big[4000];
+    memset(big, 'B', sizeof(big));
+    assert_int_equal(am_eager(t->key, 4, small, sizeof(small), 1), UXW_AM_DONE);
+    /* Large eager data UCX lets us keep: kept, not copied. */
+    uint8_t h[64];
+    size_t hl = am_hdr(h, t->key, 0, sizeof(big), 2);
+    assert_int_equal(fake_am(UXW_AM_FRAME, h, hl, big, sizeof(big),
+                             UXW_AM_KEEPABLE),
+                     UXW_AM_KEEP);
+    assert_int_equal(am_eager(t->key, 0, NULL, 0, 3), UXW_AM_DONE);
+    assert_int_equal(t->core.nmsgs, 0); /* nothing from inside UCX */
+    progress();
+    assert_int_equal(t->core.nmsgs, 3);
+    assert_memory_equal(t->core.msgs[0].body, small, sizeof(small));
+    assert_int_equal(t->core.msgs[0].head_len, 12);
+    assert_int_equal(t->core.msgs[1].body_len, sizeof(big));
+    assert_int_equal(t->core.msgs[2].body_len, 0);
+    assert_int_equal(fw.releases, 1); /* the kept data was given back */
+    tcon_close(t);
+}
+
+static void rendezvous_goes_direct_and_holds_later_messages(void **state)
+{
+    struct tcon *t = tcon_open(RNDV);
+    static char src[RNDV * 2], dst[RNDV * 2];
+    memset(src, 'R', sizeof(src));
+    t->core.direct_buf = dst;
+    t->core.direct_len = sizeof(dst);
+
+    char desc;
+    assert_int_equal(am_rndv(t->key, 8, &desc, sizeof(src), 1), UXW_AM_KEEP);
+    char e[3] = "xy";
+    assert_int_equal(am_eager(t->key, 0, e, sizeof(e), 2), UXW_AM_DONE);
+    progress();
+    /* The body goes straight to the receive buffer; the eager message
+     * behind it waits. */
+    assert_int_equal(fw.nrecvs, 1);
+    assert_ptr_equal(fw.recvs[0].buf, dst);
+    assert_ptr_equal(fw.recvs[0].desc, &desc);
+    assert_int_equal(t->core.nmsgs, 0);
+    progress();
+    assert_int_equal(t->core.nmsgs, 0);
+
+    fake_recv_complete(0, src, 0);
+    progress();
+    assert_int_equal(t->core.nmsgs, 2);
+    assert_int_equal(t->core.msgs[0].body_len, sizeof(src));
+    assert_int_equal(t->core.msgs[0].direct, sizeof(src));
+    assert_memory_equal(dst, src, sizeof(src));
+    assert_int_equal(t->core.msgs[1].body_len, sizeof(e));
+    assert_int_equal(fw.releases, 0); /* the descriptor went to the recv */
+    tcon_close(t);
+}
+
+static void rendezvous_below_peer_threshold_goes_through_a_buffer(void **state)
+{
+    /* The peer's threshold is 1 MiB: a 64 KiB UCX rendezvous body is an
+     * eager message of its core, whose buffer may be the core's own. */
+    struct tcon *t = tcon_open(1 << 20);
+    static char src[RNDV], dst[RNDV];
+    memset(src, 'Q', sizeof(src));
+    t->core.direct_buf = dst;
+    t->core.direct_len = sizeof(dst);
+    char desc;
+    am_rndv(t->key, 0, &desc, sizeof(src), 1);
+    progress();
+    assert_int_equal(fw.nrecvs, 1);
+    assert_ptr_not_equal(fw.recvs[0].buf, dst);
+    fake_recv_complete(0, src, 0);
+    progress();
+    assert_int_equal(t->core.nmsgs, 1);
+    assert_int_equal(t->core.msgs[0].direct, 0);
+    assert_memory_equal(t->core.msgs[0].body, src, sizeof(src));
+    tcon_close(t);
+}
+
+static void truncated_rendezvous_goes_through_a_buffer(void **state)
+{
+    struct tcon *t = tcon_open(RNDV);
+    static char src[RNDV], dst[100];
+    memset(src, 'T', sizeof(src));
+    t->core.direct_buf = dst;
+    t->core.direct_len = sizeof(dst); /* the receive buffer is smaller */
+    char desc;
+    am_rndv(t->key, 0, &desc, sizeof(src), 1);
+    progress();
+    assert_ptr_not_equal(fw.recvs[0].buf, dst);
+    fake_recv_complete(0, src, 0);
+    progress();
+    assert_int_equal(t->core.nmsgs, 1);
+    assert_int_equal(t->core.msgs[0].body_len, sizeof(src));
+    tcon_close(t);
+}
+
+static void rendezvous_done_at_once(void **state)
+{
+    struct tcon *t = tcon_open(RNDV);
+    static char src[RNDV], dst[RNDV];
+    memset(src, 'I', sizeof(src));
+    t->core.direct_buf = dst;
+    t->core.direct_len = sizeof(dst);
+    fw.recv_result = UXW_OK; /* the fake copies from desc */
+    am_rndv(t->key, 0, src, sizeof(src), 1);
+    char e[2] = "e";
+    am_eager(t->key, 0, e, sizeof(e), 2);
+    progress();
+    assert_int_equal(t->core.nmsgs, 2);
+    assert_memory_equal(dst, src, sizeof(src));
+    tcon_close(t);
+}
+
+static void messages_before_open_wait_for_open(void **state)
+{
+    struct psc_con *core = malloc(sizeof(*core));
+    fake_con_init(core);
+    void *priv = calloc(1, pscom_plugin_ucx.con_priv_size);
+    uint8_t blob[4096], pblob[4096];
+    size_t len = sizeof(blob), plen = sizeof(pblob);
+    assert_int_equal(OPS->hs_start(core, priv, blob, &len), 0);
+    ux_blob_t mine;
+    const char *why;
+    assert_int_equal(ux_blob_decode(blob, len, &mine, &why), 0);
+    ux_blob_t peer = mine;
+    peer.slot = PEER_SLOT;
+    assert_int_equal(ux_blob_encode(&peer, pblob, &plen), 0);
+    assert_int_equal(OPS->hs_connect(core, priv, pblob, plen), 0);
+
+    /* The peer opened first and sends. */
+    struct key k = {mine.slot, mine.gen};
+    char m[4] = "pre";
+    am_eager(k, 0, m, sizeof(m), 1);
+    progress();
+    assert_int_equal(core->nmsgs, 0);
+    assert_int_equal(OPS->open(core, priv, -1), 0);
+    assert_int_equal(core->nmsgs, 0); /* not from open */
+    progress();
+    assert_int_equal(core->nmsgs, 1);
+    OPS->close(core, priv);
+    free(priv);
+    free(core);
+}
+
+static void unknown_and_stale_keys_are_dropped(void **state)
+{
+    struct tcon *t = tcon_open(RNDV);
+    struct key stale = t->key, other = t->key;
+    stale.gen++;
+    other.slot += 1000;
+    char m[4] = "abc";
+    assert_int_equal(am_eager(stale, 0, m, sizeof(m), 1), UXW_AM_DONE);
+    assert_int_equal(am_eager(other, 0, m, sizeof(m), 1), UXW_AM_DONE);
+    char desc;
+    assert_int_equal(am_rndv(other, 0, &desc, RNDV, 1), UXW_AM_DONE);
+    assert_int_equal(fake_am(UXW_AM_FRAME, "short", 5, NULL, 0, 0),
+                     UXW_AM_DONE);
+    progress();
+    assert_int_equal(t->core.nmsgs, 0);
+    assert_int_equal(t->core.errors, 0);
+
+    /* A closed connection's key is stale at once, also when its slot is
+     * taken again (the socket lives on through another connection). */
+    struct tcon *keep = tcon_open(RNDV);
+    struct key old = t->key;
+    tcon_close(t);
+    t = tcon_open(RNDV);
+    assert_int_equal(t->key.slot, old.slot);
+    assert_int_not_equal(t->key.gen, old.gen);
+    am_eager(old, 0, m, sizeof(m), 1);
+    progress();
+    assert_int_equal(t->core.nmsgs, 0);
+    assert_int_equal(keep->core.nmsgs, 0);
+    tcon_close(t);
+    tcon_close(keep);
+}
+
+static void malformed_message_fails_after_earlier_ones(void **state)
+{
+    struct tcon *t = tcon_open(RNDV);
+    char m[4] = "ok!";
+    am_eager(t->key, 0, m, sizeof(m), 1);
+    /* Header says 10 body bytes, 4 came. */
+    uint8_t h[64];
+    size_t hl = am_hdr(h, t->key, 0, 10, 2);
+    fake_am(UXW_AM_FRAME, h, hl, m, sizeof(m), 0);
+    /* xheader length disagrees with the head length. */
+    hl = am_hdr(h, t->key, 4, 0, 3);
+    fake_am(UXW_AM_FRAME, h, hl - 1, NULL, 0, 0);
+    progress();
+    assert_int_equal(t->core.nmsgs, 1);
+    assert_int_equal(t->core.errors, 1);
+    assert_int_equal(t->core.err, PSCOM_ERR_IOERROR);
+    assert_non_null(strstr(t->core.err_what, "malformed"));
+    tcon_close(t);
+}
+
+static void endpoint_error_after_what_arrived(void **state)
+{
+    struct tcon *t = tcon_open(RNDV);
+    char m[4] = "ok!";
+    am_eager(t->key, 0, m, sizeof(m), 1);
+    fake_ep_error(fake_last_ep(), -25);
+    /* Later messages are dropped. */
+    am_eager(t->key, 0, m, sizeof(m), 2);
+    progress();
+    assert_int_equal(t->core.nmsgs, 1);
+    assert_int_equal(t->core.errors, 1);
+    assert_int_equal(t->core.err, PSCOM_ERR_EOF);
+    assert_int_equal(t->core.err_op, PSCOM_OP_READ);
+    tcon_close(t);
+    assert_int_equal(fw.ep_close_force, 1);
+}
+
+static void dead_peer_socket_fails_after_grace(void **state)
+{
+    struct tcon *t = tcon_open(RNDV);
+    char m[4] = "hi";
+    am_eager(t->key, 0, m, sizeof(m), 1);
+    /* Readable, but nothing to read yet: no end. */
+    t->core.fd_cb(t->core.fd, EPOLLIN, t->core.fd_arg);
+    progress();
+    struct timespec ts = {0, 120 * 1000 * 1000};
+    nanosleep(&ts, NULL);
+    progress();
+    assert_int_equal(t->core.errors, 0);
+    /* The peer's process ends: its end of the socket closes. */
+    close(t->peer_fd);
+    t->peer_fd = -1;
+    t->core.fd_cb(t->core.fd, EPOLLIN | EPOLLHUP, t->core.fd_arg);
+    progress();
+    assert_int_equal(t->core.nmsgs, 1); /* delivered first */
+    assert_int_equal(t->core.errors, 0); /* not yet: grace */
+    nanosleep(&ts, NULL);
+    progress();
+    assert_int_equal(t->core.errors, 1);
+    assert_int_equal(t->core.err, PSCOM_ERR_EOF);
+    tcon_close(t);
+}
+
+static void close_with_operations_under_way(void **state)
+{
+    struct tcon *t = tcon_open(RNDV);
+    static char body[RNDV], dst[RNDV];
+    fake_queue(&t->core, 0, body, sizeof(body));
+    OPS->tx_kick(&t->core, t->priv);
+    t->core.direct_buf = dst;
+    t->core.direct_len = sizeof(dst);
+    char desc;
+    am_rndv(t->key, 0, &desc, sizeof(dst), 1);
+    char e[2] = "e", e2[2] = "f";
+    am_eager(t->key, 0, e, sizeof(e), 2);
+    uint8_t h[64];
+    static char kept[1000];
+    size_t hl = am_hdr(h, t->key, 0, sizeof(kept), 3);
+    fake_am(UXW_AM_FRAME, h, hl, kept, sizeof(kept), UXW_AM_KEEPABLE);
+    am_eager(t->key, 0, e2, sizeof(e2), 4);
+    progress();
+    assert_int_equal(fw.nrecvs, 1);
+
+    /* The connection closes while UCX still has the send and the receive;
+     * the close waits a bounded time, then leaves them to their callbacks. */
+    tcon_close(t);
+    assert_int_equal(fw.releases, 1); /* the kept data of the queue */
+    assert_int_equal(fw.workers, 0);
+    fake_send_complete(0, -4); /* cancelled */
+    fake_recv_complete(0, NULL, -4);
+}
+
+static void pools_survive_many_messages(void **state)
+{
+    struct tcon *t = tcon_open(RNDV);
+    fw.send_result = UXW_OK;
+    char b[32];
+    for (int round = 0; round < 500; round++) {
+        fake_queue(&t->core, 0, b, sizeof(b));
+        OPS->tx_kick(&t->core, t->priv);
+        am_eager(t->key, 0, b, sizeof(b), 1);
+        progress();
+        assert_int_equal(t->core.nmsgs, 1);
+        assert_int_equal(t->core.ndone, 1);
+        t->core.nmsgs = 0;
+        t->core.ndone = 0;
+        fw.nsends = 0;
+    }
+    tcon_close(t);
+}
+
+static int group_setup(void **state)
+{
+    (void)state;
+    fake_wrap_reset();
+    return OPS->init();
+}
+
+static int group_teardown(void **state)
+{
+    (void)state;
+    OPS->destroy();
+    return fw.contexts; /* every context freed */
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(blob_from_hs_start, setup, teardown),
+        cmocka_unit_test_setup_teardown(hs_connect_refuses_bad_blobs, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(sends_complete_in_queue_order, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(
+            immediate_completion_is_reported_from_progress, setup, teardown),
+        cmocka_unit_test_setup_teardown(eager_below_threshold_ucx_choice_above,
+                                        setup, teardown),
+        cmocka_unit_test_setup_teardown(long_head_travels_in_the_data, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(cancelled_frame_is_skipped, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(send_error_fails_the_connection, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(eager_messages_arrive_in_order, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(
+            rendezvous_goes_direct_and_holds_later_messages, setup, teardown),
+        cmocka_unit_test_setup_teardown(
+            rendezvous_below_peer_threshold_goes_through_a_buffer, setup,
+            teardown),
+        cmocka_unit_test_setup_teardown(
+            truncated_rendezvous_goes_through_a_buffer, setup, teardown),
+        cmocka_unit_test_setup_teardown(rendezvous_done_at_once, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(messages_before_open_wait_for_open,
+                                        setup, teardown),
+        cmocka_unit_test_setup_teardown(unknown_and_stale_keys_are_dropped,
+                                        setup, teardown),
+        cmocka_unit_test_setup_teardown(
+            malformed_message_fails_after_earlier_ones, setup, teardown),
+        cmocka_unit_test_setup_teardown(endpoint_error_after_what_arrived,
+                                        setup, teardown),
+        cmocka_unit_test_setup_teardown(dead_peer_socket_fails_after_grace,
+                                        setup, teardown),
+        cmocka_unit_test_setup_teardown(close_with_operations_under_way, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(pools_survive_many_messages, setup,
+                                        teardown),
+    };
+    return cmocka_run_group_tests(tests, group_setup, group_teardown);
+}

@@ -1,0 +1,68 @@
+/*
+ * A fake HCA for the verbs plugin's tests: an in-process implementation of
+ * plugins/verbs/verbs_wrap.h. Queue pairs of one process connect to each
+ * other by QP number; SEND lands in the peer's posted receive, RDMA READ
+ * copies from a registered buffer after checking rkey, range and access,
+ * and completions go to the CQs at once. It checks what real hardware
+ * would refuse (a SEND without a posted receive, a wrong lkey, a QP state
+ * transition without its required attributes) and counts it.
+ *
+ * Configuration: the fields of `fake_cfg` (set before the plugin's init),
+ * or, for the copy built into a loadable module, the environment:
+ *   FAKE_VERBS_NDEV=N          devices (default 1)
+ *   FAKE_VERBS_FAIL_STATE=S    modify_qp to state S fails (3 = RTR)
+ *   FAKE_VERBS_RD_ATOM=N       RDMA read depth of the device (default 16)
+ */
+#ifndef FAKE_VERBS_H
+#define FAKE_VERBS_H
+
+#include <stdint.h>
+
+#include "verbs_wrap.h"
+
+struct fake_cfg {
+    int ndev;                /* devices listed; 0: none */
+    int list_errno;          /* with ndev 0: return NULL and this errno */
+    int port_state;          /* IBV_PORT_* of every port */
+    int link_layer;          /* IBV_LINK_LAYER_* */
+    uint16_t lid;            /* LID of the port */
+    int rd_atom;             /* max_qp_rd_atom / max_qp_init_rd_atom */
+    int fail_state;          /* modify_qp to this state fails (0: none) */
+    int fail_errno;          /* ... with this error */
+    int fail_reg;            /* reg_mr fails with this errno (0: never) */
+    int fork_status;         /* what ibv_is_fork_initialized says */
+};
+
+extern struct fake_cfg fake_cfg;
+
+/* One recorded vb_modify_qp call. */
+struct fake_modify {
+    uint32_t qpn;
+    int mask;
+    struct ibv_qp_attr attr;
+};
+
+#define FAKE_MODIFY_MAX 256
+
+struct fake_stats {
+    int live_ctx, live_pd, live_cq, live_qp, live_mr; /* objects now */
+    int rnr;            /* SENDs that found no posted receive */
+    int bad_key;        /* local or remote key checks that failed */
+    int bad_transition; /* modify_qp calls a real HCA would refuse */
+    int sends, reads;   /* completed operations */
+    int reg_calls;      /* successful vb_reg_mr calls */
+    int fork_init;      /* calls of vb_fork_init */
+    int nmodify;        /* entries in `modify` */
+    struct fake_modify modify[FAKE_MODIFY_MAX];
+};
+
+extern struct fake_stats fake_stats;
+
+/* Defaults; also reads the FAKE_VERBS_* environment. Clears the stats. */
+void fake_reset(void);
+
+/* Break every queue pair (as if the peer died): further sends complete
+ * with IBV_WC_RETRY_EXC_ERR. */
+void fake_break_all(void);
+
+#endif

@@ -1,0 +1,424 @@
+/*
+ * The verbs plugin's glue (plugins/verbs/verbs_plugin.c) against the fake
+ * HCA and a stand-in for the core's services: the descriptor, init without
+ * a device (the "no RDMA device" path), device and port selection, the fork
+ * policy, the handshake between two connections, a failing INIT->RTR that
+ * makes hs_connect fail (so the core tries the next plugin), malformed
+ * wire-up blobs from the network, and that aborting or destroying releases
+ * every verbs object.
+ */
+#include <errno.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <cmocka.h>
+
+#include "fake_verbs.h"
+#include "pscom_plugin.h"
+#include "wireup.h"
+
+extern const pscom_plugin_t pscom_plugin_verbs;
+static const pscom_plugin_ops_t *ops;
+
+/* ---------------------------------------------------------------------- */
+/* The core's services, as far as init and the handshake use them         */
+/* ---------------------------------------------------------------------- */
+
+static char logbuf[16384];
+static char rows_seen[2048];
+
+void pscom_plugin_log(int level, const char *fmt, ...)
+{
+    size_t off = strlen(logbuf);
+    va_list ap;
+    va_start(ap, fmt);
+    if (off < sizeof(logbuf) - 2) {
+        vsnprintf(logbuf + off, sizeof(logbuf) - off - 1, fmt, ap);
+        strcat(logbuf, "\n");
+    }
+    va_end(ap);
+}
+
+int pscom_plugin_log_level(void)
+{
+    return 6;
+}
+
+void pscom_plugin_config_register(const pscom_config_row_t *rows, size_t count)
+{
+    for (size_t i = 0; i < count; i++) {
+        const pscom_config_row_t *r = &rows[i];
+        const char *v = getenv(r->name);
+        if (!v && r->parent) v = getenv(r->parent);
+        if (!v) v = r->defval;
+        size_t off = strlen(rows_seen);
+        snprintf(rows_seen + off, sizeof(rows_seen) - off, "%s(%s) ", r->name,
+                 r->parent ? r->parent : "");
+        switch (r->type) {
+        case PSCOM_CONFIG_INT:
+        case PSCOM_CONFIG_BOOL: *(int *)r->var = v ? atoi(v) : 0; break;
+        case PSCOM_CONFIG_UINT: *(unsigned *)r->var = v ? (unsigned)strtoul(v, NULL, 0) : 0; break;
+        case PSCOM_CONFIG_SIZE: *(size_t *)r->var = v ? strtoull(v, NULL, 0) : 0; break;
+        default: *(const char **)r->var = v; break;
+        }
+    }
+}
+
+const char *pscom_plugin_con_str(pscom_plugin_con_t *con)
+{
+    return "test <-> peer [verbs]";
+}
+
+int pscom_plugin_tx_peek(pscom_plugin_con_t *con, struct iovec *iov,
+                         int iov_max, size_t *total)
+{
+    *total = 0;
+    return 0;
+}
+
+int pscom_plugin_tx_done(pscom_plugin_con_t *con, size_t n)
+{
+    return 0;
+}
+
+int pscom_plugin_rx_push(pscom_plugin_con_t *con, const void *buf, size_t len)
+{
+    return 0;
+}
+
+static int errors_reported;
+
+void pscom_plugin_con_error(pscom_plugin_con_t *con, pscom_op_t op,
+                            pscom_err_t err, const char *what, int sys_errno)
+{
+    errors_reported++;
+}
+
+int pscom_plugin_fd_add(int fd, uint32_t events, int hot,
+                        pscom_plugin_fd_cb_t cb, void *arg)
+{
+    return 0;
+}
+
+int pscom_plugin_fd_mod(int fd, uint32_t events)
+{
+    return 0;
+}
+
+void pscom_plugin_fd_del(int fd)
+{
+}
+
+/* ---------------------------------------------------------------------- */
+
+static int setup(void **state)
+{
+    fake_reset();
+    logbuf[0] = 0;
+    rows_seen[0] = 0;
+    errors_reported = 0;
+    unsetenv("PSP_VERBS_HCA");
+    unsetenv("PSP_VERBS_FORK");
+    unsetenv("PSP_VERBS_CQ_SIZE");
+    ops = pscom_plugin_verbs.ops;
+    return 0;
+}
+
+static void all_released(void)
+{
+    assert_int_equal(fake_stats.live_qp, 0);
+    assert_int_equal(fake_stats.live_mr, 0);
+    assert_int_equal(fake_stats.live_cq, 0);
+    assert_int_equal(fake_stats.live_pd, 0);
+    assert_int_equal(fake_stats.live_ctx, 0);
+}
+
+static void descriptor(void **state)
+{
+    const pscom_plugin_t *d = &pscom_plugin_verbs;
+    assert_int_equal(d->api_version, PSCOM_PLUGIN_API_VERSION);
+    assert_string_equal(d->name, "verbs");
+    assert_string_equal(d->alias, "openib");
+    assert_int_equal(d->con_type, PSCOM_CON_TYPE_OPENIB);
+    assert_int_equal(d->priority, 50);
+    assert_true(d->con_priv_size > 0);
+    assert_non_null(d->rendezvous);
+    assert_int_equal(d->fds_per_con, 1);
+    assert_non_null(d->ops->hs_start);
+    assert_non_null(d->ops->hs_connect);
+    assert_non_null(d->ops->open);
+    assert_non_null(d->ops->close);
+    assert_non_null(d->ops->tx_kick);
+    assert_non_null(d->ops->rndv_describe);
+    assert_non_null(d->ops->rndv_pull);
+}
+
+static void no_device(void **state)
+{
+    fake_cfg.ndev = 0;
+    assert_int_equal(ops->init(), -ENODEV);
+    assert_non_null(strstr(logbuf, "verbs: no RDMA device found "
+                                   "(ibv_get_device_list returned 0 devices)"));
+    /* The settings are registered even so (pscom_info -c lists them). */
+    const char *rows[] = {"PSP_VERBS_HCA(", "PSP_VERBS_PORT(",
+                          "PSP_VERBS_GID_INDEX(", "PSP_VERBS_MCACHE_SIZE(",
+                          "PSP_VERBS_RENDEZVOUS(PSP_RENDEZVOUS)",
+                          "PSP_VERBS_RECVQ_SIZE(", "PSP_VERBS_SENDQ_SIZE(",
+                          "PSP_VERBS_FORK("};
+    for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++)
+        if (!strstr(rows_seen, rows[i])) fail_msg("row %s missing", rows[i]);
+    all_released();
+}
+
+static void no_device_list(void **state)
+{
+    /* Without kernel support the list is NULL with errno set. */
+    fake_cfg.ndev = 0;
+    fake_cfg.list_errno = ENOSYS;
+    assert_int_equal(ops->init(), -ENODEV);
+    assert_non_null(strstr(logbuf, "verbs: no RDMA device found"));
+    assert_non_null(strstr(logbuf, strerror(ENOSYS)));
+    all_released();
+}
+
+static void named_device_missing(void **state)
+{
+    fake_cfg.ndev = 2;
+    setenv("PSP_VERBS_HCA", "mlx5_9", 1);
+    assert_int_equal(ops->init(), -ENODEV);
+    assert_non_null(strstr(logbuf, "PSP_VERBS_HCA=mlx5_9"));
+    assert_non_null(strstr(logbuf, "fake0, fake1"));
+    unsetenv("PSP_VERBS_HCA");
+    all_released();
+}
+
+static void named_device_chosen(void **state)
+{
+    fake_cfg.ndev = 2;
+    setenv("PSP_VERBS_HCA", "fake1", 1);
+    assert_int_equal(ops->init(), 0);
+    assert_non_null(strstr(logbuf, "using fake1 port 1"));
+    ops->destroy();
+    unsetenv("PSP_VERBS_HCA");
+    all_released();
+}
+
+static void port_down(void **state)
+{
+    fake_cfg.port_state = IBV_PORT_DOWN;
+    assert_int_equal(ops->init(), -ENETDOWN);
+    assert_non_null(strstr(logbuf, "no usable active port"));
+    all_released();
+}
+
+static void fork_policy(void **state)
+{
+    setenv("PSP_VERBS_FORK", "1", 1);
+    assert_int_equal(ops->init(), 0);
+    assert_int_equal(fake_stats.fork_init, 1);
+    ops->destroy();
+
+    /* Kernels with copy-on-fork need no ibv_fork_init. */
+    fake_reset();
+    fake_cfg.fork_status = IBV_FORK_UNNEEDED;
+    assert_int_equal(ops->init(), 0);
+    assert_int_equal(fake_stats.fork_init, 0);
+    ops->destroy();
+
+    /* Off by default. */
+    unsetenv("PSP_VERBS_FORK");
+    fake_reset();
+    assert_int_equal(ops->init(), 0);
+    assert_int_equal(fake_stats.fork_init, 0);
+    ops->destroy();
+    all_released();
+}
+
+/* Two connections of this process, handshaken against each other the way
+ * precon.c does it: connector hs_start, acceptor hs_start + hs_connect,
+ * connector hs_connect. */
+struct pair {
+    void *a, *b;
+    uint8_t blob_a[4096], blob_b[4096];
+    size_t len_a, len_b;
+};
+
+static int con_a, con_b; /* their addresses stand for core connections */
+
+static void pair_start(struct pair *p)
+{
+    p->a = calloc(1, pscom_plugin_verbs.con_priv_size);
+    p->b = calloc(1, pscom_plugin_verbs.con_priv_size);
+    p->len_a = sizeof(p->blob_a);
+    p->len_b = sizeof(p->blob_b);
+    assert_int_equal(ops->hs_start((pscom_plugin_con_t *)&con_a, p->a,
+                                   p->blob_a, &p->len_a), 0);
+    assert_int_equal(p->len_a, VB_WIREUP_LEN);
+    assert_int_equal(ops->hs_start((pscom_plugin_con_t *)&con_b, p->b,
+                                   p->blob_b, &p->len_b), 0);
+}
+
+static void pair_abort(struct pair *p)
+{
+    ops->hs_abort((pscom_plugin_con_t *)&con_a, p->a);
+    ops->hs_abort((pscom_plugin_con_t *)&con_b, p->b);
+    free(p->a);
+    free(p->b);
+}
+
+static void handshake(void **state)
+{
+    assert_int_equal(ops->init(), 0);
+    struct pair p;
+    pair_start(&p);
+    assert_int_equal(ops->hs_connect((pscom_plugin_con_t *)&con_b, p.b,
+                                     p.blob_a, p.len_a), 0);
+    assert_int_equal(ops->hs_connect((pscom_plugin_con_t *)&con_a, p.a,
+                                     p.blob_b, p.len_b), 0);
+    /* Each QP: INIT at hs_start, RTR and RTS at hs_connect, each with
+     * its full mask. */
+    int inits = 0, rtrs = 0, rtss = 0;
+    for (int i = 0; i < fake_stats.nmodify; i++) {
+        const struct fake_modify *m = &fake_stats.modify[i];
+        if (m->attr.qp_state == IBV_QPS_INIT) inits++;
+        if (m->attr.qp_state == IBV_QPS_RTR) rtrs++;
+        if (m->attr.qp_state == IBV_QPS_RTS) rtss++;
+    }
+    assert_int_equal(inits, 2);
+    assert_int_equal(rtrs, 2);
+    assert_int_equal(rtss, 2);
+    assert_int_equal(fake_stats.bad_transition, 0);
+    /* The two QPs point at each other. */
+    vb_wireup_t wa, wb;
+    assert_int_equal(vb_wireup_decode(p.blob_a, p.len_a, &wa), 0);
+    assert_int_equal(vb_wireup_decode(p.blob_b, p.len_b, &wb), 0);
+    for (int i = 0; i < fake_stats.nmodify; i++) {
+        const struct fake_modify *m = &fake_stats.modify[i];
+        if (m->attr.qp_state != IBV_QPS_RTR) continue;
+        assert_int_equal(m->attr.dest_qp_num, m->qpn == wa.qpn ? wb.qpn : wa.qpn);
+        assert_int_equal(m->attr.rq_psn, m->qpn == wa.qpn ? wb.psn : wa.psn);
+    }
+    pair_abort(&p);
+    ops->destroy();
+    all_released();
+}
+
+static void rtr_failure_fails_hs_connect(void **state)
+{
+    assert_int_equal(ops->init(), 0);
+    struct pair p;
+    pair_start(&p);
+    fake_cfg.fail_state = IBV_QPS_RTR;
+    fake_cfg.fail_errno = EINVAL;
+    int rc = ops->hs_connect((pscom_plugin_con_t *)&con_b, p.b, p.blob_a,
+                             p.len_a);
+    assert_int_equal(rc, -EINVAL);
+    assert_non_null(strstr(logbuf, "INIT->RTR failed"));
+    /* The core aborts both ends and tries the next plugin. */
+    pair_abort(&p);
+    ops->destroy();
+    all_released();
+}
+
+static void malformed_blobs(void **state)
+{
+    assert_int_equal(ops->init(), 0);
+    struct pair p;
+    pair_start(&p);
+    /* Every truncation. */
+    for (size_t len = 0; len < p.len_a; len++) {
+        uint8_t *blob = malloc(len ? len : 1);
+        memcpy(blob, p.blob_a, len);
+        assert_int_equal(ops->hs_connect((pscom_plugin_con_t *)&con_b, p.b,
+                                         blob, len), -EPROTO);
+        free(blob);
+    }
+    /* A newer version. */
+    uint8_t v2[VB_WIREUP_LEN];
+    memcpy(v2, p.blob_a, sizeof(v2));
+    v2[2] = 2;
+    assert_int_equal(ops->hs_connect((pscom_plugin_con_t *)&con_b, p.b, v2,
+                                     sizeof(v2)), -EPROTO);
+    /* Random bytes of every length up to 128. */
+    uint32_t s = 99;
+    for (int it = 0; it < 2000; it++) {
+        size_t len = (size_t)(it % 129);
+        uint8_t *blob = malloc(len ? len : 1);
+        for (size_t i = 0; i < len; i++) {
+            s = s * 1664525u + 1013904223u;
+            blob[i] = (uint8_t)(s >> 24);
+        }
+        assert_int_equal(ops->hs_connect((pscom_plugin_con_t *)&con_b, p.b,
+                                         blob, len), -EPROTO);
+        free(blob);
+    }
+    assert_int_equal(fake_stats.bad_transition, 0);
+    pair_abort(&p);
+    ops->destroy();
+    all_released();
+}
+
+static void cq_full_skips_plugin(void **state)
+{
+    /* 64 CQ entries: one connection with 16 + 16 + 4 fits, two do not. */
+    setenv("PSP_VERBS_CQ_SIZE", "64", 1);
+    assert_int_equal(ops->init(), 0);
+    void *a = calloc(1, pscom_plugin_verbs.con_priv_size);
+    void *b = calloc(1, pscom_plugin_verbs.con_priv_size);
+    uint8_t blob[4096];
+    size_t len = sizeof(blob);
+    assert_int_equal(ops->hs_start((pscom_plugin_con_t *)&con_a, a, blob, &len), 0);
+    len = sizeof(blob);
+    assert_int_equal(ops->hs_start((pscom_plugin_con_t *)&con_b, b, blob, &len),
+                     -ENOSPC);
+    assert_non_null(strstr(logbuf, "PSP_VERBS_CQ_SIZE"));
+    ops->hs_abort((pscom_plugin_con_t *)&con_a, a);
+    /* Room again. */
+    len = sizeof(blob);
+    assert_int_equal(ops->hs_start((pscom_plugin_con_t *)&con_b, b, blob, &len), 0);
+    ops->hs_abort((pscom_plugin_con_t *)&con_b, b);
+    free(a);
+    free(b);
+    ops->destroy();
+    unsetenv("PSP_VERBS_CQ_SIZE");
+    all_released();
+}
+
+static void registration_failure_at_hs_start(void **state)
+{
+    assert_int_equal(ops->init(), 0);
+    fake_cfg.fail_reg = ENOMEM;
+    void *a = calloc(1, pscom_plugin_verbs.con_priv_size);
+    uint8_t blob[4096];
+    size_t len = sizeof(blob);
+    assert_int_equal(ops->hs_start((pscom_plugin_con_t *)&con_a, a, blob, &len),
+                     -ENOMEM);
+    assert_non_null(strstr(logbuf, "ulimit -l"));
+    /* hs_start cleaned up itself: the core frees priv without hs_abort. */
+    free(a);
+    ops->destroy();
+    all_released();
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup(descriptor, setup),
+        cmocka_unit_test_setup(no_device, setup),
+        cmocka_unit_test_setup(no_device_list, setup),
+        cmocka_unit_test_setup(named_device_missing, setup),
+        cmocka_unit_test_setup(named_device_chosen, setup),
+        cmocka_unit_test_setup(port_down, setup),
+        cmocka_unit_test_setup(fork_policy, setup),
+        cmocka_unit_test_setup(handshake, setup),
+        cmocka_unit_test_setup(rtr_failure_fails_hs_connect, setup),
+        cmocka_unit_test_setup(malformed_blobs, setup),
+        cmocka_unit_test_setup(cq_full_skips_plugin, setup),
+        cmocka_unit_test_setup(registration_failure_at_hs_start, setup),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
