@@ -6,9 +6,11 @@
  *
  * Usage: flag_probe [--cpu A,B] [--iters N] [--batches N] [--json]
  *
- * Virtual machines sometimes place the two vCPUs far apart for a while; the
- * one-way time then jumps from ~30 ns to ~250 ns. Benchmark scripts run this
- * before and after their measurements and compare only same-mode figures.
+ * Virtual machines sometimes place the two vCPUs far apart for a while: the
+ * project lead saw a cache-line round trip of ~55 ns turn into ~470 ns for
+ * seconds to minutes, and 120-220 ns one-way were seen for an hour while
+ * the shm plugin was written. Benchmark scripts run this before and after
+ * their measurements and compare only figures of the same placement.
  */
 #define _GNU_SOURCE
 #include <sched.h>

@@ -168,7 +168,8 @@ int pscom_plugin_tx_done(pscom_plugin_con_t *con, size_t n);
 /* 1 when frames are queued. */
 int pscom_plugin_tx_pending(pscom_plugin_con_t *con);
 
-/* Receive side. Feed arriving bytes (any chunking). Returns 0, or -1 when
+/* Receive side. Feed arriving bytes (any chunking); the core copies what it
+ * keeps, so buf may be reused when the call returns. Returns 0, or -1 when
  * the connection failed or is closing: then stop reading it. */
 int pscom_plugin_rx_push(pscom_plugin_con_t *con, const void *buf, size_t len);
 /* Where the next bytes of a message body may go directly (a user buffer),
@@ -199,6 +200,10 @@ int pscom_plugin_fd_add(int fd, uint32_t events, int hot,
                         pscom_plugin_fd_cb_t cb, void *arg);
 int pscom_plugin_fd_mod(int fd, uint32_t events);
 void pscom_plugin_fd_del(int fd);
+
+/* From a plugin's init op: the reason it is about to fail, in words for a
+ * person ("no RDMA device found"); pscom_info shows it. */
+void pscom_plugin_set_reason(const char *reason);
 
 /* For tools and tests: 1 when the plugin `name` (also ParaStation's names
  * "ucp", "openib") is loaded and usable in this process, else 0 and *why

@@ -51,6 +51,32 @@ struct psr_ds {
     unsigned long next_seq;
 };
 
+/*
+ * Exact comparisons.  PMIX_CHECK_NSPACE and PMIX_CHECK_PROCID treat an empty
+ * namespace and PMIX_RANK_WILDCARD as matching anything, which is not what
+ * a publisher's identity means.
+ */
+static bool same_ns(const char *a, const char *b)
+{
+    return strncmp(a, b, PMIX_MAX_NSLEN) == 0;
+}
+
+static bool same_proc(const pmix_proc_t *a, const pmix_proc_t *b)
+{
+    return same_ns(a->nspace, b->nspace) && a->rank == b->rank;
+}
+
+/* Is proc one of the members (rank PMIX_RANK_WILDCARD: a whole namespace)? */
+static bool member(const pmix_proc_t *proc, const pmix_proc_t *members, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        if (same_ns(members[i].nspace, proc->nspace) &&
+            (members[i].rank == PMIX_RANK_WILDCARD || members[i].rank == proc->rank))
+            return true;
+    }
+    return false;
+}
+
 /* Outcome of searching one key for one requester. */
 enum key_state { KEY_ABSENT, KEY_DENIED, KEY_FOUND };
 
@@ -66,17 +92,11 @@ bool psr_ds_range_admits(pmix_data_range_t range, const pmix_proc_t *anchor,
         /* One launcher is one session on one node. */
         return true;
     case PMIX_RANGE_NAMESPACE:
-        return PMIX_CHECK_NSPACE(anchor->nspace, subject->nspace);
+        return same_ns(anchor->nspace, subject->nspace);
     case PMIX_RANGE_PROC_LOCAL:
-        return PMIX_CHECK_PROCID(anchor, subject);
+        return same_proc(anchor, subject);
     case PMIX_RANGE_CUSTOM:
-        for (size_t i = 0; i < ncustom; i++) {
-            if (PMIX_CHECK_NSPACE(custom[i].nspace, subject->nspace) &&
-                (custom[i].rank == PMIX_RANK_WILDCARD ||
-                 custom[i].rank == subject->rank))
-                return true;
-        }
-        return false;
+        return member(subject, custom, ncustom);
     default:
         /* PMIX_RANGE_RM is the host's own; no client lies inside it. */
         return false;
@@ -104,7 +124,7 @@ static bool custom_overlap(const pmix_proc_t *a, size_t na,
 {
     for (size_t i = 0; i < na; i++) {
         for (size_t j = 0; j < nb; j++) {
-            if (!PMIX_CHECK_NSPACE(a[i].nspace, b[j].nspace)) continue;
+            if (!same_ns(a[i].nspace, b[j].nspace)) continue;
             if (a[i].rank == PMIX_RANK_WILDCARD ||
                 b[j].rank == PMIX_RANK_WILDCARD || a[i].rank == b[j].rank)
                 return true;
@@ -121,10 +141,10 @@ static bool same_range_instance(const ds_item_t *it, const pmix_proc_t *pub,
     if (it->range != range) return false;
     switch (range) {
     case PMIX_RANGE_NAMESPACE:
-        return PMIX_CHECK_NSPACE(it->publisher.nspace, pub->nspace);
+        return same_ns(it->publisher.nspace, pub->nspace);
     case PMIX_RANGE_PROC_LOCAL:
     case PMIX_RANGE_RM:
-        return PMIX_CHECK_PROCID(&it->publisher, pub);
+        return same_proc(&it->publisher, pub);
     case PMIX_RANGE_CUSTOM:
         return custom_overlap(it->custom, it->ncustom, custom, ncustom);
     default:
@@ -550,7 +570,7 @@ pmix_status_t psr_ds_unpublish(psr_ds_t *ds, const psr_ds_client_t *who,
     ds_item_t **pp = &ds->items;
     while (*pp) {
         ds_item_t *it = *pp;
-        bool match = PMIX_CHECK_PROCID(&it->publisher, &who->proc) &&
+        bool match = same_proc(&it->publisher, &who->proc) &&
                      (range == PMIX_RANGE_UNDEF || it->range == range);
         if (match && keys) {
             match = false;
@@ -570,7 +590,7 @@ pmix_status_t psr_ds_unpublish(psr_ds_t *ds, const psr_ds_client_t *who,
 
 static bool pick_requester(const ds_parked_t *p, const void *arg)
 {
-    return PMIX_CHECK_PROCID(&p->who.proc, (const pmix_proc_t *)arg);
+    return same_proc(&p->who.proc, (const pmix_proc_t *)arg);
 }
 
 void psr_ds_proc_ended(psr_ds_t *ds, const pmix_proc_t *proc, psr_ds_result_t **done_p)
@@ -578,7 +598,7 @@ void psr_ds_proc_ended(psr_ds_t *ds, const pmix_proc_t *proc, psr_ds_result_t **
     ds_item_t **pp = &ds->items;
     while (*pp) {
         ds_item_t *it = *pp;
-        if (it->persist == PMIX_PERSIST_PROC && PMIX_CHECK_PROCID(&it->publisher, proc)) {
+        if (it->persist == PMIX_PERSIST_PROC && same_proc(&it->publisher, proc)) {
             *pp = it->next;
             item_free(ds, it);
         } else {
@@ -593,8 +613,7 @@ void psr_ds_app_ended(psr_ds_t *ds, const char *nspace)
     ds_item_t **pp = &ds->items;
     while (*pp) {
         ds_item_t *it = *pp;
-        if (it->persist == PMIX_PERSIST_APP &&
-            PMIX_CHECK_NSPACE(it->publisher.nspace, nspace)) {
+        if (it->persist == PMIX_PERSIST_APP && same_ns(it->publisher.nspace, nspace)) {
             *pp = it->next;
             item_free(ds, it);
         } else {

@@ -16,6 +16,17 @@ struct psr_evc {
     void (*release)(void *payload);
 };
 
+/* Exact comparisons (PMIX_CHECK_PROCID lets a wildcard rank match anything). */
+static bool same_ns(const char *a, const char *b)
+{
+    return strncmp(a, b, PMIX_MAX_NSLEN) == 0;
+}
+
+static bool same_proc(const pmix_proc_t *a, const pmix_proc_t *b)
+{
+    return same_ns(a->nspace, b->nspace) && a->rank == b->rank;
+}
+
 static void entry_clear(psr_evc_t *evc, psr_evc_entry_t *e)
 {
     if (e->payload && evc->release) evc->release(e->payload);
@@ -84,13 +95,13 @@ uint64_t psr_evc_add(psr_evc_t *evc, const psr_evc_event_t *ev, size_t *evicted_
 
 bool psr_evc_concerns(const psr_evc_entry_t *e, const pmix_proc_t *proc)
 {
-    if (PMIX_CHECK_PROCID(&e->source, proc)) return false;
+    if (same_proc(&e->source, proc)) return false;
     switch (e->range) {
     case PMIX_RANGE_NAMESPACE:
-        return PMIX_CHECK_NSPACE(e->source.nspace, proc->nspace);
+        return same_ns(e->source.nspace, proc->nspace);
     case PMIX_RANGE_CUSTOM:
         for (size_t i = 0; i < e->ntargets; i++) {
-            if (PMIX_CHECK_NSPACE(e->targets[i].nspace, proc->nspace) &&
+            if (same_ns(e->targets[i].nspace, proc->nspace) &&
                 (e->targets[i].rank == PMIX_RANK_WILDCARD ||
                  e->targets[i].rank == proc->rank))
                 return true;
@@ -107,7 +118,7 @@ bool psr_evc_concerns(const psr_evc_entry_t *e, const pmix_proc_t *proc)
 static bool delivered_to(const psr_evc_entry_t *e, const pmix_proc_t *proc)
 {
     for (size_t i = 0; i < e->ndelivered; i++)
-        if (PMIX_CHECK_PROCID(&e->delivered[i], proc)) return true;
+        if (same_proc(&e->delivered[i], proc)) return true;
     return false;
 }
 

@@ -62,9 +62,12 @@ typedef struct psr_job {
 
     psr_ds_t *ds;               /* (L) publish/lookup datastore */
     psr_evc_t *evc;             /* (L) environment event cache */
+    psr_ds_result_t *answers;   /* (L) lookup answers to hand over on the PMIx thread */
+    bool tick_sent;             /* (L) a tick is on its way to the PMIx thread */
     int exit_status;            /* (L) first non-zero status, 0 while none */
     bool ending;                /* (L) the job is being ended */
     bool signalled;             /* (L) ended by a signal to pscom_run */
+    double signalled_at;        /* (L) when that signal came */
     double kill_at;             /* (L) time of the next kill stage, 0: none */
     int kill_stage;             /* (L) 0: none sent, 1: SIGTERM sent, 2: SIGKILL sent */
     int wake_fd[2];             /* a byte on [1] wakes the main loop */
@@ -88,6 +91,13 @@ psr_app_t *psr_job_find_app(psr_job_t *job, const char *nspace);
  * (after `delay` seconds).  Caller holds job->lock.
  */
 void psr_job_end_locked(psr_job_t *job, int status, double delay);
+
+/*
+ * Main thread: p died before PMIx_Init; start a stand-in that connects as p
+ * and exits, so that the PMIx library fails the collectives p was part of
+ * instead of waiting for it forever.
+ */
+void psr_stand_in_spawn(psr_job_t *job, psr_proc_t *p);
 
 /* Diagnostics on stderr, "pscom_run: ..." (level 0 always, >0 with -v). */
 void psr_log(const psr_job_t *job, int level, const char *fmt, ...)

@@ -80,7 +80,7 @@ psr_proc_t *psr_job_find(psr_job_t *job, const pmix_proc_t *id)
 psr_app_t *psr_job_find_app(psr_job_t *job, const char *nspace)
 {
     for (int a = 0; a < job->napps; a++)
-        if (PMIX_CHECK_NSPACE(job->apps[a].nspace, nspace)) return &job->apps[a];
+        if (strncmp(job->apps[a].nspace, nspace, PMIX_MAX_NSLEN) == 0) return &job->apps[a];
     return NULL;
 }
 
@@ -207,22 +207,54 @@ static void child_say(const char *a, const char *b, const char *c)
     write_all(STDERR_FILENO, c, strlen(c));
 }
 
-static int spawn(psr_job_t *job, psr_proc_t *p, const sigset_t *child_mask)
+static void free_env(char **env)
+{
+    if (!env) return;
+    for (char **e = env; *e; e++) free(*e);
+    free(env);
+}
+
+/* Our environment plus p's PMIx variables, malloc'ed; NULL on failure. */
+static char **child_env(psr_job_t *job, psr_proc_t *p)
+{
+    size_t n = 0;
+    while (environ[n]) n++;
+    char **env = calloc(n + 1, sizeof(char *));
+    if (!env) return NULL;
+    for (size_t i = 0; i < n; i++) {
+        env[i] = strdup(environ[i]);
+        if (!env[i]) {
+            free_env(env);
+            return NULL;
+        }
+    }
+    if (psr_server_setup_fork(job, p, &env) != 0) {
+        free_env(env);
+        return NULL;
+    }
+    return env;
+}
+
+static sigset_t child_sigmask;   /* the signal mask children start with */
+
+/* Between fork and exec: default signal handling, the original mask. */
+static void child_signals(void)
+{
+    for (size_t s = 0; s < sizeof(handled_signals) / sizeof(handled_signals[0]); s++)
+        signal(handled_signals[s], SIG_DFL);
+    signal(SIGPIPE, SIG_DFL);
+    sigprocmask(SIG_SETMASK, &child_sigmask, NULL);
+}
+
+static int spawn(psr_job_t *job, psr_proc_t *p)
 {
     psr_app_t *app = &job->apps[p->app];
     char **env = NULL;
     int out[2] = { -1, -1 }, err[2] = { -1, -1 };
 
     /* The environment is built before fork: the child only calls exec. */
-    size_t n = 0;
-    while (environ[n]) n++;
-    env = calloc(n + 1, sizeof(char *));
+    env = child_env(job, p);
     if (!env) goto fail;
-    for (size_t i = 0; i < n; i++) {
-        env[i] = strdup(environ[i]);
-        if (!env[i]) goto fail;
-    }
-    if (psr_server_setup_fork(job, p, &env) != 0) goto fail;
 
     if (job->opts->tag_output) {
         if (pipe2(out, O_CLOEXEC) != 0 || pipe2(err, O_CLOEXEC) != 0) {
@@ -242,10 +274,7 @@ static int spawn(psr_job_t *job, psr_proc_t *p, const sigset_t *child_mask)
         goto fail;
     }
     if (pid == 0) {
-        for (size_t s = 0; s < sizeof(handled_signals) / sizeof(handled_signals[0]); s++)
-            signal(handled_signals[s], SIG_DFL);
-        signal(SIGPIPE, SIG_DFL);
-        sigprocmask(SIG_SETMASK, child_mask, NULL);
+        child_signals();
         if (out[1] >= 0) {
             dup2(out[1], STDOUT_FILENO);
             dup2(err[1], STDERR_FILENO);
@@ -268,8 +297,7 @@ static int spawn(psr_job_t *job, psr_proc_t *p, const sigset_t *child_mask)
     pthread_mutex_lock(&job->lock);
     p->pid = pid;
     pthread_mutex_unlock(&job->lock);
-    for (char **e = env; *e; e++) free(*e);
-    free(env);
+    free_env(env);
     psr_log(job, 2, "started %s rank %u as pid %ld", p->id.nspace, p->id.rank, (long)pid);
     return 0;
 
@@ -278,11 +306,60 @@ fail:
         if (out[i] >= 0) close(out[i]);
         if (err[i] >= 0) close(err[i]);
     }
-    if (env) {
-        for (char **e = env; *e; e++) free(*e);
-        free(env);
-    }
+    free_env(env);
     return -1;
+}
+
+#define STAND_IN_FLAG "--pmix-stand-in"
+
+/*
+ * A process that died before PMIx_Init never connected, so the PMIx
+ * library still counts it as a participant of every collective over its
+ * namespace, and the others would wait forever.  A stand-in connects with
+ * its identity and exits at once without PMIx_Finalize: the library then
+ * accounts for the loss exactly as for a process that died after
+ * PMIx_Init, failing the collectives it was part of.
+ */
+void psr_stand_in_spawn(psr_job_t *job, psr_proc_t *p)
+{
+    char self[4096];
+    ssize_t len = readlink("/proc/self/exe", self, sizeof(self) - 1);
+    if (len <= 0) {
+        psr_log(job, 0, "cannot find my own executable to stand in for %s rank %u: %s",
+                p->id.nspace, p->id.rank, strerror(errno));
+        return;
+    }
+    self[len] = '\0';
+    char **env = child_env(job, p);
+    if (!env) return;
+    char *argv[] = { self, STAND_IN_FLAG, NULL };
+    int devnull = open("/dev/null", O_RDWR | O_CLOEXEC);
+    pid_t pid = fork();
+    if (pid == 0) {
+        child_signals();
+        if (devnull >= 0) {
+            dup2(devnull, STDIN_FILENO);
+            dup2(devnull, STDOUT_FILENO);
+        }
+        execve(self, argv, env);
+        _exit(127);
+    }
+    if (devnull >= 0) close(devnull);
+    free_env(env);
+    if (pid < 0)
+        psr_log(job, 0, "cannot fork a stand-in for %s rank %u: %s", p->id.nspace, p->id.rank,
+                strerror(errno));
+    else
+        psr_log(job, 1, "%s rank %u never reached PMIx_Init; a stand-in (pid %ld) ends it "
+                "for the PMIx server", p->id.nspace, p->id.rank, (long)pid);
+}
+
+/* The stand-in itself: connect as the dead process and vanish. */
+static int stand_in_main(void)
+{
+    pmix_proc_t me;
+    if (PMIx_Init(&me, NULL, 0) != PMIX_SUCCESS) return 1;
+    _exit(0);
 }
 
 /* Reap every child that has exited. */
@@ -325,6 +402,9 @@ static void on_signal(psr_job_t *job, int sig)
     pthread_mutex_lock(&job->lock);
     if (sig == SIGUSR1 || sig == SIGUSR2) {
         signal_live_locked(job, sig);
+    } else if (job->signalled && psr_now() - job->signalled_at < 0.5) {
+        /* The same request twice (kill of the process group, a terminal's
+         * ^C that also reached us directly): already forwarded. */
     } else if (job->signalled && job->kill_stage >= 1) {
         /* A second interrupt: the user does not want to wait. */
         psr_log(job, 0, "%s again: killing the job", strsignal(sig));
@@ -334,6 +414,7 @@ static void on_signal(psr_job_t *job, int sig)
     } else {
         psr_log(job, 1, "forwarding %s to the job", strsignal(sig));
         job->signalled = true;
+        job->signalled_at = psr_now();
         job->ending = true;
         signal_live_locked(job, sig == SIGQUIT ? SIGQUIT : sig);
         job->kill_stage = 1;
@@ -514,6 +595,8 @@ static void job_free(psr_job_t *job)
 
 int main(int argc, char **argv)
 {
+    if (argc == 2 && strcmp(argv[1], STAND_IN_FLAG) == 0) return stand_in_main();
+
     psr_opts_t opts;
     char err[512];
     if (psr_cli_parse(argc, argv, &opts, err, sizeof(err)) != 0) {
@@ -538,11 +621,11 @@ int main(int argc, char **argv)
 
     /* Block the handled signals in every thread, including the PMIx progress
      * thread started below; they arrive through the signalfd. */
-    sigset_t mask, old_mask;
+    sigset_t mask;
     sigemptyset(&mask);
     for (size_t s = 0; s < sizeof(handled_signals) / sizeof(handled_signals[0]); s++)
         sigaddset(&mask, handled_signals[s]);
-    pthread_sigmask(SIG_BLOCK, &mask, &old_mask);
+    pthread_sigmask(SIG_BLOCK, &mask, &child_sigmask);
     signal(SIGPIPE, SIG_IGN);
     int sfd = signalfd(-1, &mask, SFD_NONBLOCK | SFD_CLOEXEC);
     if (sfd < 0) {
@@ -558,7 +641,7 @@ int main(int argc, char **argv)
 
     double start = psr_now();
     for (int i = 0; i < job.nprocs; i++) {
-        if (spawn(&job, &job.procs[i], &old_mask) != 0) {
+        if (spawn(&job, &job.procs[i]) != 0) {
             pthread_mutex_lock(&job.lock);
             psr_job_end_locked(&job, EXIT_LAUNCH_FAILED, 0);
             pthread_mutex_unlock(&job.lock);

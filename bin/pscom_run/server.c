@@ -23,6 +23,7 @@
 static psr_job_t *g_job;
 
 static void replay_events(psr_job_t *job, const pmix_proc_t *proc);
+static int register_tick(psr_job_t *job);
 
 /* ---------------------------------------------------------------------- */
 /* Waiting for the library's completion callbacks                          */
@@ -339,10 +340,12 @@ static pmix_status_t host_client_connected(const pmix_proc_t *proc, void *server
     psr_job_t *job = g_job;
     psr_proc_t *p = server_object;
     pthread_mutex_lock(&job->lock);
-    if (p) p->connected = true;
+    bool stand_in = p && p->exited;
+    if (p && !stand_in) p->connected = true;
     pthread_mutex_unlock(&job->lock);
-    psr_log(job, 2, "%s:%u connected", proc->nspace, proc->rank);
-    replay_events(job, proc);
+    psr_log(job, 2, "%s:%u connected%s", proc->nspace, proc->rank,
+            stand_in ? " (a stand-in for the dead process)" : "");
+    if (!stand_in) replay_events(job, proc);
     return PMIX_OPERATION_SUCCEEDED;
 }
 
@@ -376,9 +379,13 @@ static pmix_status_t host_abort(const pmix_proc_t *proc, void *server_object, in
     if (p) p->aborted = true;
     psr_job_end_locked(job, status != 0 ? status : 1, 0);
     pthread_mutex_unlock(&job->lock);
+    /* PMIx_Abort does not return while the host can end the caller, so
+     * cbfunc is never called: the caller waits until the job's end kills
+     * it.  The library's small request record is left behind; the
+     * launcher exits right after. */
     (void)cbfunc;
     (void)cbdata;
-    return PMIX_OPERATION_SUCCEEDED;
+    return PMIX_SUCCESS;
 }
 
 static void fence_release(void *cbdata)
@@ -811,6 +818,7 @@ int psr_server_start(psr_job_t *job)
     /* Read by the library during init; the children need not inherit them. */
     if (set_max) unsetenv("PMIX_MCA_pmix_max_events");
     if (set_evict) unsetenv("PMIX_MCA_pmix_event_eviction_time");
+    if (register_tick(job) != 0) return -1;
     if (st != PMIX_SUCCESS) {
         psr_log(job, 0, "PMIx_server_init failed: %s (PMIx %s, directory %s)",
                 PMIx_Error_string(st), PMIx_Get_version(), job->tmpdir);
@@ -911,17 +919,23 @@ static void injection_send(psr_job_t *job, injection_t *inj)
 /*
  * Cache a host event concerning every namespace of the job and inject it
  * for the processes connected now.  Takes ownership of info.
+ *
+ * Each process gets its own injection, targeted at it alone.  With one
+ * injection for several targets the 4.2 library can deliver twice to a
+ * process that registers while the event is delivered (once at once, once
+ * from its cache) and then, counting both, drop the cached copy before
+ * another target has registered.  With a single target the first delivery
+ * also removes the cached copy.
  */
 static void host_event(psr_job_t *job, pmix_status_t code, const pmix_proc_t *source,
                        pmix_info_t *info, size_t ninfo)
 {
     ev_payload_t *pl = calloc(1, sizeof(*pl));
     pmix_proc_t *scope = calloc(job->napps, sizeof(*scope));
-    pmix_proc_t *now = calloc(job->nprocs, sizeof(*now));
-    injection_t inj = { 0 };
-    size_t nnow = 0;
+    injection_t *inj = calloc(job->nprocs, sizeof(*inj));
+    size_t ninj = 0;
 
-    if (!pl || !scope || !now) {
+    if (!pl || !scope || !inj) {
         psr_log(job, 0, "out of memory: event %s about %s:%u is lost", PMIx_Error_string(code),
                 source->nspace, source->rank);
         free(pl);
@@ -942,18 +956,18 @@ static void host_event(psr_job_t *job, pmix_status_t code, const pmix_proc_t *so
     for (int i = 0; e && i < job->nprocs; i++) {
         psr_proc_t *p = &job->procs[i];
         if (!p->connected || p->exited || !psr_evc_concerns(e, &p->id)) continue;
+        if (injection_prepare(&inj[ninj], e, &p->id, 1) != 0) continue;
         psr_evc_mark(job->evc, seq, &p->id);
-        now[nnow++] = p->id;
+        ninj++;
     }
-    int rc = e && nnow ? injection_prepare(&inj, e, now, nnow) : 0;
     pthread_mutex_unlock(&job->lock);
     if (evicted)
         psr_log(job, 1, "event cache full (%zu): dropped the oldest event",
                 psr_evc_capacity(job->evc));
-    if (rc == 0 && inj.info) injection_send(job, &inj);
+    for (size_t i = 0; i < ninj; i++) injection_send(job, &inj[i]);
 out:
     free(scope);
-    free(now);
+    free(inj);
 }
 
 /* Main thread or progress thread: send proc the cached events it missed. */
@@ -995,13 +1009,13 @@ static void notify_termination(psr_job_t *job, const psr_proc_t *p, pmix_status_
 
 void psr_server_proc_exited(psr_job_t *job, psr_proc_t *p)
 {
-    psr_ds_result_t *done = NULL;
     pthread_mutex_lock(&job->lock);
     int wstatus = p->wstatus;
     bool connected = p->connected, finalized = p->finalized, aborted = p->aborted;
     bool ending = job->ending;
     psr_app_t *app = &job->apps[p->app];
-    psr_ds_proc_ended(job->ds, &p->id, &done);
+    /* Lookups of the dead process are answered from the PMIx thread. */
+    psr_ds_proc_ended(job->ds, &p->id, &job->answers);
     if (app->nexited == app->np) psr_ds_app_ended(job->ds, app->nspace);
 
     int code = WIFEXITED(wstatus) ? WEXITSTATUS(wstatus)
@@ -1030,27 +1044,89 @@ void psr_server_proc_exited(psr_job_t *job, psr_proc_t *p)
         psr_job_end_locked(job, code ? code : 1, job->opts->grace);
     pthread_mutex_unlock(&job->lock);
 
-    if (done) deliver_results(job, done);
+    if (!connected && job->opts->keep_going && !ending) psr_stand_in_spawn(job, p);
     if (!abnormal || ending) return;
 
-    psr_log(job, job->opts->keep_going ? 1 : 0, "%s%s", text,
+    psr_log(job, 0, "%s%s", text,
             job->opts->keep_going ? "; the others keep going" : "; ending the job");
     notify_termination(job, p, cause, code, text);
 }
 
-void psr_server_tick(psr_job_t *job)
+/*
+ * Answers that the main thread produces (a PMIX_TIMEOUT expired, the
+ * requester died) must reach the library on its own progress thread: its
+ * lookup callback queues the reply without locking.  The main thread sends
+ * a "tick", an event for the server process alone, and the handler runs on
+ * the progress thread.
+ */
+#define PSR_TICK_EVENT (PMIX_EXTERNAL_ERR_BASE - 100)
+
+static void tick_handler(size_t id, pmix_status_t status, const pmix_proc_t *source,
+                         pmix_info_t info[], size_t ninfo, pmix_info_t results[],
+                         size_t nresults, pmix_event_notification_cbfunc_fn_t cbfunc,
+                         void *cbdata)
 {
-    psr_ds_result_t *done = NULL;
+    (void)id;
+    (void)status;
+    (void)source;
+    (void)info;
+    (void)ninfo;
+    (void)results;
+    (void)nresults;
+    psr_job_t *job = g_job;
     pthread_mutex_lock(&job->lock);
-    psr_ds_expire(job->ds, psr_now(), &done);
+    job->tick_sent = false;
+    if (job->ds) psr_ds_expire(job->ds, psr_now(), &job->answers);
+    psr_ds_result_t *done = job->answers;
+    job->answers = NULL;
     pthread_mutex_unlock(&job->lock);
     if (done) deliver_results(job, done);
+    psr_job_wake(job);      /* the main loop recomputes its next deadline */
+    if (cbfunc) cbfunc(PMIX_EVENT_ACTION_COMPLETE, NULL, 0, NULL, NULL, cbdata);
+}
+
+static int register_tick(psr_job_t *job)
+{
+    pmix_status_t code = PSR_TICK_EVENT;
+    pmix_info_t info;
+    PMIX_INFO_LOAD(&info, PMIX_EVENT_HDLR_NAME, "pscom_run-tick", PMIX_STRING);
+    pmix_status_t st = PMIx_Register_event_handler(&code, 1, &info, 1, tick_handler, NULL, NULL);
+    PMIX_INFO_DESTRUCT(&info);
+    if (st < 0) {
+        psr_log(job, 0, "cannot register the launcher's own event handler: %s",
+                PMIx_Error_string(st));
+        return -1;
+    }
+    return 0;
+}
+
+void psr_server_tick(psr_job_t *job)
+{
+    pthread_mutex_lock(&job->lock);
+    double deadline = job->ds ? psr_ds_next_deadline(job->ds) : 0;
+    bool send = !job->tick_sent && (job->answers || (deadline > 0 && deadline <= psr_now()));
+    if (send) job->tick_sent = true;
+    pthread_mutex_unlock(&job->lock);
+    if (!send) return;
+
+    pmix_info_t info;
+    bool yes = true;
+    PMIX_INFO_LOAD(&info, PMIX_EVENT_DO_NOT_CACHE, &yes, PMIX_BOOL);
+    pmix_status_t st = PMIx_Notify_event(PSR_TICK_EVENT, &job->server_id, PMIX_RANGE_PROC_LOCAL,
+                                         &info, 1, op_ignore, NULL);
+    PMIX_INFO_DESTRUCT(&info);
+    if (st != PMIX_SUCCESS && st != PMIX_OPERATION_SUCCEEDED) {
+        psr_log(job, 0, "cannot reach the PMIx progress thread: %s", PMIx_Error_string(st));
+        pthread_mutex_lock(&job->lock);
+        job->tick_sent = false;
+        pthread_mutex_unlock(&job->lock);
+    }
 }
 
 double psr_server_next_deadline(psr_job_t *job)
 {
     pthread_mutex_lock(&job->lock);
-    double t = psr_ds_next_deadline(job->ds);
+    double t = job->tick_sent || !job->ds ? 0 : psr_ds_next_deadline(job->ds);
     pthread_mutex_unlock(&job->lock);
     return t;
 }
@@ -1061,20 +1137,23 @@ void psr_server_stop(psr_job_t *job)
     pthread_mutex_lock(&job->lock);
     psr_ds_t *ds = job->ds;
     job->ds = NULL;
+    psr_ds_result_t *answers = job->answers;
+    job->answers = NULL;
     pthread_mutex_unlock(&job->lock);
-    /* Lookups still waiting belong to processes that are gone. */
-    if (ds) {
-        psr_ds_destroy(ds, PMIX_ERR_LOST_CONNECTION, &done);
-        for (psr_ds_result_t *r = done; r; r = r->next) {
-            lookup_req_t *req = r->cookie;
-            req->cbfunc(r->status, NULL, 0, req->cbdata);
-            free(req);
-        }
-        while (done) {
-            psr_ds_result_t *next = done->next;
-            free(done->hits);
-            free(done);
-            done = next;
+    /*
+     * Every process has ended: lookups still waiting, and answers not yet
+     * handed over, belong to processes that are gone.  They are dropped
+     * (the library releases its records of dead peers itself).
+     */
+    if (ds) psr_ds_destroy(ds, PMIX_ERR_LOST_CONNECTION, &done);
+    for (psr_ds_result_t *lists[] = { done, answers }, **l = lists; l < lists + 2; l++) {
+        while (*l) {
+            psr_ds_result_t *r = *l;
+            *l = r->next;
+            free(r->cookie);
+            for (size_t i = 0; i < r->nhits; i++) value_release(r->hits[i].value);
+            free(r->hits);
+            free(r);
         }
     }
     for (int a = 0; a < job->napps; a++) {

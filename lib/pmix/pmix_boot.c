@@ -35,8 +35,8 @@ static uint64_t now_ms(void)
  * winner. Decimal while it fits, base 36 beyond. */
 static void rank_name(int rank, char buf[9])
 {
-    if (rank <= 9999999) {
-        snprintf(buf, 9, "r%07d", rank);
+    if (rank >= 0 && rank <= 9999999) {
+        snprintf(buf, 9, "r%07u", (unsigned)rank % 10000000u);
         return;
     }
     static const char digits[] = "0123456789abcdefghijklmnopqrstuvwxyz";
@@ -97,28 +97,14 @@ int pmx_ep_check(const char *ep, int *port, char name[9], const char **why)
 /* Failing a peer                                                         */
 /* ---------------------------------------------------------------------- */
 
-void pmx_fail_peer(pscom_pmix_job_t *job, int rank, int code,
-                   const char *text, bool normal_exit)
+/* Fail the connection of a rank that job->failed marks. */
+static void fail_connection(pscom_pmix_job_t *job, int rank)
 {
     static bool warned_no_hook;
-    pscom_connection_t *con;
-    pscom_err_t err = normal_exit ? PSCOM_ERR_EOF : PSCOM_ERR_IOERROR;
+    pscom_connection_t *con = job->cons ? job->cons[rank] : NULL;
+    pscom_err_t err = job->failed[rank] == 2 ? PSCOM_ERR_EOF : PSCOM_ERR_IOERROR;
 
-    if (rank < 0 || rank >= job->size || rank == job->rank) return;
-    if (job->failed[rank]) return;
-    job->failed[rank] = true;
-    con = job->cons ? job->cons[rank] : NULL;
-
-    pmx_log(job, normal_exit ? PMX_LOG_INFO : PMX_LOG_ERROR,
-            "rank %d %s (PMIx event %s%s%s); %s", rank,
-            normal_exit ? "terminated" : "failed", PMIx_Error_string(code),
-            text ? ": " : "", text ? text : "",
-            !con ? "there is no connection to it yet"
-            : con->state == PSCOM_CON_STATE_CLOSED
-                ? "its connection is closed already"
-                : "failing its connection and the requests pending on it");
     if (!con || con->state == PSCOM_CON_STATE_CLOSED) return;
-
     if (pscom_fail_connection) {
         pscom_fail_connection(con, err);
         return;
@@ -134,6 +120,27 @@ void pmx_fail_peer(pscom_pmix_job_t *job, int rank, int code,
         con->socket->ops.con_error(con, PSCOM_OP_RW, err);
     job->cons[rank] = NULL;
     pscom_close_connection(con);
+}
+
+void pmx_fail_peer(pscom_pmix_job_t *job, int rank, int code,
+                   const char *text, bool normal_exit)
+{
+    pscom_connection_t *con;
+
+    if (rank < 0 || rank >= job->size || rank == job->rank) return;
+    if (job->failed[rank]) return;
+    job->failed[rank] = normal_exit ? 2 : 1;
+    con = job->cons ? job->cons[rank] : NULL;
+
+    pmx_log(job, normal_exit ? PMX_LOG_INFO : PMX_LOG_ERROR,
+            "rank %d %s (PMIx event %s%s%s); %s", rank,
+            normal_exit ? "terminated" : "failed", PMIx_Error_string(code),
+            text ? ": " : "", text ? text : "",
+            !con ? "there is no connection to it yet"
+            : con->state == PSCOM_CON_STATE_CLOSED
+                ? "its connection is closed already"
+                : "failing its connection and the requests pending on it");
+    fail_connection(job, rank);
 }
 
 /* ---------------------------------------------------------------------- */
@@ -511,11 +518,7 @@ pscom_err_t pscom_pmix_bootstrap(pscom_pmix_job_t *job, pscom_socket_t *sock,
     if (ret == PSCOM_SUCCESS) {
         /* Peers reported dead before their connection existed. */
         for (int r = 0; r < job->size; r++)
-            if (job->failed[r] && job->cons[r] && r != job->rank) {
-                job->failed[r] = false;
-                pmx_fail_peer(job, r, PMIX_ERR_PROC_ABORTED, "before bootstrap",
-                              false);
-            }
+            if (job->failed[r] && r != job->rank) fail_connection(job, r);
         pmx_log(job, PMX_LOG_INFO,
                 "bootstrap of %d ranks (%s): put+fence %llu ms, endpoints "
                 "%llu ms, connections %llu ms", job->size,

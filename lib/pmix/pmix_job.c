@@ -221,11 +221,21 @@ pscom_err_t pscom_pmix_init(pscom_pmix_job_t **job_p)
         }
         job->rank = (int)job->me.rank;
         job->size = (int)size;
+        if (job->rank >= job->size) {
+            pmx_log(NULL, PMX_LOG_ERROR, "PMIx says rank %d of %d ranks",
+                    job->rank, job->size);
+            PMIx_Finalize(NULL, 0);
+            job_free(job);
+            pthread_mutex_unlock(&job_lock);
+            errno = EINVAL;
+            return PSCOM_ERR_STDERROR;
+        }
         pmx_log(job, PMX_LOG_INFO, "PMIx %s, %d ranks", PMIx_Get_version(),
                 job->size);
     }
 
-    if (pmx_events_start(job)) {
+    job->failed = calloc((size_t)job->size, sizeof(*job->failed));
+    if (!job->failed || pmx_events_start(job)) {
         if (!job->singleton) PMIx_Finalize(NULL, 0);
         job_free(job);
         pthread_mutex_unlock(&job_lock);

@@ -79,7 +79,9 @@ struct pscom_pmix_job {
     pscom_socket_t *sock;
     pscom_connection_t **cons; /* [size] */
     signed char *local;        /* [size]: 1, 0, -1 unknown */
-    bool *failed;              /* [size]: a failure event named the rank */
+    /* [size]: 0, or what an event said: 1 failed, 2 terminated normally.
+     * Allocated at init: events may come before the bootstrap. */
+    signed char *failed;
 
     /* Events: filled by PMIx's thread, emptied by the dispatcher. */
     pthread_mutex_t evq_lock;

@@ -112,6 +112,15 @@ static void register_priority(struct slot *s, const char *alias)
     psc_config_register(s->rows, n);
 }
 
+/* The plugin whose init op runs, and what it said about failing. */
+static struct slot *initialising;
+static char reason[128];
+
+void pscom_plugin_set_reason(const char *text)
+{
+    if (initialising && text) snprintf(reason, sizeof(reason), "%s", text);
+}
+
 static void init_plugin(struct slot *s, const pscom_plugin_t *d)
 {
     if (!s->rows[0].name) register_priority(s, d->alias);
@@ -140,11 +149,14 @@ static void init_plugin(struct slot *s, const pscom_plugin_t *d)
                  s->p.user_priority);
         return;
     }
+    initialising = s;
+    reason[0] = 0;
     int rc = d->ops->init ? d->ops->init() : 0;
+    initialising = NULL;
     if (rc) {
         s->p.state = PSC_PLUGIN_FAILED;
         snprintf(s->p.why, sizeof(s->p.why), "initialisation failed: %s",
-                 rc < 0 ? strerror(-rc) : "error");
+                 reason[0] ? reason : rc < 0 ? strerror(-rc) : "error");
         psc_debug("plugin %s: %s", s->p.name, s->p.why);
         return;
     }

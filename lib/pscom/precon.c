@@ -349,15 +349,30 @@ static int try_next(struct psc_precon *pc)
     }
 
     char ours[128];
-    list_str(ours, sizeof(ours), pc->cand, 0);
     struct psc_plugin *mine[PSC_PRECON_MAX_PLUGINS];
     list_str(ours, sizeof(ours), mine, usable_plugins(pc, mine));
     char text[1024];
     snprintf(text, sizeof(text),
-             "no common transport: %s offers [%s], %s offers [%s]",
-             psc_ctx.hostname, ours, pc->peer_host, pc->peer_list);
-    psc_err("connect to %s: %s; check PSP_<TRANSPORT> settings and the "
-            "sockets' transport masks", pc_peer(pc), text);
+             "no common transport: this side (%s) offers [%s], the peer (%s) "
+             "offers [%s]",
+             psc_ctx.hostname, ours, pc->peer_host,
+             pc->peer_list[0] ? pc->peer_list : "none");
+    /* Why the transports this socket allows are not usable here. */
+    char why[512] = "";
+    size_t off = 0;
+    uint64_t mask = pc->con->sock->con_type_mask;
+    for (unsigned i = 0; i < psc_plugin_count() && off < sizeof(why); i++) {
+        struct psc_plugin *p = psc_plugin_get(i);
+        if (p->state == PSC_PLUGIN_LOADED || !p->why[0]) continue;
+        const pscom_plugin_t *d = p->desc;
+        if (d && (unsigned)d->con_type < 64 &&
+            !(mask & ((uint64_t)1 << d->con_type)))
+            continue;
+        off += snprintf(why + off, sizeof(why) - off, "; %s: %s", p->name,
+                        p->why);
+    }
+    psc_err("connect to %s: %s%s; check the PSP_<TRANSPORT> settings and the "
+            "sockets' transport masks", pc_peer(pc), text, why);
     send_error(pc, PSCOM_ERR_CONNECTION_REFUSED, text);
     return pc_fail(pc, PSCOM_ERR_CONNECTION_REFUSED);
 }

@@ -77,7 +77,7 @@ static const pscom_config_row_t ofi_rows[] = {
     {"PSP_OFI_DOMAIN", PSCOM_CONFIG_STR, NULL,
      "libfabric domain (for tcp: the interface, e.g. eth0); unset: the "
      "provider's first", "ofi", NULL, &cfg_domain},
-    {"PSP_OFI_RENDEZVOUS", PSCOM_CONFIG_SIZE, "64k",
+    {"PSP_OFI_RENDEZVOUS", PSCOM_CONFIG_SIZE, "128k",
      "rendezvous threshold on ofi connections: larger bodies wait for the "
      "receive and go straight into its buffer", "ofi", "PSP_RENDEZVOUS",
      &cfg_rendezvous},
@@ -253,6 +253,8 @@ static struct {
     size_t inject_max;   /* frames up to this size go with fi_tinject */
     size_t max_msg;      /* largest message we take */
     ofw_ep_t *ep;        /* NULL until the first handshake */
+    pid_t ep_pid;        /* the process that opened it */
+    bool atexit_set;
     int ep_err;          /* opening the endpoint failed for good */
     uint8_t addr[OFW_ADDR_MAX];
     size_t addr_len;
@@ -356,6 +358,18 @@ static void fail_proto(struct ofi_con *oc, const char *why)
 /* Endpoint and peers                                                     */
 /* ---------------------------------------------------------------------- */
 
+/* At exit, close the endpoint if the core has not: providers free what
+ * outlives the process otherwise (the shm provider leaves its region in
+ * /dev/shm). Only in the process that opened it: a forked child must not
+ * remove its parent's region. */
+static void ep_close_at_exit(void)
+{
+    if (ofi.ep && ofi.ep_pid == getpid()) {
+        ofw_ep_close(ofi.ep);
+        ofi.ep = NULL;
+    }
+}
+
 static int ep_get(void)
 {
     if (ofi.ep) return 0;
@@ -370,6 +384,8 @@ static int ep_get(void)
             ofi.info.domain, why);
         return rc;
     }
+    ofi.ep_pid = getpid();
+    if (!ofi.atexit_set && atexit(ep_close_at_exit) == 0) ofi.atexit_set = true;
     char s[128];
     LOG(L_DEBUG, "endpoint %s open (provider %s, domain %s)",
         ofw_addr_str(ofi.ep, ofi.addr, ofi.addr_len, s, sizeof(s)),

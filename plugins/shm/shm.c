@@ -97,6 +97,7 @@ struct shm_con {
     unsigned idx;         /* in polls[] while open */
     bool busy;            /* delivering: nested progress leaves it alone */
     bool fd_watched;
+    bool tx_blocked;      /* POLL_TX_BLOCKED is set */
     bool dead;            /* the core said stop: no more upcalls */
     bool no_pull;         /* CMA from this peer failed: do not try again */
 };
@@ -315,6 +316,15 @@ static void set_flags(struct shm_con *sc, uint32_t set, uint32_t clear)
     e->flags = (e->flags & ~clear) | set;
 }
 
+static void set_blocked(struct shm_con *sc, bool on)
+{
+    sc->tx_blocked = on;
+    if (on)
+        set_flags(sc, POLL_TX_BLOCKED, 0);
+    else
+        set_flags(sc, 0, POLL_TX_BLOCKED);
+}
+
 /* The core said stop: no more upcalls for this connection. */
 static void stop(struct shm_con *sc)
 {
@@ -432,21 +442,20 @@ static void shm_tx_kick(pscom_plugin_con_t *con, void *priv)
     size_t total;
 
     if (sc->dead) return;
+    /* Frames queued by callbacks during tx_done come through nested kicks,
+     * which flag the connection again if the ring is full. */
+    if (sc->tx_blocked) set_blocked(sc, false);
     for (;;) {
         int cnt = pscom_plugin_tx_peek(con, iov, IOV_BATCH, &total);
-        if (!cnt) {
-            set_flags(sc, 0, POLL_TX_BLOCKED);
-            return;
-        }
+        if (!cnt) return;
         size_t n = shm_tx_write(&sc->tx, iov, cnt, total);
+        if (n < total) set_blocked(sc, true);
         if (n && pscom_plugin_tx_done(con, n)) {
             stop(sc);
             return;
         }
-        if (n < total) {
-            set_flags(sc, POLL_TX_BLOCKED, 0);
-            return;
-        }
+        /* Everything that was queued is written: no need to look again. */
+        if (n < total || cnt < IOV_BATCH) return;
     }
 }
 

@@ -17,7 +17,8 @@
  *
  * Sending: each frame of the core's send queue (head = header + xheader,
  * then the body) is one active message, the head in the AM header, the body
- * as data. Bodies below the core's rendezvous threshold (user messages) go
+ * as data; a small frame goes whole as data (UXW_AM_FRAME_PACKED), which
+ * UCX sends by its shortest path. Bodies below the core's rendezvous threshold (user messages) go
  * with UCX's eager protocol; larger ones are rendezvous bodies (RNDV_DATA,
  * sent after the receiver matched them) and UCX chooses, normally its own
  * zero-copy rendezvous. Frames handed to UCX wait in a FIFO (ux_con.txq);
@@ -439,6 +440,24 @@ static int am_cb(void *arg, unsigned id, const void *hdr, size_t hdr_len,
                  void *data, size_t len, unsigned flags)
 {
     struct ux_sock *us = arg;
+    /* A small frame comes whole as data (key, head, body): make it look
+     * like the others; it is always copied. */
+    bool packed = id == UXW_AM_FRAME_PACKED;
+    if (packed) {
+        pscom_header_net_t h;
+        if (hdr_len || (flags & UXW_AM_RNDV) || len < KEY_LEN + sizeof(h)) {
+            pscom_plugin_log(5, "ucx: malformed small message of %zu bytes "
+                             "dropped", len);
+            return UXW_AM_DONE;
+        }
+        memcpy(&h, (uint8_t *)data + KEY_LEN, sizeof(h));
+        size_t head_len = sizeof(h) + h.xheader_len;
+        hdr = data;
+        hdr_len = KEY_LEN + (head_len < len - KEY_LEN ? head_len : len - KEY_LEN);
+        data = (uint8_t *)data + hdr_len;
+        len -= hdr_len;
+        id = UXW_AM_FRAME;
+    }
     struct ux_con *uc = hdr_len >= KEY_LEN ? key_lookup(us, hdr) : NULL;
     if (!uc || uc->err) {
         pscom_plugin_log(5, "ucx: message of %zu bytes for a closed or "
@@ -466,7 +485,8 @@ static int am_cb(void *arg, unsigned id, const void *hdr, size_t hdr_len,
             rx->data = data;
             ret = UXW_AM_KEEP;
         }
-    } else if (len && (flags & UXW_AM_KEEPABLE) && head_len + len > RX_INLINE) {
+    } else if (len && !packed && (flags & UXW_AM_KEEPABLE) &&
+               head_len + len > RX_INLINE) {
         rx = rx_get(head_len);
         if (rx) {
             rx->kind = RX_KEPT;
@@ -523,7 +543,15 @@ static int send_frame(struct ux_con *uc, const struct iovec *head,
     int dcnt = 0;
     unsigned id;
     size_t hlen;
-    if (head->iov_len <= us->max_head) {
+    if (KEY_LEN + e->len <= sizeof(e->hinline)) {
+        /* Small: key, head and body as one piece of data, which UCX sends
+         * by its shortest path. */
+        id = UXW_AM_FRAME_PACKED;
+        hlen = 0;
+        memcpy(e->hdr + KEY_LEN, head->iov_base, head->iov_len);
+        if (blen) memcpy(e->hdr + KEY_LEN + head->iov_len, body->iov_base, blen);
+        data[dcnt++] = (struct iovec){e->hdr, KEY_LEN + e->len};
+    } else if (head->iov_len <= us->max_head) {
         id = UXW_AM_FRAME;
         hlen = KEY_LEN + head->iov_len;
         if (hlen > sizeof(e->hinline)) {
@@ -552,7 +580,8 @@ static int send_frame(struct ux_con *uc, const struct iovec *head,
     int eager = blen < cfg_rendezvous;
     *uc->txq_tail = e;
     uc->txq_tail = &e->next;
-    int rc = uxw_am_send(uc->ep, id, e->hdr, hlen, data, dcnt, eager, tx_cb, e);
+    int rc = uxw_am_send(uc->ep, id, hlen ? e->hdr : NULL, hlen, data, dcnt,
+                         eager, tx_cb, e);
     if (rc == UXW_PENDING) return 0;
     e->done = true;
     e->status = rc;
@@ -714,6 +743,12 @@ static int deliver(struct ux_con *uc, struct ux_rx *rx)
 {
     pscom_plugin_con_t *con = uc->con;
     int rc = 0;
+    if (rx->kind == RX_COPY) {
+        /* Head and body are one piece: one push. */
+        rc = pscom_plugin_rx_push(con, rx->buf, rx->head_len + rx->len);
+        rx_release(uc->us, rx);
+        return rc;
+    }
     if (rx->head_len) {
         uc->rx_busy = rx->len != 0;
         rc = pscom_plugin_rx_push(con, rx->buf, rx->head_len);

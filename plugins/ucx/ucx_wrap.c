@@ -143,6 +143,15 @@ static ucs_status_t am_frame(void *arg, const void *header, size_t header_length
                       UXW_AM_FRAME);
 }
 
+static ucs_status_t am_frame_packed(void *arg, const void *header,
+                                    size_t header_length, void *data,
+                                    size_t length,
+                                    const ucp_am_recv_param_t *param)
+{
+    return am_handler(arg, header, header_length, data, length, param,
+                      UXW_AM_FRAME_PACKED);
+}
+
 static ucs_status_t am_frame_long(void *arg, const void *header,
                                   size_t header_length, void *data,
                                   size_t length,
@@ -195,8 +204,12 @@ int uxw_worker_create(uxw_context_t *c, uxw_am_cb_t am_cb, void *am_arg,
         goto destroy_worker;
     }
 
-    ucp_am_recv_callback_t cbs[] = {am_frame, am_frame_long};
-    for (unsigned id = 0; id < 2; id++) {
+    ucp_am_recv_callback_t cbs[UXW_AM_IDS] = {
+        [UXW_AM_FRAME] = am_frame,
+        [UXW_AM_FRAME_LONG] = am_frame_long,
+        [UXW_AM_FRAME_PACKED] = am_frame_packed,
+    };
+    for (unsigned id = 0; id < UXW_AM_IDS; id++) {
         ucp_am_handler_param_t hp = {
             .field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID |
                           UCP_AM_HANDLER_PARAM_FIELD_CB |

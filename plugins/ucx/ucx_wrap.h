@@ -32,6 +32,8 @@ typedef struct uxw_req uxw_req_t;       /* an operation under way */
 enum {
     UXW_AM_FRAME = 0,      /* AM header: key + frame head; data: the body */
     UXW_AM_FRAME_LONG = 1, /* AM header: key; data: frame head + body */
+    UXW_AM_FRAME_PACKED = 2, /* no AM header; data: key + head + body */
+    UXW_AM_IDS
 };
 
 /* uxw_am_cb_t flags: what `data` is. */

@@ -529,6 +529,7 @@ static int vb_init(void)
     if (!list || n <= 0) {
         pscom_plugin_log(LOG_DEBUG, "verbs: no RDMA device found "
                          "(ibv_get_device_list returned 0 devices)");
+        pscom_plugin_set_reason("no RDMA device found");
         if (!list && list_errno)
             pscom_plugin_log(LOG_DEBUG, "verbs: ibv_get_device_list: %s (no "
                              "RDMA hardware, or the kernel's ib_uverbs "
@@ -644,9 +645,25 @@ static void lent_put_all(struct vb_con *vc)
     vc->lent_cap = 0;
 }
 
+/* Take what the CQ holds: completions of `key` (a destroyed QP, flushed)
+ * are dropped, the others kept in order for progress. The CQ entries the
+ * connection reserved are then really free for the next one. */
+static void drain_stale(uint32_t key)
+{
+    struct ibv_wc wc[CQ_BATCH];
+    int n;
+    while ((n = vb_poll_cq(vb.cq, CQ_BATCH, wc)) > 0) {
+        for (int i = 0; i < n; i++)
+            if (WR_KEY(wc[i].wr_id) != key && dq_push(&wc[i]))
+                pscom_plugin_log(LOG_ERR, "verbs: out of memory keeping a "
+                                 "completion; a connection may stall");
+    }
+}
+
 /* Undo everything of hs_start (and hs_connect). */
 static void teardown(struct vb_con *vc)
 {
+    uint32_t key = vc->key;
     unlink_lists(vc);
     table_del(vc);
     if (vc->qp) {
@@ -656,6 +673,7 @@ static void teardown(struct vb_con *vc)
             pscom_plugin_log(LOG_WARN, "verbs: %s: ibv_destroy_qp failed: %s",
                              con_str(vc), strerror(rc));
         vc->qp = NULL;
+        if (key) drain_stale(key);
     }
     if (vc->rx_mr) vb_dereg_mr(vc->rx_mr);
     if (vc->tx_mr) vb_dereg_mr(vc->tx_mr);

@@ -40,7 +40,7 @@
 #define N_FLUSH       100
 #define FLUSH_LEN     (64 * 1024)
 #define SLOW_MS       2
-#define ALL_LEN       (256 * 1024)
+#define ALL_LEN       (4 * 1024 * 1024) /* more than the socket buffers hold */
 #define N_SMALL       5
 #define SMALL_LEN     1000
 #define N_LARGE       10

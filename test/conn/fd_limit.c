@@ -34,6 +34,7 @@
 #define MIN_SERVER_OK        20
 #define MAX_SERVER_LOG_LINES 20
 #define FAIL_DEADLINE_S      30.0 /* one failing pscom_connect, at most */
+#define ALL_DEADLINE_S       45.0 /* all N_CONNECT attempts (about 2 s) */
 #define MAX_LEN              4096
 #define LIMIT_TEXT           "open files limit"
 
@@ -179,6 +180,12 @@ static int client(itest_link_t *link, void *arg)
         ITEST_ASSERT(rc < 0, "pscom_connect returned %d", (int)rc);
         ITEST_ASSERT(dt < FAIL_DEADLINE_S,
                      "connection %u took %.1f s to fail", i, dt);
+        ITEST_ASSERT(itest_now() - t_all < ALL_DEADLINE_S,
+                     "%u connection attempts (%d failed) took %.1f s: a "
+                     "connection the peer cannot take must fail at once "
+                     "(refused with the spare descriptor), not by the "
+                     "handshake timeout",
+                     i + 1, failed + 1, itest_now() - t_all);
         if (!failed) {
             first_err = rc;
             itest_note("first failure: connection %u after %d successes: "

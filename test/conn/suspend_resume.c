@@ -16,6 +16,7 @@
 #include <string.h>
 
 #define SUSPEND_WINDOW_MS 500
+#define ACCEPT_DEADLINE_S 30 /* the waiting client is taken at once */
 #define MSG_LEN           (64 * 1024 + 3)
 #define SEED_C2S          0x5005e001u
 #define SEED_S2C          0x5005e002u
@@ -89,8 +90,10 @@ static int server(itest_link_t *link, void *arg)
                  ep_before);
     ITEST_ASSERT_EQ(pscom_get_portno(sock), port_before, "port");
 
-    itest_step("accepting the waiting client");
+    itest_step("accepting the waiting client after the resume");
+    itest_watchdog(ACCEPT_DEADLINE_S);
     con = itest_wait_accept(1);
+    itest_watchdog(ITEST_DEFAULT_TIMEOUT);
     itest_note("accepted %.3f s after the resume", itest_now() - t_resume);
     exchange(con, SEED_S2C, SEED_C2S, 0);
     ITEST_ASSERT_EQ(itest_accept_count(), 1, "accepted connections");

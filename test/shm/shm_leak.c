@@ -13,7 +13,10 @@
  * requests end, it closes and exits 0) instead of hanging.
  *
  * SHM_LEAK_PAIRS (default 36) sets the number of pairs; the delays are
- * spread over each phase deterministically.
+ * spread over each phase deterministically. SHM_LEAK_PHASES (default
+ * "handshake,transfer,exit") limits the phases: with PSP_SHM_SEGMENT=sysv a
+ * kill between shmget() and shmctl(IPC_RMID) leaks a segment by design
+ * (doc/shm.md), which handshake kills hit now and then.
  */
 #include "itest.h"
 
@@ -332,6 +335,13 @@ int main(void)
     const char *env = getenv("SHM_LEAK_PAIRS");
     int pairs = env ? atoi(env) : 36;
     if (pairs < 1) pairs = 1;
+    const char *which = getenv("SHM_LEAK_PHASES");
+    enum phase phases[N_PHASES];
+    int nphases = 0;
+    for (int p = 0; p < N_PHASES; p++)
+        if (!which || strstr(which, phase_names[p])) phases[nphases++] = (enum phase)p;
+    ITEST_ASSERT(nphases > 0, "SHM_LEAK_PHASES=%s names no phase (handshake, "
+                 "transfer, exit)", which);
 
     setenv("PSCOM_TEST_TRANSPORT", "shm", 1);
     /* A connector whose acceptor died should give up at once. */
@@ -343,13 +353,14 @@ int main(void)
     int npids = 0, failed = 0, leaks = 0;
     char report[2048];
 
-    itest_note("%d pairs, segments: %s", pairs,
+    itest_note("%d pairs, segments: %s, phases: %s", pairs,
                getenv("PSP_SHM_SEGMENT") ? getenv("PSP_SHM_SEGMENT")
-                                         : "default");
+                                         : "default",
+               which ? which : "all");
     for (int i = 0; i < pairs; i++) {
-        enum phase phase = (enum phase)(i % N_PHASES);
-        int victims = 1 + (i / N_PHASES) % 3;
-        int step = i / (N_PHASES * 3); /* spreads the delays */
+        enum phase phase = phases[i % nphases];
+        int victims = 1 + (i / nphases) % 3;
+        int step = i / (nphases * 3); /* spreads the delays */
         unsigned span = phase == HANDSHAKE ? 3000 : phase == TRANSFER ? 20000
                                                                       : 600;
         unsigned delay = (unsigned)((step * 7919u) % span);

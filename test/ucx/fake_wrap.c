@@ -130,7 +130,7 @@ int uxw_am_send(uxw_ep_t *ep, unsigned id, const void *hdr, size_t hdr_len,
     assert(hdr_len <= sizeof(s->hdr));
     s->ep = ep;
     s->id = id;
-    memcpy(s->hdr, hdr, hdr_len);
+    if (hdr_len) memcpy(s->hdr, hdr, hdr_len);
     s->hdr_len = hdr_len;
     s->data_len = 0;
     for (int i = 0; i < iovcnt; i++) {

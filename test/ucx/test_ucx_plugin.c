@@ -200,7 +200,10 @@ static void sends_complete_in_queue_order(void **state)
     assert_int_equal(fw.sends[0].id, UXW_AM_FRAME);
     assert_int_equal(fw.sends[0].hdr_len, 8 + 8 + 16);
     assert_int_equal(fw.sends[0].data_len, sizeof(b1));
-    assert_int_equal(fw.sends[1].data_len, 0);
+    /* The header-only frame is small: key and head as data. */
+    assert_int_equal(fw.sends[1].id, UXW_AM_FRAME_PACKED);
+    assert_int_equal(fw.sends[1].hdr_len, 0);
+    assert_int_equal(fw.sends[1].data_len, 8 + 8);
 
     /* A second kick hands nothing twice. */
     OPS->tx_kick(&t->core, t->priv);
@@ -259,7 +262,7 @@ static void long_head_travels_in_the_data(void **state)
 {
     fw.max_am_header = 64; /* frame heads up to 56 bytes fit */
     struct tcon *t = tcon_open(RNDV);
-    char b[10];
+    char b[100]; /* not a small frame */
     memset(b, 'b', sizeof(b));
     fake_queue(&t->core, 48, b, sizeof(b)); /* head 56: fits */
     fake_queue(&t->core, 49, b, sizeof(b)); /* head 57: does not */
@@ -270,6 +273,7 @@ static void long_head_travels_in_the_data(void **state)
     assert_int_equal(fw.sends[1].hdr_len, 8);
     assert_int_equal(fw.sends[1].data_len, 8 + 49 + sizeof(b));
     assert_memory_equal(fw.sends[1].data, t->core.q[1]->head, 57);
+    assert_memory_equal(fw.sends[1].data + 57, b, sizeof(b));
 
     /* And the receiving side of it. */
     uint8_t key[8];
@@ -288,6 +292,57 @@ static void long_head_travels_in_the_data(void **state)
     fake_send_complete(0, 0);
     fake_send_complete(1, 0);
     progress();
+    tcon_close(t);
+}
+
+static void small_frames_are_packed(void **state)
+{
+    struct tcon *t = tcon_open(RNDV);
+    char b[8] = "payload";
+    fake_queue(&t->core, 4, b, sizeof(b));
+    OPS->tx_kick(&t->core, t->priv);
+    assert_int_equal(fw.nsends, 1);
+    struct fake_send *s = &fw.sends[0];
+    assert_int_equal(s->id, UXW_AM_FRAME_PACKED);
+    assert_int_equal(s->hdr_len, 0);
+    assert_int_equal(s->eager, 1);
+    assert_int_equal(s->data_len, 8 + 12 + sizeof(b));
+    uint32_t key[2];
+    memcpy(key, s->data, 8);
+    assert_int_equal(key[0], PEER_SLOT);
+    assert_memory_equal(s->data + 8, t->core.q[0]->head, 12);
+    assert_memory_equal(s->data + 20, b, sizeof(b));
+    fake_send_complete(0, 0);
+    progress();
+    assert_int_equal(t->core.ndone, 1);
+
+    /* Receiving one: key, head, body in the data. */
+    uint8_t d[64];
+    memcpy(d, &t->key, 8);
+    size_t hl = fake_head(d + 8, 4, 5, 0x33);
+    memcpy(d + 8 + hl, "hello", 5);
+    assert_int_equal(fake_am(UXW_AM_FRAME_PACKED, NULL, 0, d, 8 + hl + 5, 0),
+                     UXW_AM_DONE);
+    progress();
+    assert_int_equal(t->core.nmsgs, 1);
+    assert_int_equal(t->core.msgs[0].head_len, 12);
+    assert_memory_equal(t->core.msgs[0].body, "hello", 5);
+
+    /* Too short, or announced as rendezvous: dropped. A head that does not
+     * match the data: the connection fails. */
+    assert_int_equal(fake_am(UXW_AM_FRAME_PACKED, NULL, 0, d, 12, 0),
+                     UXW_AM_DONE);
+    assert_int_equal(fake_am(UXW_AM_FRAME_PACKED, NULL, 0, d, 8 + hl + 5,
+                             UXW_AM_RNDV),
+                     UXW_AM_DONE);
+    progress();
+    assert_int_equal(t->core.nmsgs, 1);
+    assert_int_equal(t->core.errors, 0);
+    assert_int_equal(fake_am(UXW_AM_FRAME_PACKED, NULL, 0, d, 8 + hl + 4, 0),
+                     UXW_AM_DONE);
+    progress();
+    assert_int_equal(t->core.nmsgs, 1);
+    assert_int_equal(t->core.errors, 1);
     tcon_close(t);
 }
 
@@ -658,6 +713,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(eager_below_threshold_ucx_choice_above,
                                         setup, teardown),
         cmocka_unit_test_setup_teardown(long_head_travels_in_the_data, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(small_frames_are_packed, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(cancelled_frame_is_skipped, setup,
                                         teardown),

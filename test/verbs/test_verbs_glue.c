@@ -48,6 +48,13 @@ int pscom_plugin_log_level(void)
     return 6;
 }
 
+static char init_reason[128];
+
+void pscom_plugin_set_reason(const char *reason)
+{
+    snprintf(init_reason, sizeof(init_reason), "%s", reason);
+}
+
 void pscom_plugin_config_register(const pscom_config_row_t *rows, size_t count)
 {
     for (size_t i = 0; i < count; i++) {
@@ -163,6 +170,7 @@ static void no_device(void **state)
     assert_int_equal(ops->init(), -ENODEV);
     assert_non_null(strstr(logbuf, "verbs: no RDMA device found "
                                    "(ibv_get_device_list returned 0 devices)"));
+    assert_string_equal(init_reason, "no RDMA device found");
     /* The settings are registered even so (pscom_info -c lists them). */
     const char *rows[] = {"PSP_VERBS_HCA(", "PSP_VERBS_PORT(",
                           "PSP_VERBS_GID_INDEX(", "PSP_VERBS_MCACHE_SIZE(",

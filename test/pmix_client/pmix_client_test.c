@@ -1,0 +1,846 @@
+/*
+ * Tests of libpscom_pmix, run as the ranks of a job under a PMIx launcher
+ * (run-test.sh starts them) or alone as a singleton.
+ *
+ *   alltoall            bootstrap, then messages between every pair (and to
+ *                       oneself), exactly one connection per pair
+ *   kill [--unconnected]  the last rank SIGKILLs itself; the others'
+ *                       pending receives from it fail and their handlers run
+ *                       within 2 s; the survivors still talk to each other.
+ *                       --unconnected: nobody connected to the victim yet,
+ *                       so only the PMIx event can fail the receive
+ *   events [--peers]    handler precedence, chaining and removal with events
+ *                       notified to this process; --peers: rank 0 notifies
+ *                       the job, every rank's handler sees it
+ *   pubsub-server SVC RANGE   publish, serve one client, unpublish
+ *   pubsub-client SVC RANGE   look up (waiting), connect, exchange
+ *   singleton           no launcher: a 1-process job that still works
+ *   badep MODE          rank 1 publishes a bad endpoint (MODE: missing,
+ *                       malformed, wrongname); rank 0's bootstrap must fail
+ *
+ * Every rank prints "RESULT rank R: OK ..." when its checks passed, or a
+ * line with "FAIL" and exits 1. A watchdog ends a hanging rank with exit
+ * status 3 and the step it hung in.
+ */
+#include <errno.h>
+#include <pmix.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "pscom.h"
+#include "pscom_pmix.h"
+
+static int g_rank = -1;
+static const char *g_mode = "?";
+static char g_step[160] = "startup";
+static bool g_closing; /* after the result: con_error at close is expected */
+
+static void on_alarm(int sig)
+{
+    char buf[256];
+    int n = snprintf(buf, sizeof(buf),
+                     "FAIL rank %d (%s): timeout in step: %s\n", g_rank, g_mode,
+                     g_step);
+    (void)sig;
+    if (write(2, buf, (size_t)n) < 0) _exit(3);
+    _exit(3);
+}
+
+static void step(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static void step(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(g_step, sizeof(g_step), fmt, ap);
+    va_end(ap);
+}
+
+#define CHECK(cond, ...)                                                       \
+    do {                                                                       \
+        if (!(cond)) {                                                         \
+            fprintf(stderr, "FAIL rank %d (%s) %s:%d: %s: ", g_rank, g_mode,   \
+                    __FILE__, __LINE__, #cond);                                \
+            fprintf(stderr, __VA_ARGS__);                                      \
+            fputc('\n', stderr);                                               \
+            fflush(stdout);                                                    \
+            _exit(1);                                                          \
+        }                                                                      \
+    } while (0)
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static void result_ok(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static void result_ok(const char *fmt, ...)
+{
+    va_list ap;
+    g_closing = true;
+    printf("RESULT rank %d: OK (%s) ", g_rank, g_mode);
+    va_start(ap, fmt);
+    vprintf(fmt, ap);
+    va_end(ap);
+    putchar('\n');
+    fflush(stdout);
+}
+
+/* ---------------------------------------------------------------------- */
+/* Messages with a checkable pattern                                      */
+/* ---------------------------------------------------------------------- */
+
+static size_t msg_len(int from, int to, int round)
+{
+    static const size_t base[] = {0, 1000, 70000, 300000};
+    return base[round % 4] + (size_t)from * 7 + (size_t)to;
+}
+
+static void fill(unsigned char *p, size_t len, uint32_t seed)
+{
+    for (size_t i = 0; i < len; i++) p[i] = (unsigned char)(seed * 31u + i * 7u);
+}
+
+static bool pattern_ok(const unsigned char *p, size_t len, uint32_t seed)
+{
+    for (size_t i = 0; i < len; i++)
+        if (p[i] != (unsigned char)(seed * 31u + i * 7u)) return false;
+    return true;
+}
+
+static uint32_t seed_of(int from, int to, int round)
+{
+    return (uint32_t)(from * 1000 + to * 10 + round);
+}
+
+struct xh {
+    int32_t from;
+    int32_t round;
+};
+
+static pscom_request_t *new_req(void)
+{
+    pscom_request_t *r = pscom_request_create(sizeof(struct xh), 0);
+    CHECK(r, "out of memory");
+    return r;
+}
+
+/* Receive from oneself: any connection, the xheader says who sent it. */
+static int accept_self(pscom_request_t *req, pscom_connection_t *con,
+                       pscom_header_net_t *h)
+{
+    struct xh x;
+    (void)req;
+    (void)con;
+    if (h->xheader_len != sizeof(x)) return 0;
+    memcpy(&x, h->xheader, sizeof(x));
+    return x.from == g_rank;
+}
+
+static int con_errors;
+static double con_error_time;
+static void on_con_error(pscom_connection_t *con, pscom_op_t op,
+                         pscom_err_t err)
+{
+    if (g_closing) return;
+    con_errors++;
+    if (!con_error_time) con_error_time = now_s();
+    printf("rank %d: con_error %s: %s during %s\n", g_rank, pscom_con_str(con),
+           pscom_err_str(err), pscom_op_str(op));
+    fflush(stdout);
+}
+
+static pscom_socket_t *boot(pscom_pmix_job_t **job_p, unsigned flags)
+{
+    pscom_pmix_job_t *job;
+    pscom_err_t rc;
+
+    step("pscom_pmix_init");
+    rc = pscom_pmix_init(&job);
+    CHECK(rc == PSCOM_SUCCESS, "pscom_pmix_init: %s", pscom_err_str(rc));
+    g_rank = pscom_pmix_rank(job);
+    pscom_socket_t *sock = pscom_open_socket(0, 0, PSCOM_RANK_UNDEFINED, 0);
+    CHECK(sock, "pscom_open_socket");
+    sock->ops.con_error = on_con_error;
+    step("pscom_pmix_bootstrap");
+    rc = pscom_pmix_bootstrap(job, sock, flags);
+    CHECK(rc == PSCOM_SUCCESS, "pscom_pmix_bootstrap: %s", pscom_err_str(rc));
+    *job_p = job;
+    return sock;
+}
+
+/* One round: every rank sends to every rank (itself included) and receives
+ * from every rank; every byte is checked. */
+static void exchange(pscom_pmix_job_t *job, int round, const bool *skip)
+{
+    int n = pscom_pmix_size(job), me = pscom_pmix_rank(job);
+    pscom_request_t **rr = calloc((size_t)n, sizeof(*rr));
+    pscom_request_t **sr = calloc((size_t)n, sizeof(*sr));
+    unsigned char **rb = calloc((size_t)n, sizeof(*rb));
+    unsigned char **sb = calloc((size_t)n, sizeof(*sb));
+    CHECK(rr && sr && rb && sb, "out of memory");
+
+    step("exchange round %d: posting", round);
+    for (int r = 0; r < n; r++) {
+        if (skip && skip[r]) continue;
+        size_t len = msg_len(r, me, round);
+        rb[r] = malloc(len + 1);
+        rr[r] = new_req();
+        rr[r]->data = rb[r];
+        rr[r]->data_len = len;
+        rr[r]->xheader_len = sizeof(struct xh);
+        if (r == me) {
+            rr[r]->connection = NULL;
+            rr[r]->socket = pscom_pmix_socket(job);
+            rr[r]->ops.recv_accept = accept_self;
+        } else {
+            rr[r]->connection = pscom_pmix_connection(job, r);
+            rr[r]->socket = pscom_pmix_socket(job);
+        }
+        pscom_post_recv(rr[r]);
+    }
+    for (int k = 1; k <= n; k++) {
+        int r = (me + k) % n; /* stagger the first targets */
+        if (skip && skip[r]) continue;
+        size_t len = msg_len(me, r, round);
+        struct xh x = {me, round};
+        sb[r] = malloc(len + 1);
+        fill(sb[r], len, seed_of(me, r, round));
+        sr[r] = new_req();
+        pscom_req_prepare(sr[r], pscom_pmix_connection(job, r), sb[r], len, &x,
+                          sizeof(x));
+        pscom_post_send(sr[r]);
+    }
+    for (int r = 0; r < n; r++) {
+        if (skip && skip[r]) continue;
+        step("exchange round %d: receive from rank %d", round, r);
+        pscom_wait(rr[r]);
+        CHECK(pscom_req_successful(rr[r]), "receive from rank %d: %s", r,
+              pscom_req_state_str(rr[r]->state));
+        struct xh x;
+        memcpy(&x, &rr[r]->xheader, sizeof(x));
+        CHECK(x.from == r && x.round == round,
+              "message from rank %d round %d came as from %d round %d", r,
+              round, x.from, x.round);
+        CHECK(rr[r]->header.data_len == msg_len(r, me, round),
+              "length from rank %d", r);
+        CHECK(pattern_ok(rb[r], msg_len(r, me, round), seed_of(r, me, round)),
+              "data from rank %d round %d", r, round);
+        step("exchange round %d: send to rank %d", round, r);
+        pscom_wait(sr[r]);
+        CHECK(pscom_req_successful(sr[r]), "send to rank %d: %s", r,
+              pscom_req_state_str(sr[r]->state));
+    }
+    for (int r = 0; r < n; r++) {
+        if (rr[r]) pscom_request_free(rr[r]);
+        if (sr[r]) pscom_request_free(sr[r]);
+        free(rb[r]);
+        free(sb[r]);
+    }
+    free(rr);
+    free(sr);
+    free(rb);
+    free(sb);
+}
+
+static int count_connections(pscom_socket_t *sock)
+{
+    int n = 0;
+    for (pscom_connection_t *c = pscom_get_next_connection(sock, NULL); c;
+         c = pscom_get_next_connection(sock, c))
+        n++;
+    return n;
+}
+
+/* ---------------------------------------------------------------------- */
+/* alltoall                                                               */
+/* ---------------------------------------------------------------------- */
+
+static int test_alltoall(void)
+{
+    pscom_pmix_job_t *job;
+    pscom_socket_t *sock = boot(&job, 0);
+    int n = pscom_pmix_size(job), me = pscom_pmix_rank(job);
+    char types[256] = "";
+    size_t off = 0;
+
+    CHECK(n >= 2, "needs at least 2 ranks, the job has %d", n);
+    for (int r = 0; r < n; r++) {
+        CHECK(pscom_pmix_connection(job, r), "no connection to rank %d", r);
+        CHECK(pscom_pmix_is_local(job, r) == 1,
+              "rank %d is not local (%d), all run on this node", r,
+              pscom_pmix_is_local(job, r));
+    }
+    CHECK(pscom_pmix_connection(job, n) == NULL, "a connection beyond size");
+    CHECK(pscom_pmix_is_local(job, -1) == -1, "locality of rank -1");
+
+    for (int round = 0; round < 4; round++) exchange(job, round, NULL);
+
+    for (int r = 0; r < n; r++) {
+        pscom_connection_t *c = pscom_pmix_connection(job, r);
+        CHECK(c->type != PSCOM_CON_TYPE_ONDEMAND && c->type != PSCOM_CON_TYPE_NONE,
+              "connection to rank %d is not connected after traffic", r);
+        CHECK(c->remote_con_info.rank == r, "connection to rank %d says rank %d",
+              r, c->remote_con_info.rank);
+        if (off < sizeof(types) - 16)
+            off += (size_t)snprintf(types + off, sizeof(types) - off, "%s%d:%s",
+                                    r ? " " : "", r, pscom_con_type_str(c->type));
+    }
+    /* One per pair, plus the loop connection to ourselves and its twin. */
+    step("counting connections");
+    CHECK(count_connections(sock) == n + 1,
+          "the socket has %d connections, expected %d (one per peer + the "
+          "loop pair)", count_connections(sock), n + 1);
+    CHECK(con_errors == 0, "%d con_error calls", con_errors);
+
+    step("barrier");
+    CHECK(pscom_pmix_barrier(job) == PSCOM_SUCCESS, "barrier");
+    result_ok("rank %d of %d, connections %s", me, n, types);
+    pscom_pmix_finalize(job);
+    pscom_close_socket(sock);
+    return 0;
+}
+
+/* ---------------------------------------------------------------------- */
+/* kill                                                                   */
+/* ---------------------------------------------------------------------- */
+
+struct seen {
+    int calls;
+    int code;
+    int rank;
+    double when;
+    pscom_connection_t *con_state_closed;
+};
+
+static int on_failure(pscom_pmix_job_t *job, const pscom_pmix_event_t *ev,
+                      int prev, void *ctx)
+{
+    struct seen *s = ctx;
+    (void)prev;
+    s->calls++;
+    s->code = ev->code;
+    s->rank = ev->nranks ? ev->ranks[0] : -1;
+    if (!s->when) s->when = now_s();
+    printf("rank %d: handler: %s ranks %zu first %d text %s\n", g_rank,
+           ev->code_str, ev->nranks, s->rank, ev->text ? ev->text : "-");
+    fflush(stdout);
+    if (s->rank >= 0) {
+        pscom_connection_t *c = pscom_pmix_connection(job, s->rank);
+        if (!c || c->state == PSCOM_CON_STATE_CLOSED) s->con_state_closed = c;
+    }
+    return PSCOM_PMIX_EVENT_CONTINUE;
+}
+
+static int test_kill(bool unconnected)
+{
+    pscom_pmix_job_t *job;
+    pscom_socket_t *sock = boot(&job, 0);
+    int n = pscom_pmix_size(job), me = pscom_pmix_rank(job);
+    int victim = n - 1;
+    struct seen seen = {0};
+    size_t id;
+
+    CHECK(n >= 3, "needs at least 3 ranks, the job has %d", n);
+    int codes[] = {PSCOM_PMIX_PROC_TERMINATED, PSCOM_PMIX_PROC_ABORTED_BY_SIG};
+    CHECK(pscom_pmix_event_register(job, codes, 2, 0, on_failure, &seen, &id) ==
+              PSCOM_SUCCESS, "register the failure handler");
+
+    /* Either every connection is up (the transport may notice the death by
+     * itself), or the survivors have not connected to the victim yet: then
+     * only the PMIx event can fail its connection. */
+    bool *skip = calloc((size_t)n, sizeof(*skip));
+    if (unconnected) {
+        for (int r = 0; r < n; r++) skip[r] = me == victim || r == victim;
+        skip[me] = false;
+    }
+    exchange(job, 1, skip);
+    if (unconnected && me != victim)
+        CHECK(pscom_pmix_connection(job, victim)->type == PSCOM_CON_TYPE_ONDEMAND,
+              "the connection to the victim is connected already");
+    step("barrier before the kill");
+    CHECK(pscom_pmix_barrier(job) == PSCOM_SUCCESS, "barrier");
+
+    if (me == victim) {
+        step("dying");
+        printf("rank %d: SIGKILL myself\n", me);
+        fflush(stdout);
+        raise(SIGKILL);
+        _exit(9);
+    }
+
+    /* A receive that only the victim could complete, and a large send. */
+    pscom_connection_t *vc = pscom_pmix_connection(job, victim);
+    static unsigned char rbuf[64], sbuf[1 << 22];
+    pscom_request_t *rr = new_req(), *sr = new_req();
+    rr->connection = vc;
+    rr->socket = sock;
+    rr->data = rbuf;
+    rr->data_len = sizeof(rbuf);
+    rr->xheader_len = sizeof(struct xh);
+    pscom_post_recv(rr);
+    double t0 = now_s();
+    struct xh x = {me, 99};
+    pscom_req_prepare(sr, vc, sbuf, sizeof(sbuf), &x, sizeof(x));
+    if (!unconnected) pscom_post_send(sr);
+
+    step("waiting for the receive from the killed rank %d to fail", victim);
+    pscom_wait(rr);
+    double t_recv = now_s();
+    CHECK(rr->state & PSCOM_REQ_STATE_ERROR,
+          "the receive from the killed rank ended %s",
+          pscom_req_state_str(rr->state));
+    step("waiting for the send to the killed rank to end");
+    if (!unconnected) pscom_wait(sr);
+    step("waiting for the handler");
+    while (!seen.calls && now_s() - t0 < 10) {
+        if (!pscom_test_any()) usleep(100);
+    }
+    CHECK(seen.calls >= 1, "the failure handler did not run");
+    CHECK(seen.rank == victim, "the handler was told rank %d, not %d",
+          seen.rank, victim);
+    CHECK(seen.when - t0 <= 2.0, "the handler ran %.3f s after the kill",
+          seen.when - t0);
+    CHECK(t_recv - t0 <= 2.0, "the receive failed %.3f s after the kill",
+          t_recv - t0);
+    CHECK(con_errors >= 1, "con_error was not called for the killed rank");
+
+    /* The survivors still talk to each other. */
+    memset(skip, 0, (size_t)n * sizeof(*skip));
+    skip[victim] = true;
+    exchange(job, 2, skip);
+    free(skip);
+
+    result_ok("rank %d: receive failed after %.3f s, handler %s after %.3f s, "
+              "con_error after %.3f s, send %s", me, t_recv - t0,
+              pscom_pmix_event_str(seen.code), seen.when - t0,
+              con_error_time - t0,
+              unconnected ? "not posted" : pscom_req_state_str(sr->state));
+    /* No PMIx fence: the job has a dead rank. Make sure everybody is done
+     * before finalizing, through pscom. */
+    step("final pscom handshake among the survivors");
+    unsigned char token = 1;
+    if (me == 0) {
+        for (int r = 1; r < victim; r++)
+            CHECK(pscom_recv_from(pscom_pmix_connection(job, r), NULL, 0, &token,
+                                  1) == PSCOM_SUCCESS, "token from %d", r);
+        for (int r = 1; r < victim; r++)
+            pscom_send(pscom_pmix_connection(job, r), NULL, 0, &token, 1);
+    } else {
+        pscom_send(pscom_pmix_connection(job, 0), NULL, 0, &token, 1);
+        CHECK(pscom_recv_from(pscom_pmix_connection(job, 0), NULL, 0, &token, 1) ==
+              PSCOM_SUCCESS, "token from 0");
+    }
+    pscom_request_free(rr);
+    pscom_request_free(sr);
+    pscom_pmix_finalize(job);
+    pscom_close_socket(sock);
+    return 0;
+}
+
+/* ---------------------------------------------------------------------- */
+/* events                                                                 */
+/* ---------------------------------------------------------------------- */
+
+#define EV_X (PSCOM_PMIX_EXTERNAL_BASE - 1)
+#define EV_Y (PSCOM_PMIX_EXTERNAL_BASE - 2)
+#define EV_Z (PSCOM_PMIX_EXTERNAL_BASE - 3)
+#define EV_PEERS (PSCOM_PMIX_EXTERNAL_BASE - 10)
+
+struct hctx {
+    const char *name;
+    int ret;             /* what to return */
+    size_t *remove_id;   /* deregister this id when called */
+    size_t id;
+};
+
+static char g_log[512];
+static size_t g_nlog;
+static int g_prev[32], g_nres[32];
+static size_t g_lastres_id[32];
+static int g_handled;
+static const pscom_pmix_event_t *g_ev_seen;
+static char g_text_seen[64];
+static int g_ranks_seen[4];
+static size_t g_nranks_seen;
+
+static int on_ev(pscom_pmix_job_t *job, const pscom_pmix_event_t *ev,
+                 int prev, void *ctx)
+{
+    struct hctx *h = ctx;
+    if (g_nlog < 32) {
+        g_prev[g_nlog] = prev;
+        g_nres[g_nlog] = (int)ev->nresults;
+        g_lastres_id[g_nlog] = ev->nresults ? ev->results[ev->nresults - 1].id : 0;
+        if (ev->nresults)
+            CHECK(ev->results[ev->nresults - 1].status == prev,
+                  "%s: prev_status %d but the last result says %d", h->name,
+                  prev, ev->results[ev->nresults - 1].status);
+    }
+    g_nlog++;
+    strncat(g_log, h->name, sizeof(g_log) - strlen(g_log) - 2);
+    strncat(g_log, " ", sizeof(g_log) - strlen(g_log) - 1);
+    g_ev_seen = ev;
+    snprintf(g_text_seen, sizeof(g_text_seen), "%s", ev->text ? ev->text : "");
+    g_nranks_seen = ev->nranks < 4 ? ev->nranks : 4;
+    for (size_t i = 0; i < g_nranks_seen; i++) g_ranks_seen[i] = ev->ranks[i];
+    if (h->remove_id)
+        CHECK(pscom_pmix_event_deregister(job, *h->remove_id) == PSCOM_SUCCESS,
+              "deregister from a handler");
+    return h->ret;
+}
+
+/* The default handler that counts handled events (registered last). */
+static int on_count(pscom_pmix_job_t *job, const pscom_pmix_event_t *ev,
+                    int prev, void *ctx)
+{
+    (void)job;
+    (void)ev;
+    (void)prev;
+    (void)ctx;
+    g_handled++;
+    return PSCOM_PMIX_EVENT_CONTINUE;
+}
+
+/* Notify code to ourselves and run progress until `expect` more events are
+ * handled (counted by a marker we can see: g_nlog stops growing). */
+static void fire(pscom_pmix_job_t *job, int code, int rank, const char *text)
+{
+    g_log[0] = 0;
+    g_nlog = 0;
+    int before = g_handled;
+    step("notify %s to ourselves", pscom_pmix_event_str(code));
+    pscom_err_t rc = pscom_pmix_notify(job, code, PSCOM_PMIX_RANGE_PROC_LOCAL,
+                                       rank, text);
+    CHECK(rc == PSCOM_SUCCESS, "notify: %s", pscom_err_str(rc));
+    double t0 = now_s();
+    /* The chains below end with the counting default handler unless a
+     * handler completes them: wait for the log to settle. */
+    size_t last = (size_t)-1;
+    double settled = 0;
+    while (now_s() - t0 < 10) {
+        pscom_test_any();
+        pscom_pmix_progress(job);
+        if (g_handled > before) break;
+        if (g_nlog != last) {
+            last = g_nlog;
+            settled = now_s();
+        } else if (g_nlog && now_s() - settled > 0.5) {
+            break;
+        }
+        usleep(200);
+    }
+}
+
+static void expect_log(const char *what, const char *expected)
+{
+    CHECK(!strcmp(g_log, expected), "%s: handlers ran as \"%s\", expected \"%s\"",
+          what, g_log, expected);
+}
+
+static int test_events(int peers)
+{
+    pscom_pmix_job_t *job;
+    pscom_socket_t *sock = boot(&job, 0);
+    int me = pscom_pmix_rank(job), n = pscom_pmix_size(job);
+    int x[] = {EV_X}, xy[] = {EV_X, EV_Y}, xz[] = {EV_X, EV_Z}, y[] = {EV_Y};
+    struct hctx d1 = {"D1", 0, NULL, 0}, g1 = {"G1", PSCOM_PMIX_EVENT_NO_ACTION_TAKEN, NULL, 0},
+                s1 = {"S1", 0, NULL, 0}, d2 = {"D2", 0, NULL, 0},
+                s2 = {"S2", PSCOM_PMIX_EVENT_PARTIAL_ACTION_TAKEN, NULL, 0},
+                g2 = {"G2", PSCOM_PMIX_EVENT_ACTION_DEFERRED, NULL, 0},
+                s3 = {"S3", 0, NULL, 0}, g3 = {"G3", 0, NULL, 0};
+    size_t count_id;
+
+    step("registering");
+    /* Registration order mixes the categories on purpose. */
+    CHECK(!pscom_pmix_event_register(job, NULL, 0, PSCOM_PMIX_EVENT_DEFAULT, on_ev, &d1, &d1.id), "D1");
+    CHECK(!pscom_pmix_event_register(job, xy, 2, 0, on_ev, &g1, &g1.id), "G1");
+    CHECK(!pscom_pmix_event_register(job, x, 1, 0, on_ev, &s1, &s1.id), "S1");
+    CHECK(!pscom_pmix_event_register(job, NULL, 0, PSCOM_PMIX_EVENT_DEFAULT, on_ev, &d2, &d2.id), "D2");
+    CHECK(!pscom_pmix_event_register(job, x, 1, 0, on_ev, &s2, &s2.id), "S2");
+    CHECK(!pscom_pmix_event_register(job, xz, 2, 0, on_ev, &g2, &g2.id), "G2");
+    CHECK(!pscom_pmix_event_register(job, y, 1, 0, on_ev, &s3, &s3.id), "S3");
+    CHECK(!pscom_pmix_event_register(job, x, 1, PSCOM_PMIX_EVENT_GROUP, on_ev, &g3, &g3.id), "G3");
+    CHECK(!pscom_pmix_event_register(job, NULL, 0, PSCOM_PMIX_EVENT_DEFAULT, on_count, NULL, &count_id), "count");
+    CHECK(pscom_pmix_event_register(job, x, 0, 0, on_ev, &s1, NULL) == PSCOM_ERR_INVALID,
+          "no codes without DEFAULT is invalid");
+    CHECK(pscom_pmix_event_register(job, x, 1, PSCOM_PMIX_EVENT_DEFAULT, on_ev, &s1, NULL) ==
+          PSCOM_ERR_INVALID, "codes with DEFAULT are invalid");
+
+    /* Specific first, then groups, then defaults; FIFO in each. */
+    fire(job, EV_X, me, "x-text");
+    expect_log("event X", "S1 S2 G1 G2 G3 D1 D2 ");
+    int want_prev[] = {0, 0, PSCOM_PMIX_EVENT_PARTIAL_ACTION_TAKEN,
+                       PSCOM_PMIX_EVENT_NO_ACTION_TAKEN,
+                       PSCOM_PMIX_EVENT_ACTION_DEFERRED, 0, 0};
+    size_t want_last[] = {0, s1.id, s2.id, g1.id, g2.id, g3.id, d1.id};
+    for (int i = 0; i < 7; i++) {
+        CHECK(g_prev[i] == want_prev[i], "handler %d got prev_status %d, expected %d",
+              i, g_prev[i], want_prev[i]);
+        CHECK(g_nres[i] == i, "handler %d saw %d results", i, g_nres[i]);
+        CHECK(g_lastres_id[i] == want_last[i], "handler %d: last result from id %zu, "
+              "expected %zu", i, g_lastres_id[i], want_last[i]);
+    }
+    CHECK(!strcmp(g_text_seen, "x-text"), "text \"%s\"", g_text_seen);
+    CHECK(g_nranks_seen == 1 && g_ranks_seen[0] == me, "ranks of the event");
+
+    fire(job, EV_Y, -1, NULL);
+    expect_log("event Y", "S3 G1 D1 D2 ");
+    CHECK(g_nranks_seen == 0, "event Y names no rank");
+
+    fire(job, EV_Z, -1, NULL);
+    expect_log("event Z", "G2 D1 D2 ");
+
+    /* ACTION_COMPLETE ends the chain. */
+    g1.ret = PSCOM_PMIX_EVENT_ACTION_COMPLETE;
+    fire(job, EV_X, -1, NULL);
+    expect_log("event X, G1 completes", "S1 S2 G1 ");
+    g1.ret = 0;
+
+    /* Removed handlers are not called; a handler may remove a later one. */
+    CHECK(!pscom_pmix_event_deregister(job, s1.id), "deregister S1");
+    CHECK(!pscom_pmix_event_deregister(job, g1.id), "deregister G1");
+    CHECK(pscom_pmix_event_deregister(job, g1.id) == PSCOM_ERR_INVALID,
+          "deregistering twice is invalid");
+    s2.remove_id = &d1.id;
+    fire(job, EV_X, -1, NULL);
+    expect_log("event X, S1 G1 removed, S2 removes D1", "S2 G2 G3 D2 ");
+
+    if (peers && n > 1) {
+        static int got;
+        struct hctx p = {"P", 0, NULL, 0};
+        int pc[] = {EV_PEERS};
+        (void)p;
+        CHECK(!pscom_pmix_event_register(job, pc, 1, 0, on_ev, &p, &p.id), "P");
+        step("barrier before the peer event");
+        CHECK(pscom_pmix_barrier(job) == PSCOM_SUCCESS, "barrier");
+        g_log[0] = 0;
+        if (me == 0) {
+            CHECK(pscom_pmix_notify(job, EV_PEERS, PSCOM_PMIX_RANGE_NAMESPACE, -1,
+                                    "to all") == PSCOM_SUCCESS, "notify the job");
+        }
+        step("waiting for the peer event");
+        double t0 = now_s();
+        while (!strstr(g_log, "P ") && now_s() - t0 < 10) {
+            if (!pscom_test_any()) usleep(200);
+        }
+        if (me != 0 || strstr(g_log, "P "))
+            CHECK(strstr(g_log, "P "), "rank 0's event did not come (log \"%s\")", g_log);
+        got = strstr(g_log, "P ") != NULL;
+        printf("rank %d: peer event %s\n", me, got ? "received" : "not received");
+        step("barrier after the peer event");
+        CHECK(pscom_pmix_barrier(job) == PSCOM_SUCCESS, "barrier");
+    } else {
+        CHECK(pscom_pmix_barrier(job) == PSCOM_SUCCESS, "barrier");
+    }
+    result_ok("precedence, chaining, completion and removal%s",
+              peers ? ", peer notification" : "");
+    pscom_pmix_finalize(job);
+    pscom_close_socket(sock);
+    return 0;
+}
+
+/* ---------------------------------------------------------------------- */
+/* publish / lookup                                                       */
+/* ---------------------------------------------------------------------- */
+
+static pscom_pmix_range_t parse_range(const char *s)
+{
+    if (!strcmp(s, "default")) return PSCOM_PMIX_RANGE_DEFAULT;
+    if (!strcmp(s, "session")) return PSCOM_PMIX_RANGE_SESSION;
+    if (!strcmp(s, "global")) return PSCOM_PMIX_RANGE_GLOBAL;
+    if (!strcmp(s, "namespace")) return PSCOM_PMIX_RANGE_NAMESPACE;
+    if (!strcmp(s, "local")) return PSCOM_PMIX_RANGE_LOCAL;
+    fprintf(stderr, "FAIL: unknown range %s\n", s);
+    exit(1);
+}
+
+static int test_pubsub_server(const char *svc, pscom_pmix_range_t range)
+{
+    pscom_pmix_job_t *job;
+    pscom_socket_t *sock = boot(&job, 0);
+    char buf[32];
+
+    g_mode = "pubsub-server";
+    step("publish %s", svc);
+    pscom_err_t rc = pscom_pmix_publish(job, NULL, svc, range,
+                                        PSCOM_PMIX_PERSIST_DEFAULT);
+    CHECK(rc == PSCOM_SUCCESS, "publish: %s (%s)", pscom_err_str(rc),
+          strerror(errno));
+    step("waiting for the client's message");
+    pscom_request_t *req = new_req();
+    req->socket = sock;
+    req->connection = NULL;
+    req->data = buf;
+    req->data_len = sizeof(buf);
+    req->xheader_len = 0;
+    pscom_post_recv(req);
+    pscom_wait(req);
+    CHECK(pscom_req_successful(req), "receive from the client: %s",
+          pscom_req_state_str(req->state));
+    CHECK(!strcmp(buf, "hello server"), "got \"%.32s\"", buf);
+    pscom_connection_t *con = req->connection;
+    step("answering");
+    pscom_send(con, NULL, 0, "hello client", 13);
+    step("waiting for the client's bye");
+    CHECK(pscom_recv_from(con, NULL, 0, buf, 4) == PSCOM_SUCCESS, "bye");
+    step("unpublish");
+    rc = pscom_pmix_unpublish(job, svc, range);
+    CHECK(rc == PSCOM_SUCCESS, "unpublish: %s (%s)", pscom_err_str(rc),
+          strerror(errno));
+    result_ok("published %s, served %s", svc, pscom_con_str(con));
+    pscom_request_free(req);
+    pscom_pmix_finalize(job);
+    pscom_close_socket(sock);
+    return 0;
+}
+
+static int test_pubsub_client(const char *svc, pscom_pmix_range_t range)
+{
+    pscom_pmix_job_t *job;
+    pscom_socket_t *sock = boot(&job, 0);
+    char *ep = NULL, buf[32];
+
+    g_mode = "pubsub-client";
+    step("lookup of a service nobody publishes");
+    pscom_err_t rc = pscom_pmix_lookup(job, "pscom-test-nobody-publishes-this",
+                                       range, 0, 0, &ep);
+    CHECK(rc == PSCOM_ERR_STDERROR && (errno == ENOENT || errno == ETIMEDOUT),
+          "lookup of an unknown service: %s (%s)", pscom_err_str(rc),
+          strerror(errno));
+    step("lookup %s (waiting)", svc);
+    rc = pscom_pmix_lookup(job, svc, range, 1, 30, &ep);
+    CHECK(rc == PSCOM_SUCCESS && ep, "lookup: %s (%s)", pscom_err_str(rc),
+          strerror(errno));
+    step("connect to %s", ep);
+    pscom_connection_t *con = pscom_open_connection(sock);
+    rc = pscom_connect(con, ep, PSCOM_RANK_UNDEFINED, PSCOM_CON_FLAG_DIRECT);
+    CHECK(rc == PSCOM_SUCCESS, "connect to %s: %s", ep, pscom_err_str(rc));
+    pscom_send(con, NULL, 0, "hello server", 13);
+    step("waiting for the answer");
+    CHECK(pscom_recv_from(con, NULL, 0, buf, 13) == PSCOM_SUCCESS, "answer");
+    CHECK(!strcmp(buf, "hello client"), "got \"%.32s\"", buf);
+    pscom_send(con, NULL, 0, "bye", 4);
+    pscom_flush(con);
+    result_ok("looked up %s = %s, exchanged over %s", svc, ep,
+              pscom_con_type_str(con->type));
+    free(ep);
+    pscom_close_connection(con);
+    pscom_pmix_finalize(job);
+    pscom_close_socket(sock);
+    return 0;
+}
+
+/* ---------------------------------------------------------------------- */
+/* singleton                                                              */
+/* ---------------------------------------------------------------------- */
+
+static int test_singleton(void)
+{
+    pscom_pmix_job_t *job;
+    pscom_socket_t *sock = boot(&job, 0);
+    char *ep = NULL;
+
+    CHECK(pscom_pmix_is_singleton(job), "not a singleton");
+    CHECK(pscom_pmix_rank(job) == 0 && pscom_pmix_size(job) == 1,
+          "rank %d of %d", pscom_pmix_rank(job), pscom_pmix_size(job));
+    CHECK(pscom_pmix_is_local(job, 0) == 1, "rank 0 is local");
+    exchange(job, 1, NULL); /* to ourselves */
+    CHECK(pscom_pmix_barrier(job) == PSCOM_SUCCESS, "barrier");
+    pscom_err_t rc = pscom_pmix_publish(job, NULL, "pscom-singleton",
+                                        PSCOM_PMIX_RANGE_DEFAULT,
+                                        PSCOM_PMIX_PERSIST_DEFAULT);
+    CHECK(rc == PSCOM_ERR_STDERROR && errno == ENOTCONN,
+          "publish in a singleton: %s (%s)", pscom_err_str(rc), strerror(errno));
+    rc = pscom_pmix_lookup(job, "pscom-singleton", PSCOM_PMIX_RANGE_DEFAULT, 0,
+                           0, &ep);
+    CHECK(rc == PSCOM_ERR_STDERROR && errno == ENOTCONN, "lookup in a singleton");
+    result_ok("singleton: rank 0 of 1, loop traffic, barrier");
+    pscom_pmix_finalize(job);
+    pscom_close_socket(sock);
+    return 0;
+}
+
+/* ---------------------------------------------------------------------- */
+/* badep                                                                  */
+/* ---------------------------------------------------------------------- */
+
+static int test_badep(const char *mode)
+{
+    pscom_pmix_job_t *job;
+    pscom_err_t rc;
+
+    step("pscom_pmix_init");
+    rc = pscom_pmix_init(&job);
+    CHECK(rc == PSCOM_SUCCESS, "pscom_pmix_init: %s", pscom_err_str(rc));
+    g_rank = pscom_pmix_rank(job);
+    CHECK(pscom_pmix_size(job) == 2, "needs 2 ranks");
+
+    if (g_rank == 1) {
+        /* Play a broken peer: publish something else, then fence. */
+        pmix_value_t v;
+        pmix_proc_t wild;
+        pmix_info_t info;
+        bool yes = true;
+        const char *bad = !strcmp(mode, "malformed") ? "this is not an endpoint"
+                          : "127.0.0.1:4711@notrank1";
+        if (strcmp(mode, "missing")) {
+            PMIX_VALUE_LOAD(&v, bad, PMIX_STRING);
+            CHECK(PMIx_Put(PMIX_GLOBAL, "pscom.ep", &v) == PMIX_SUCCESS, "put");
+            PMIX_VALUE_DESTRUCT(&v);
+        }
+        CHECK(PMIx_Commit() == PMIX_SUCCESS, "commit");
+        PMIX_LOAD_PROCID(&wild, pscom_pmix_nspace(job), PMIX_RANK_WILDCARD);
+        PMIX_INFO_LOAD(&info, PMIX_COLLECT_DATA, &yes, PMIX_BOOL);
+        step("fence as a broken peer");
+        CHECK(PMIx_Fence(&wild, 1, &info, 1) == PMIX_SUCCESS, "fence");
+        result_ok("played a peer with a %s endpoint", mode);
+    } else {
+        pscom_socket_t *sock = pscom_open_socket(0, 0, PSCOM_RANK_UNDEFINED, 0);
+        step("bootstrap with a broken peer");
+        rc = pscom_pmix_bootstrap(job, sock, 0);
+        CHECK(rc == PSCOM_ERR_INVALID, "bootstrap with a %s endpoint of rank 1 "
+              "returned %s", mode, pscom_err_str(rc));
+        result_ok("bootstrap refused the %s endpoint of rank 1", mode);
+        pscom_close_socket(sock);
+    }
+    step("barrier");
+    CHECK(pscom_pmix_barrier(job) == PSCOM_SUCCESS, "barrier");
+    pscom_pmix_finalize(job);
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    signal(SIGALRM, on_alarm);
+    alarm(60);
+    setvbuf(stdout, NULL, _IOLBF, 0);
+    if (argc < 2) {
+        fprintf(stderr, "usage: %s alltoall|kill|events [--peers]|"
+                "pubsub-server SVC RANGE|pubsub-client SVC RANGE|singleton|"
+                "badep MODE\n", argv[0]);
+        return 2;
+    }
+    g_mode = argv[1];
+    if (!strcmp(argv[1], "alltoall")) return test_alltoall();
+    if (!strcmp(argv[1], "kill"))
+        return test_kill(argc > 2 && !strcmp(argv[2], "--unconnected"));
+    if (!strcmp(argv[1], "events"))
+        return test_events(argc > 2 && !strcmp(argv[2], "--peers"));
+    if (!strcmp(argv[1], "pubsub-server") && argc == 4)
+        return test_pubsub_server(argv[2], parse_range(argv[3]));
+    if (!strcmp(argv[1], "pubsub-client") && argc == 4)
+        return test_pubsub_client(argv[2], parse_range(argv[3]));
+    if (!strcmp(argv[1], "singleton")) return test_singleton();
+    if (!strcmp(argv[1], "badep") && argc == 3) return test_badep(argv[2]);
+    fprintf(stderr, "FAIL: unknown test %s\n", argv[1]);
+    return 2;
+}

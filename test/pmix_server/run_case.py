@@ -1,0 +1,247 @@
+#!/usr/bin/env python3
+"""Multi-process tests of pscom_run with the PMIx client programs in clients/.
+
+    run_case.py CASE PSCOM_RUN CLIENT_DIR
+
+Each case starts pscom_run in its own session, with a watchdog that kills
+the whole session, and checks the exit status, the time taken and what the
+processes printed.  Exit 0: pass, 1: fail, 77: skipped.
+"""
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+
+WATCHDOG = 45   # seconds for one launch; the meson timeout is larger
+
+
+class Fail(Exception):
+    pass
+
+
+class Run:
+    def __init__(self, status, out, err, secs):
+        self.status, self.out, self.err, self.secs = status, out, err, secs
+
+    def __str__(self):
+        return ("exit status %s after %.2f s\n--- stdout\n%s--- stderr\n%s---"
+                % (self.status, self.secs, self.out, self.err))
+
+
+def start(args, env=None):
+    e = dict(os.environ)
+    if env:
+        e.update(env)
+    return subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env=e, start_new_session=True)
+
+
+def finish(proc, t0, watchdog=WATCHDOG):
+    try:
+        out, err = proc.communicate(timeout=watchdog)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        out, err = proc.communicate()
+        raise Fail("watchdog: no end after %d s\n%s"
+                   % (watchdog, Run(None, out, err, time.monotonic() - t0)))
+    return Run(proc.returncode, out, err, time.monotonic() - t0)
+
+
+def launch(args, env=None, watchdog=WATCHDOG):
+    t0 = time.monotonic()
+    return finish(start(args, env), t0, watchdog)
+
+
+def check(cond, what, run):
+    if not cond:
+        raise Fail("%s\n%s" % (what, run))
+
+
+def no_failures(run):
+    check("FAIL" not in run.err and "FAIL" not in run.out,
+          "a client reported a failure", run)
+
+
+def expect(run, status, ok_pattern=None, count=0, max_secs=None):
+    no_failures(run)
+    check(run.status == status, "exit status %s, expected %s" % (run.status, status), run)
+    if ok_pattern:
+        n = len(re.findall(ok_pattern, run.out, re.M))
+        check(n == count, "%d lines match %r, expected %d" % (n, ok_pattern, count), run)
+    if max_secs is not None:
+        check(run.secs < max_secs, "took %.2f s, limit %s s" % (run.secs, max_secs), run)
+
+
+class Cases:
+    def __init__(self, pscom_run, clients):
+        self.R = pscom_run
+        self.c = lambda name: os.path.join(clients, name)
+
+    # Job information, Resolve_peers/Resolve_nodes.
+    def jobinfo(self):
+        r = launch([self.R, "-n", "3", self.c("t_jobinfo"), "1", "3"])
+        expect(r, 0, r"^jobinfo ok", 3)
+
+    def jobinfo_mpmd(self):
+        j = self.c("t_jobinfo")
+        r = launch([self.R, "-n", "2", j, "2", "2", "3", ":", "-n", "3", j, "2", "2", "3"])
+        expect(r, 0, r"^jobinfo ok", 5)
+
+    def fence_by_host(self):
+        # The library hands every fence to the host's fence_nb.
+        j = self.c("t_jobinfo")
+        r = launch([self.R, "-n", "2", j, "2", "2", "1", ":", "-n", "1", j, "2", "2", "1"],
+                   env={"PMIX_MCA_pmix_server_fence_localonly_opt": "0"})
+        expect(r, 0, r"^jobinfo ok", 3)
+
+    # Publish/lookup datastore.
+    def pubsub(self):
+        p = self.c("t_pubsub")
+        r = launch([self.R, "-n", "2", p, "2", ":", "-n", "2", p, "2"])
+        expect(r, 0, r"^pubsub ok", 4)
+
+    def lookup_wait(self):
+        w = self.c("t_wait")
+        r = launch([self.R, "-n", "1", w, "2", ":", "-n", "1", w, "2"])
+        expect(r, 0, r"^wait ok", 2, max_secs=20)
+
+    # Events.
+    def events(self):
+        e = self.c("t_events")
+        r = launch([self.R, "-n", "2", e, "2", ":", "-n", "2", e, "2"])
+        expect(r, 0, r"^events ok", 4)
+
+    def _term_lines(self, r, n):
+        lines = re.findall(r"^term event PROC TERMINATED affected (\S+):(\d+) after ([\d.]+) s",
+                           r.out, re.M)
+        check(len(lines) == n, "%d survivors reported the termination event, expected %d"
+              % (len(lines), n), r)
+        for ns, rank, secs in lines:
+            check(rank == "1" and ns.endswith(".0"), "the event names %s:%s" % (ns, rank), r)
+            check(float(secs) < 2.0, "the event came after %s s" % secs, r)
+
+    def killed_rank(self):
+        t = self.c("t_term")
+        r = launch([self.R, "-n", "2", t, "2", "kill", ":", "-n", "2", t, "2", "kill"])
+        expect(r, 128 + 9, max_secs=15)
+        self._term_lines(r, 3)
+
+    def killed_rank_keep_going(self):
+        t = self.c("t_term")
+        r = launch([self.R, "--keep-going", "-n", "2", t, "2", "kill", "keep", ":",
+                    "-n", "2", t, "2", "kill", "keep"])
+        expect(r, 128 + 9, max_secs=15)
+        self._term_lines(r, 3)
+        check("keep going" in r.err, "pscom_run did not say the others keep going", r)
+
+    def killed_rank_late_joiner(self):
+        # App 1 rank 0 starts after the death and still gets the event once.
+        t = self.c("t_term")
+        r = launch([self.R, "--keep-going", "-n", "2", t, "2", "late", ":",
+                    "-n", "2", t, "2", "late"])
+        expect(r, 128 + 9, r"^term event PROC TERMINATED affected \S+:1 ", 3, max_secs=15)
+
+    def death_before_fence(self):
+        for when in ("before", "after"):
+            r = launch([self.R, "-n", "3", self.c("t_fence_death"), "1", when])
+            expect(r, 7, max_secs=10)
+
+    def death_before_fence_keep_going(self):
+        for when in ("before", "after"):
+            r = launch([self.R, "--keep-going", "-n", "3", self.c("t_fence_death"), "1", when])
+            # The fence ends for the survivors: failed (PMIX_ERR_PARTIAL_SUCCESS)
+            # when they were in it when the death was seen, else complete
+            # among the survivors.
+            expect(r, 7, r"^fence returned ", 2, max_secs=10)
+
+    # Abort, signals, output.
+    def abort(self):
+        r = launch([self.R, "-n", "3", self.c("t_abort"), "1"])
+        expect(r, 42, max_secs=10)
+        check("t_abort: rank 1 gives up" in r.err, "the abort message was not shown", r)
+
+    def _signal(self, mode, sig, status, caught):
+        t0 = time.monotonic()
+        p = start([self.R, "-n", "3", self.c("t_signal"), "1", mode])
+        # Wait for every rank to be ready: read stdout line by line.
+        ready, lines = 0, []
+        while ready < 3 and time.monotonic() - t0 < WATCHDOG:
+            line = p.stdout.readline()
+            if not line:
+                break
+            lines.append(line)
+            ready += line.startswith("ready")
+        if ready < 3:
+            os.killpg(p.pid, signal.SIGKILL)
+        else:
+            os.kill(p.pid, sig)         # pscom_run only, not its children
+        r = finish(p, t0)
+        r.out = "".join(lines) + r.out
+        check(ready == 3, "only %d processes became ready" % ready, r)
+        expect(r, status, r"^rank \d caught signal %d" % sig, caught, max_secs=15)
+
+    def signal_forward_caught(self):
+        self._signal("catch", signal.SIGTERM, 100 + signal.SIGTERM, 3)
+
+    def signal_forward_default(self):
+        self._signal("default", signal.SIGINT, 128 + signal.SIGINT, 0)
+
+    def tag_output(self):
+        o = self.c("t_output")
+        r = launch([self.R, "--tag-output", "-n", "2", o, "2", ":", "-n", "1", o, "2"])
+        expect(r, 0)
+        for app, rank in ((0, 0), (0, 1), (1, 0)):
+            for text in ("out line one of", "out in two pieces", "no newline at the end"):
+                want = "[%d:%d] %s %d:%d\n" % (app, rank, text, app, rank)
+                check(want in r.out, "missing tagged line %r" % want, r)
+            want = "[%d:%d] err line of %d:%d\n" % (app, rank, app, rank)
+            check(want in r.err, "missing tagged stderr line %r" % want, r)
+        check(len(r.out.splitlines()) == 9, "%d stdout lines, expected 9"
+              % len(r.out.splitlines()), r)
+        r = launch([self.R, "--tag-output", "-n", "2", o, "1"])
+        expect(r, 0)
+        check("[1] out in two pieces 0:1\n" in r.out, "single-app tag is not [rank]", r)
+
+    def untagged_output(self):
+        r = launch([self.R, "-n", "1", self.c("t_output"), "1"])
+        expect(r, 0)
+        check(r.out.startswith("out line one of 0:0\n") and "[" not in r.out,
+              "output without --tag-output should be the program's own", r)
+
+    # Launcher behaviour without PMIx clients.
+    def launcher_errors(self):
+        r = launch([self.R, "-n", "2", "/nonexistent/program"])
+        expect(r, 127, max_secs=10)
+        check("cannot execute '/nonexistent/program'" in r.err, "no message for exec failure", r)
+        r = launch([self.R, "--bogus", "true"])
+        check(r.status == 255 and "unknown option" in r.err, "bad option accepted", r)
+        r = launch([self.R, "--timeout", "1", "-n", "2", "sleep", "20"])
+        expect(r, 124, max_secs=8)
+        r = launch([self.R, "-n", "2", "sh", "-c", "exit 0", ":", "-n", "1", "sh", "-c",
+                    "sleep 0.2; exit 5"])
+        expect(r, 5, max_secs=10)
+
+
+def main():
+    if len(sys.argv) != 4:
+        print(__doc__)
+        return 2
+    case, pscom_run, clients = sys.argv[1:]
+    cases = Cases(pscom_run, clients)
+    fn = getattr(cases, case, None)
+    if fn is None or case.startswith("_"):
+        print("unknown case %s" % case)
+        return 2
+    try:
+        fn()
+    except Fail as e:
+        print("FAILED %s: %s" % (case, e))
+        return 1
+    print("passed %s" % case)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

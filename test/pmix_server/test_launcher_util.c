@@ -1,0 +1,171 @@
+/*
+ * Unit tests of pscom_run's command line (cli.c) and of the line assembly
+ * behind --tag-output (output.c).
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "cli.h"
+#include "output.h"
+
+/* ---- command line ---- */
+
+static int parse(psr_opts_t *o, char *err, ...)
+{
+    /* Static: the parsed options point into it after the call. */
+    static char *argv[32];
+    argv[0] = "pscom_run";
+    int argc = 1;
+    va_list ap;
+    va_start(ap, err);
+    for (char *a; (a = va_arg(ap, char *)) != NULL;) argv[argc++] = a;
+    va_end(ap);
+    argv[argc] = NULL;
+    return psr_cli_parse(argc, argv, o, err, 256);
+}
+
+static void test_cli_single_app(void **state)
+{
+    (void)state;
+    psr_opts_t o;
+    char err[256];
+    assert_int_equal(parse(&o, err, "-n", "4", "prog", "-n", "x", NULL), 0);
+    assert_int_equal(o.napps, 1);
+    assert_int_equal(o.apps[0].np, 4);
+    assert_int_equal(o.apps[0].argc, 3);
+    assert_string_equal(o.apps[0].argv[0], "prog");
+    assert_string_equal(o.apps[0].argv[1], "-n");       /* the program's own */
+    assert_false(o.tag_output);
+    assert_false(o.keep_going);
+    assert_int_equal(o.event_cache, PSR_DEFAULT_EVENT_CACHE);
+    assert_true(o.grace == PSR_DEFAULT_GRACE);
+    psr_opts_free(&o);
+
+    assert_int_equal(parse(&o, err, "prog", NULL), 0);
+    assert_int_equal(o.apps[0].np, 1);
+    psr_opts_free(&o);
+}
+
+static void test_cli_mpmd_and_options(void **state)
+{
+    (void)state;
+    psr_opts_t o;
+    char err[256];
+    assert_int_equal(parse(&o, err, "--tag-output", "--keep-going", "-v", "-v",
+                           "--event-cache=8", "--grace", "0.5", "--timeout=30",
+                           "-n", "2", "a", "x", ":", "--np", "3", "b", ":", "c", NULL), 0);
+    assert_true(o.tag_output);
+    assert_true(o.keep_going);
+    assert_int_equal(o.verbose, 2);
+    assert_int_equal(o.event_cache, 8);
+    assert_true(o.grace == 0.5);
+    assert_true(o.timeout == 30);
+    assert_int_equal(o.napps, 3);
+    assert_int_equal(o.apps[0].np, 2);
+    assert_int_equal(o.apps[0].argc, 2);
+    assert_int_equal(o.apps[1].np, 3);
+    assert_string_equal(o.apps[1].argv[0], "b");
+    assert_int_equal(o.apps[1].argc, 1);
+    assert_int_equal(o.apps[2].np, 1);
+    assert_string_equal(o.apps[2].argv[0], "c");
+    psr_opts_free(&o);
+}
+
+static void test_cli_errors(void **state)
+{
+    (void)state;
+    psr_opts_t o;
+    char err[256];
+    assert_int_equal(parse(&o, err, NULL), -1);
+    assert_non_null(strstr(err, "no program"));
+    assert_int_equal(parse(&o, err, "-n", "0", "prog", NULL), -1);
+    assert_non_null(strstr(err, "-n needs"));
+    assert_int_equal(parse(&o, err, "-n", "two", "prog", NULL), -1);
+    assert_int_equal(parse(&o, err, "-n", "2", NULL), -1);
+    assert_int_equal(parse(&o, err, "a", ":", NULL), -1);
+    assert_int_equal(parse(&o, err, "a", ":", ":", "b", NULL), -1);
+    assert_int_equal(parse(&o, err, "--bogus", "a", NULL), -1);
+    assert_non_null(strstr(err, "--bogus"));
+    assert_int_equal(parse(&o, err, "--event-cache", "0", "a", NULL), -1);
+    assert_int_equal(parse(&o, err, "--grace", "-1", "a", NULL), -1);
+    assert_int_equal(parse(&o, err, "--timeout", NULL), -1);
+    assert_int_equal(parse(&o, err, "--help", NULL), 0);
+    assert_true(o.help);
+}
+
+/* ---- tagged lines ---- */
+
+static char out[1 << 18];
+static size_t outlen;
+static int writes;
+
+static void writer(void *arg, const char *text, size_t len)
+{
+    (void)arg;
+    memcpy(out + outlen, text, len);
+    outlen += len;
+    out[outlen] = '\0';
+    writes++;
+}
+
+static void reset(void)
+{
+    outlen = 0;
+    out[0] = '\0';
+    writes = 0;
+}
+
+static void test_lines(void **state)
+{
+    (void)state;
+    psr_linebuf_t lb = { 0 };
+    reset();
+    psr_lb_feed(&lb, "[1] ", "one\ntwo\n\nthr", 12, writer, NULL);
+    assert_string_equal(out, "[1] one\n[1] two\n[1] \n");
+    assert_int_equal(writes, 3);            /* one write per line */
+    psr_lb_feed(&lb, "[1] ", "ee", 2, writer, NULL);
+    psr_lb_feed(&lb, "[1] ", "\nfour", 5, writer, NULL);
+    assert_string_equal(out, "[1] one\n[1] two\n[1] \n[1] three\n");
+    psr_lb_flush(&lb, "[1] ", writer, NULL);
+    assert_string_equal(out, "[1] one\n[1] two\n[1] \n[1] three\n[1] four\n");
+    psr_lb_flush(&lb, "[1] ", writer, NULL);   /* nothing pending */
+    assert_int_equal(writes, 5);
+    psr_lb_free(&lb);
+}
+
+static void test_long_line_is_cut(void **state)
+{
+    (void)state;
+    psr_linebuf_t lb = { 0 };
+    size_t n = PSR_LINE_MAX + 10;
+    char *big = malloc(n + 1);
+    memset(big, 'x', n);
+    big[n] = '\n';
+    reset();
+    psr_lb_feed(&lb, "[0:1] ", big, 100, writer, NULL);
+    psr_lb_feed(&lb, "[0:1] ", big + 100, n + 1 - 100, writer, NULL);
+    assert_int_equal(writes, 2);
+    assert_int_equal(outlen, 2 * strlen("[0:1] ") + n + 2);
+    assert_memory_equal(out, "[0:1] xxx", 9);
+    assert_int_equal(out[strlen("[0:1] ") + PSR_LINE_MAX], '\n');
+    assert_memory_equal(out + strlen("[0:1] ") + PSR_LINE_MAX + 1, "[0:1] xxxxxxxxxx\n", 17);
+    free(big);
+    psr_lb_free(&lb);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_cli_single_app),
+        cmocka_unit_test(test_cli_mpmd_and_options),
+        cmocka_unit_test(test_cli_errors),
+        cmocka_unit_test(test_lines),
+        cmocka_unit_test(test_long_line_is_cut),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
