@@ -171,9 +171,9 @@ int main(int argc, char **argv)
                        ph_names[p], max[p], ph_names[p], sum[p] / n);
             printf("}\n");
         } else {
-            printf("%-10s %5d %-9s", label ? label : "-", n, mode);
+            printf("%s %d %s", label ? label : "-", n, mode);
             for (int p = 0; p < PH_N; p++)
-                printf(" %9.2f/%-9.2f", max[p], sum[p] / n);
+                printf(" %.3f/%.3f", max[p], sum[p] / n);
             printf("\n");
         }
         fflush(stdout);

@@ -19,6 +19,12 @@
  *              bandwidth counts the bytes of both directions.
  * In every mode the bandwidth column is message bytes / median per-message
  * time, in MB/s (10^6 bytes per second).
+ *
+ * Under a PMIx launcher (PMIX_RANK or PMIX_NAMESPACE set, in builds with
+ * libpscom_pmix): the ranks bootstrap through PMIx (bin/pscom_bench_pmix.c);
+ * rank 0 measures against rank 1, or with --pairs all every pair i < j in
+ * turn, the lower rank as the client. Output and --json are as above, one
+ * block per pair.
  */
 #include <errno.h>
 #include <getopt.h>
@@ -38,6 +44,9 @@
 #include <unistd.h>
 
 #include "pscom.h"
+#ifdef PSCOM_BENCH_PMIX
+#include "pscom_bench_pmix.h"
+#endif
 
 #define WINDOW         16
 #define MAX_SIZES      64
@@ -49,6 +58,7 @@
 #define ITERS_MAX      1000
 #define PARAMS_MAGIC   0x5053424eu /* "PSBN" */
 #define PARAMS_VERSION 1
+#define PARAMS_F_THREADED 0x1u /* wire_params.flags: pscom_init_thread */
 
 enum mode { MODE_PINGPONG = 0, MODE_BW = 1, MODE_BIDIR = 2 };
 
@@ -67,6 +77,7 @@ struct opts {
     int verify;
     int json;
     int ondemand;
+    int threaded; /* pscom_init_thread instead of pscom_init */
     size_t xheader;
     int has_con_type;
     pscom_con_type_t con_type;
@@ -74,6 +85,7 @@ struct opts {
     int cpu_server, cpu_client; /* -1: no pinning */
     int listen_port;            /* -l PORT, or -1 */
     const char *connect_to;     /* -c HOST:PORT, or NULL */
+    int all_pairs;              /* PMIx mode: --pairs all */
 };
 
 /* The first message, client to server. Both run on the same byte order
@@ -92,7 +104,7 @@ struct wire_params {
     uint32_t xheader;
     uint32_t window;
     uint32_t nsizes;
-    uint32_t reserved;
+    uint32_t flags; /* PARAMS_F_*; unknown bits are refused */
     struct wire_step step[MAX_SIZES];
 };
 
@@ -130,6 +142,7 @@ static volatile pid_t g_child = -1;
 static volatile sig_atomic_t g_child_reaped;
 static volatile int g_child_status;
 static volatile sig_atomic_t g_closing;
+static int g_pair[2] = {-1, -1}; /* PMIx mode: client and server rank */
 static unsigned g_timeout = 300;
 
 /* A tiny async-signal-safe string builder. */
@@ -547,6 +560,7 @@ static void usage(FILE *out)
 "  --verify            fill every message with a pattern and check each byte\n"
 "  --xheader N         extended header bytes per message (default 0)\n"
 "  --ondemand          connect on first use (default with PSP_ONDEMAND=1)\n"
+"  --threaded          both sides call pscom_init_thread instead of pscom_init\n"
 "  --json              one JSON object per line per size\n"
 "Both sides:\n"
 "  --transport NAME    use only this transport: tcp shm ucx ucp ofi verbs openib\n"
@@ -556,6 +570,8 @@ static void usage(FILE *out)
 "                      (default 300, 0 = never)\n"
 "  -l, --listen PORT   server mode\n"
 "  -c, --connect H:P   client mode\n"
+"Under a PMIx launcher (pscom_run, mpirun, srun --mpi=pmix):\n"
+"  --pairs first|all   rank 0 with rank 1 (default), or every pair in turn\n"
 "  -h, --help          this text\n",
             ITERS_MIN, ITERS_MAX, WINDOW);
 }
@@ -613,8 +629,9 @@ static void parse_options(struct opts *o, int argc, char **argv)
 {
     enum {
         OPT_SIZES = 256, OPT_MIN, OPT_MAX, OPT_ITERS, OPT_WARMUP, OPT_BW,
-        OPT_BIDIR, OPT_VERIFY, OPT_TRANSPORT, OPT_ONDEMAND, OPT_JSON,
-        OPT_XHEADER, OPT_TIMEOUT, OPT_CPU,
+        OPT_BIDIR, OPT_VERIFY, OPT_TRANSPORT, OPT_ONDEMAND, OPT_THREADED,
+        OPT_JSON,
+        OPT_XHEADER, OPT_TIMEOUT, OPT_CPU, OPT_PAIRS,
     };
     static const struct option longopts[] = {
         {"sizes", required_argument, NULL, OPT_SIZES},
@@ -627,10 +644,12 @@ static void parse_options(struct opts *o, int argc, char **argv)
         {"verify", no_argument, NULL, OPT_VERIFY},
         {"transport", required_argument, NULL, OPT_TRANSPORT},
         {"ondemand", no_argument, NULL, OPT_ONDEMAND},
+        {"threaded", no_argument, NULL, OPT_THREADED},
         {"json", no_argument, NULL, OPT_JSON},
         {"xheader", required_argument, NULL, OPT_XHEADER},
         {"timeout", required_argument, NULL, OPT_TIMEOUT},
         {"cpu", required_argument, NULL, OPT_CPU},
+        {"pairs", required_argument, NULL, OPT_PAIRS},
         {"listen", required_argument, NULL, 'l'},
         {"connect", required_argument, NULL, 'c'},
         {"help", no_argument, NULL, 'h'},
@@ -695,6 +714,9 @@ static void parse_options(struct opts *o, int argc, char **argv)
         case OPT_ONDEMAND:
             o->ondemand = 1;
             break;
+        case OPT_THREADED:
+            o->threaded = 1;
+            break;
         case OPT_JSON:
             o->json = 1;
             break;
@@ -723,6 +745,14 @@ static void parse_options(struct opts *o, int argc, char **argv)
             o->cpu_client = (int)b;
             break;
         }
+        case OPT_PAIRS:
+            if (strcmp(optarg, "first") && strcmp(optarg, "all")) {
+                fprintf(stderr, "pscom_bench: --pairs is first or all, not "
+                                "'%s'\n", optarg);
+                exit(1);
+            }
+            o->all_pairs = !strcmp(optarg, "all");
+            break;
         case 'l':
             o->listen_port = (int)parse_long(optarg, "--listen", 0, 65535);
             break;
@@ -763,11 +793,13 @@ static void parse_options(struct opts *o, int argc, char **argv)
 
 static pscom_socket_t *open_socket(const struct opts *o)
 {
-    pscom_err_t rc = pscom_init(PSCOM_VERSION);
+    pscom_err_t rc = o->threaded ? pscom_init_thread(PSCOM_VERSION) :
+                                   pscom_init(PSCOM_VERSION);
     pscom_socket_t *sock;
 
     if (rc != PSCOM_SUCCESS)
-        fail("pscom_init failed: %s", pscom_err_str(rc));
+        fail("%s failed: %s", o->threaded ? "pscom_init_thread" : "pscom_init",
+             pscom_err_str(rc));
     sock = pscom_open_socket(0, 0, PSCOM_RANK_UNDEFINED,
                              PSCOM_SOCK_FLAG_INTER_JOB);
     if (!sock)
@@ -1013,6 +1045,8 @@ static void print_header(const struct bench *b, const char *transport)
            transport, (unsigned)b->p.xheader);
     if (b->p.mode != MODE_PINGPONG)
         printf(", window %d", WINDOW);
+    if (b->p.flags & PARAMS_F_THREADED)
+        printf(", threaded (pscom_init_thread)");
     putchar('\n');
     printf("# %s\n", pscom_con_str(b->con));
     if (b->p.mode == MODE_BIDIR)
@@ -1053,7 +1087,11 @@ static void print_result(const struct bench *b, int json, size_t size,
                "\"lat_us_p99\": %.3f, \"bw_MBps\": %.2f, \"transport\": ",
                size, iters, med, p99, bw);
         print_json_str(transport);
-        printf(", \"mode\": \"%s\"}\n", mode_names[b->p.mode]);
+        printf(", \"mode\": \"%s\", \"threaded\": %s", mode_names[b->p.mode],
+               b->p.flags & PARAMS_F_THREADED ? "true" : "false");
+        if (g_pair[0] >= 0)
+            printf(", \"ranks\": [%d, %d]", g_pair[0], g_pair[1]);
+        printf("}\n");
     } else {
         printf("%12zu %9u %13.3f %13.3f %12.2f\n", size, iters, med, p99, bw);
     }
@@ -1076,6 +1114,7 @@ static void build_params(const struct opts *o, struct wire_params *p)
     p->xheader = (uint32_t)o->xheader;
     p->window  = WINDOW;
     p->nsizes  = o->nsizes;
+    p->flags   = o->threaded ? PARAMS_F_THREADED : 0;
     for (i = 0; i < o->nsizes; i++) {
         unsigned iters = o->iters > 0 ? (unsigned)o->iters :
                          default_iters(o->sizes[i], o->mode);
@@ -1089,9 +1128,28 @@ static void build_params(const struct opts *o, struct wire_params *p)
     }
 }
 
-static int client(const struct opts *o, const char *ep)
+/* Buffers and requests of bench_alloc(), for runs that go on (PMIx pairs). */
+static void bench_free(struct bench *b)
 {
-    pscom_socket_t *sock = open_socket(o);
+    unsigned i;
+
+    free(b->sbuf);
+    for (i = 0; i < b->nrbuf; i++)
+        free(b->rbuf[i]);
+    for (i = 0; i < WINDOW; i++) {
+        if (b->sreq[i]) pscom_request_free(b->sreq[i]);
+        if (b->rreq[i]) pscom_request_free(b->rreq[i]);
+    }
+    pscom_request_free(b->ack_sreq);
+    pscom_request_free(b->ack_rreq);
+    free(b->times);
+}
+
+/* Measure against the server at `ep`; or, with `con` (PMIx mode), over that
+ * connection of `sock`, which then both stay open. */
+static int client(const struct opts *o, const char *ep, pscom_socket_t *sock,
+                  pscom_connection_t *con)
+{
     struct bench b = {.is_client = 1};
     struct wire_reply reply = {0};
     pscom_request_t *req, *rep;
@@ -1101,6 +1159,11 @@ static int client(const struct opts *o, const char *ep)
     pscom_err_t rc;
     unsigned i;
 
+    if (con) {
+        b.con = con;
+        goto connected;
+    }
+    sock = open_socket(o);
     pscom_env_get_int(&ondemand, "PSP_ONDEMAND");
     flags = (o->ondemand || ondemand == 1) ? PSCOM_CON_FLAG_ONDEMAND :
                                              PSCOM_CON_FLAG_DIRECT;
@@ -1114,6 +1177,7 @@ static int client(const struct opts *o, const char *ep)
         fail("cannot connect to %s: %s%s%s", ep, pscom_err_str(rc),
              rc == PSCOM_ERR_STDERROR ? ": " : "",
              rc == PSCOM_ERR_STDERROR ? strerror(errno) : "");
+connected:
 
     /* Send the parameters and wait for the server's answer: the first round
      * trip also completes an on-demand connection. */
@@ -1160,15 +1224,21 @@ static int client(const struct opts *o, const char *ep)
     b.ack_out = UINT32_MAX;
     post_send(b.ack_sreq, b.con, &b.ack_out, sizeof(b.ack_out), 0);
     wait_ok(b.ack_sreq, "sending the final message");
+    alarm(0);
+    if (con) {
+        bench_free(&b);
+        return 0;
+    }
     g_closing = 1;
     pscom_close_connection(b.con);
     pscom_close_socket(sock);
-    alarm(0);
     return 0;
 }
 
-/* Serve one client on `sock` (already listening). */
-static int server(const struct opts *o, pscom_socket_t *sock, int announce)
+/* Serve one client on `sock` (already listening); or, with `con` (PMIx
+ * mode), the client at the other end of con, leaving both open. */
+static int server(const struct opts *o, pscom_socket_t *sock,
+                  pscom_connection_t *con, int announce)
 {
     struct bench b = {.is_client = 0};
     struct wire_reply reply = {.magic = PARAMS_MAGIC, .status = 0};
@@ -1178,7 +1248,7 @@ static int server(const struct opts *o, pscom_socket_t *sock, int announce)
     (void)o;
     g_phase = "waiting for a client";
     req->socket = sock;
-    req->connection = NULL;
+    req->connection = con;
     req->data = &b.p;
     req->data_len = sizeof(b.p);
     req->xheader_len = 0;
@@ -1193,7 +1263,8 @@ static int server(const struct opts *o, pscom_socket_t *sock, int announce)
         fail("the client %s sent no valid parameters (a different "
              "pscom_bench version?)", pscom_con_str(b.con));
     if (b.p.nsizes == 0 || b.p.nsizes > MAX_SIZES || b.p.mode > MODE_BIDIR ||
-        b.p.window != WINDOW || b.p.xheader > MAX_XHEADER)
+        b.p.window != WINDOW || b.p.xheader > MAX_XHEADER ||
+        (b.p.flags & ~PARAMS_F_THREADED))
         reply.status = -EINVAL;
     for (i = 0; i < b.p.nsizes && i < MAX_SIZES; i++)
         if (b.p.step[i].size > MAX_MSG_SIZE || !b.p.step[i].iters)
@@ -1204,11 +1275,20 @@ static int server(const struct opts *o, pscom_socket_t *sock, int announce)
         fail("rejected invalid parameters from %s", pscom_con_str(b.con));
     pscom_request_free(req);
     pscom_request_free(rep);
+    /* The library was set up before the client said how: switch it now. */
+    if (b.p.flags & PARAMS_F_THREADED) {
+        pscom_err_t rc = pscom_init_thread(PSCOM_VERSION);
+
+        if (rc != PSCOM_SUCCESS)
+            fail("pscom_init_thread failed: %s", pscom_err_str(rc));
+    }
 
     if (announce) {
-        printf("pscom_bench: serving %s via %s: %s, %u sizes\n",
+        printf("pscom_bench: serving %s via %s: %s%s, %u sizes\n",
                pscom_con_str(b.con), pscom_con_type_str(b.con->type),
-               mode_names[b.p.mode], (unsigned)b.p.nsizes);
+               mode_names[b.p.mode],
+               b.p.flags & PARAMS_F_THREADED ? " (threaded)" : "",
+               (unsigned)b.p.nsizes);
         fflush(stdout);
     }
     bench_alloc(&b);
@@ -1231,6 +1311,12 @@ static int server(const struct opts *o, pscom_socket_t *sock, int announce)
     g_closing = 1;
     post_recv(b.ack_rreq, b.con, &b.ack_in, sizeof(b.ack_in), 0);
     wait_recv(b.ack_rreq, sizeof(b.ack_in), "receiving the final message");
+    if (con) {
+        alarm(0);
+        g_closing = 0;
+        bench_free(&b);
+        return 0;
+    }
     pscom_close_connection(b.con);
     pscom_close_socket(sock);
     return 0;
@@ -1265,7 +1351,7 @@ static int forked_client(const struct opts *o, int fd)
     ep[len] = '\0';
     if (!len)
         fail("the server process failed before it listened");
-    return client(o, ep);
+    return client(o, ep, NULL, NULL);
 }
 
 /* Fork the client first (before pscom_init, so no library state is shared
@@ -1323,7 +1409,7 @@ static int run_forked(const struct opts *o)
     pscom_socket_free_ep_str(ep);
 
     arm_timeout("waiting for the client to connect");
-    ret = server(o, sock, 0);
+    ret = server(o, sock, NULL, 0);
 
     arm_timeout("waiting for the client process to exit");
     sigemptyset(&set);
@@ -1362,8 +1448,54 @@ static int run_listen(const struct opts *o)
              rc == PSCOM_ERR_STDERROR ? strerror(errno) : "");
     printf("pscom_bench: listening on port %d\n", pscom_get_portno(sock));
     fflush(stdout);
-    return server(o, sock, 1);
+    return server(o, sock, NULL, 1);
 }
+
+#ifdef PSCOM_BENCH_PMIX
+/* The two sides for bin/pscom_bench_pmix.c. */
+static char pmix_role[64];
+
+static pscom_socket_t *pmix_open_socket(const void *o)
+{
+    return open_socket(o);
+}
+
+static int pmix_client(const void *o, pscom_socket_t *sock,
+                       pscom_connection_t *con, int rank, int peer)
+{
+    snprintf(pmix_role, sizeof(pmix_role), "rank %d, client of rank %d",
+             rank, peer);
+    g_role = pmix_role;
+    g_closing = 0;
+    g_pair[0] = rank;
+    g_pair[1] = peer;
+    return client(o, NULL, sock, con);
+}
+
+static int pmix_server(const void *o, pscom_socket_t *sock,
+                       pscom_connection_t *con, int rank, int peer)
+{
+    snprintf(pmix_role, sizeof(pmix_role), "rank %d, server of rank %d",
+             rank, peer);
+    g_role = pmix_role;
+    g_closing = 0;
+    return server(o, sock, con, 0);
+}
+
+static int run_pmix(const struct opts *o)
+{
+    struct pscom_bench_pmix_ops ops = {o, pmix_open_socket, pmix_client,
+                                       pmix_server};
+
+    int ret;
+
+    signal(SIGPIPE, SIG_IGN);
+    ret = pscom_bench_pmix_run(&ops, o->all_pairs);
+    g_closing = 1;
+    pscom_close_socket(NULL);
+    return ret;
+}
+#endif
 
 int main(int argc, char **argv)
 {
@@ -1371,6 +1503,10 @@ int main(int argc, char **argv)
 
     parse_options(&o, argc, argv);
     signal(SIGALRM, on_alarm);
+#ifdef PSCOM_BENCH_PMIX
+    if (pscom_bench_pmix_present() && o.listen_port < 0 && !o.connect_to)
+        return run_pmix(&o);
+#endif
 
     if (o.listen_port >= 0)
         return run_listen(&o);
@@ -1378,7 +1514,17 @@ int main(int argc, char **argv)
         g_role = "client";
         signal(SIGPIPE, SIG_IGN);
         pin_cpu(o.cpu_client);
-        return client(&o, o.connect_to);
+        return client(&o, o.connect_to, NULL, NULL);
+    }
+    if (o.all_pairs) {
+        fprintf(stderr, "pscom_bench: --pairs needs a PMIx launcher%s\n",
+#ifdef PSCOM_BENCH_PMIX
+                ""
+#else
+                " and a build with libpscom_pmix"
+#endif
+        );
+        return 1;
     }
     return run_forked(&o);
 }

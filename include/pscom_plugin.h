@@ -108,7 +108,9 @@ typedef struct pscom_plugin_ops {
     void (*hs_abort)(pscom_plugin_con_t *con, void *priv);
     /* Mandatory. The connection now runs on this plugin. precon_fd is the
      * pre-connection's TCP socket: return 1 to keep it (the plugin closes it
-     * in close()), 0 to let the core close it. Negative errno on failure. */
+     * in close()), 0 to let the core close it. Negative errno on failure:
+     * then the plugin has released everything itself (no close() follows)
+     * and the core closes precon_fd. */
     int (*open)(pscom_plugin_con_t *con, void *priv, int precon_fd);
     /* Mandatory. Release everything of this connection. No upcalls after. */
     void (*close)(pscom_plugin_con_t *con, void *priv);

@@ -111,7 +111,7 @@ void psc_con_established(struct psc_con *con, struct psc_plugin *plugin,
     con->plugin = plugin;
     con->plugin_priv = priv;
     con->plugin_open = true;
-    plugin->open_cons++;
+    psc_plugin_con_opened(plugin);
     con->pub.type = d->con_type;
     con->pub.state = PSCOM_CON_STATE_RW;
     con->ondemand = false;
@@ -175,7 +175,7 @@ void psc_con_reap(void)
         psc_list_del(&con->next_dead);
         if (!con->plugin_open) continue;
         con->plugin_open = false;
-        con->plugin->open_cons--;
+        psc_plugin_con_closed(con->plugin);
         con->plugin->desc->ops->close(con, con->plugin_priv);
     }
     while (!psc_list_empty(&psc_ctx.zombies)) {

@@ -204,6 +204,15 @@ static void load_module(const char *name, const char *alias)
     struct slot *s = new_slot(name);
     if (!s) return;
     register_priority(s, alias);
+    if (s->p.user_priority <= 0) {
+        /* Not even loaded: vendor libraries have constructors of their own. */
+        char var[40];
+        memcpy(var, s->row_name, sizeof(var));
+        s->p.state = PSC_PLUGIN_DISABLED;
+        snprintf(s->p.why, sizeof(s->p.why), "disabled by %s=%d (not loaded)",
+                 var, s->p.user_priority);
+        return;
+    }
 
     char dirs[4][512];
     unsigned ndirs = plugin_dirs(dirs, 4);
@@ -311,14 +320,35 @@ struct psc_plugin *psc_plugin_by_type(pscom_con_type_t t)
     return NULL;
 }
 
+/* The progress ops of plugins with open connections, densely: this loop
+ * runs on every round of every wait. */
+static int (*active[MAX_PLUGINS])(void);
+static unsigned nactive;
+
+static void rebuild_active(void)
+{
+    nactive = 0;
+    for (unsigned i = 0; i < count; i++) {
+        struct psc_plugin *p = order[i];
+        if (p->open_cons && p->desc && p->desc->ops->progress)
+            active[nactive++] = p->desc->ops->progress;
+    }
+}
+
+void psc_plugin_con_opened(struct psc_plugin *p)
+{
+    if (p->open_cons++ == 0) rebuild_active();
+}
+
+void psc_plugin_con_closed(struct psc_plugin *p)
+{
+    if (--p->open_cons == 0) rebuild_active();
+}
+
 int psc_plugins_progress(void)
 {
     int did = 0;
-    for (unsigned i = 0; i < count; i++) {
-        struct psc_plugin *p = order[i];
-        if (p->open_cons && p->desc->ops->progress)
-            did |= p->desc->ops->progress();
-    }
+    for (unsigned i = 0; i < nactive; i++) did |= active[i]();
     return did;
 }
 

@@ -43,7 +43,12 @@ struct psc_plugin *psc_plugin_by_type(pscom_con_type_t t);
  * (descending); disabled and failed ones last. Exposed for the unit test. */
 void psc_plugin_sort(struct psc_plugin **list, unsigned count);
 
-/* Call every loaded plugin's progress op; 1 when one made progress. */
+/* A connection of p was opened / closed (keeps the progress list). */
+void psc_plugin_con_opened(struct psc_plugin *p);
+void psc_plugin_con_closed(struct psc_plugin *p);
+
+/* Call the progress op of every plugin with open connections; 1 when one
+ * made progress. */
 int psc_plugins_progress(void);
 
 /* Destroy all plugins (library teardown). */

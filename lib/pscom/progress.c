@@ -153,7 +153,7 @@ uint64_t psc_now_ms(void)
 /* Rounds without progress after which a waiting process starts to yield
  * the CPU: busy polling costs nothing while a core is ours, but with more
  * processes than cores the peer we wait for may need this core. */
-#define IDLE_ROUNDS_BEFORE_YIELD 4096
+#define IDLE_ROUNDS_BEFORE_YIELD 512
 
 int psc_progress_until(bool (*cond_fn)(void *arg), void *arg,
                        unsigned timeout_ms)

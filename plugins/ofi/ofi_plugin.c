@@ -477,7 +477,9 @@ static int slot_post(struct ofi_con *oc, struct op *op, uint32_t seq)
 {
     ssize_t rc = slot_post_raw(oc, op, seq);
     if (rc == 0) return 0;
-    if (rc == -EAGAIN) {
+    /* Full queue; the shm provider says -ENOMEM when unexpected messages
+     * hold its receive entries (posting and progress free them). */
+    if (rc == -EAGAIN || rc == -ENOMEM) {
         set_attn(oc);
         return 0;
     }
@@ -515,7 +517,7 @@ static int body_post(struct ofi_con *oc)
                            ofi_tag(oc->conid, oc->body.seq,
                                    ofi_chunk_part(oc->body.k)),
                            0, &op->ctx);
-    if (rc == -EAGAIN) {
+    if (rc == -EAGAIN || rc == -ENOMEM) {
         op_free(op);
         set_attn(oc);
         return 0;
@@ -1029,6 +1031,7 @@ static int ofi_init(void)
         LOG(cfg_provider && *cfg_provider ? L_WARN : L_DEBUG,
             "%s; the ofi plugin is not used%s", why,
             cfg_provider && *cfg_provider ? " (check PSP_OFI_PROVIDER)" : "");
+        pscom_plugin_set_reason(why);
         return rc;
     }
     if (cfg_bounce > ofi.info.max_msg_size) cfg_bounce = ofi.info.max_msg_size;
@@ -1179,7 +1182,7 @@ static int ofi_open(pscom_plugin_con_t *con, void *priv, int fd)
         op->oc = oc;
         oc->ring[i] = op;
         ssize_t rc = slot_post_raw(oc, op, i);
-        if (rc == -EAGAIN) {
+        if (rc == -EAGAIN || rc == -ENOMEM) {
             set_attn(oc); /* posted from progress */
         } else if (rc) {
             LOG(L_ERR, "%s: posting receives failed: %s",

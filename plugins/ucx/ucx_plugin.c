@@ -173,6 +173,10 @@ static struct ux_rx *rx_pool;
 static unsigned txe_pool_n, rx_pool_n;
 static bool warned_cancel;
 static unsigned progress_depth; /* nesting of ux_progress */
+/* Sends and rendezvous receives UCX is working on: while there are any,
+ * progress counts as made (data is moving even when UCX completes
+ * nothing), so that the core does not start to yield the CPU. */
+static unsigned inflight;
 
 static uint64_t now_ms(void)
 {
@@ -374,6 +378,7 @@ static void set_ucx_error(struct ux_con *uc, pscom_op_t op, const char *what,
 static void tx_cb(void *user, int status)
 {
     struct ux_txe *e = user;
+    inflight--;
     e->done = true;
     e->status = status;
     if (!e->uc) {
@@ -387,6 +392,7 @@ static void rop_cb(void *user, int status, size_t len)
 {
     struct ux_rop *rop = user;
     (void)len;
+    inflight--;
     rop->done = true;
     rop->status = status;
     if (!rop->uc) {
@@ -582,7 +588,10 @@ static int send_frame(struct ux_con *uc, const struct iovec *head,
     uc->txq_tail = &e->next;
     int rc = uxw_am_send(uc->ep, id, hlen ? e->hdr : NULL, hlen, data, dcnt,
                          eager, tx_cb, e);
-    if (rc == UXW_PENDING) return 0;
+    if (rc == UXW_PENDING) {
+        inflight++;
+        return 0;
+    }
     e->done = true;
     e->status = rc;
     mark_pending(uc);
@@ -704,6 +713,7 @@ static int start_rop(struct ux_con *uc, void *desc, size_t len, bool may_direct)
     rop->len = len;
     uc->rop = rop;
     int rc = uxw_am_recv(us->w, desc, rop->buf, len, rop_cb, rop);
+    if (rc == UXW_PENDING) inflight++;
     if (rc != UXW_PENDING) {
         rop->done = true;
         rop->status = rc;
@@ -848,6 +858,7 @@ static int ux_progress(void)
         did |= uxw_worker_progress(us->w) != 0;
         if (us->pending) did |= dispatch_pending(us);
     }
+    did |= inflight != 0;
     if (--progress_depth == 0) {
         struct ux_sock *us = socks;
         while (us) {

@@ -103,6 +103,9 @@ void fake_enqueue(struct psc_con *c, struct fake_frame *f);
 /* Append the frame's bytes to buf (for the expected stream). */
 size_t fake_frame_bytes(const struct fake_frame *f, uint8_t *buf);
 
+/* What the plugin last gave pscom_plugin_set_reason. */
+extern char fake_reason[512];
+
 /* The descriptor under test. */
 extern const pscom_plugin_t pscom_plugin_ofi;
 

@@ -66,6 +66,13 @@ void pscom_plugin_log(int level, const char *fmt, ...)
     va_end(ap);
 }
 
+char fake_reason[512];
+
+void pscom_plugin_set_reason(const char *reason)
+{
+    snprintf(fake_reason, sizeof(fake_reason), "%s", reason);
+}
+
 int pscom_plugin_log_level(void)
 {
     return getenv("OFI_TEST_LOG") ? 6 : 0;

@@ -122,6 +122,32 @@ badep)
     echo "PASSED"
     exit 0
     ;;
+bench)
+    # TEST_EXE is pscom_bench: every pair once, one JSON line per size.
+    [ "$launcher" = none ] && skip "the PMIx mode of pscom_bench needs a launcher"
+    if env -u PMIX_RANK -u PMIX_NAMESPACE "$exe" --pairs all 2>&1 |
+        grep -q "build with libpscom_pmix"; then
+        skip "pscom_bench was built without libpscom_pmix"
+    fi
+    run -n "$np" "$exe" --sizes 0,1k --iters 20 --pairs all --json "$@" >"$out" 2>&1
+    rc=$?
+    cat "$out"
+    pairs=$((np * (np - 1) / 2))
+    got=$(grep -c '"ranks": \[' "$out")
+    [ $rc -eq 0 ] || fail "launcher exit status $rc"
+    [ "$got" -eq $((2 * pairs)) ] || fail "expected $((2 * pairs)) JSON lines (2 sizes x $pairs pairs), got $got"
+    a=0
+    while [ $a -lt $((np - 1)) ]; do
+        b=$((a + 1))
+        while [ $b -lt "$np" ]; do
+            grep -q "\"ranks\": \[$a, $b\]" "$out" || fail "no result for the pair $a, $b"
+            b=$((b + 1))
+        done
+        a=$((a + 1))
+    done
+    echo "PASSED"
+    exit 0
+    ;;
 esac
 
 # alltoall, events, singleton: every rank must pass.

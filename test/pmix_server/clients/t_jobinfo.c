@@ -1,7 +1,8 @@
 /*
  * Job information, PMIx_Resolve_peers and PMIx_Resolve_nodes.
  *   t_jobinfo NAPPS SIZE0 [SIZE1 ...]
- * Prints "jobinfo ok" when every answer is right.
+ * Prints "jobinfo ok" when every answer is right.  With T_COMPARE=1 (runs
+ * under other launchers) wrong answers are listed as "DIFF" notes.
  */
 #include "tclient.h"
 
@@ -12,12 +13,12 @@ static void check_peers(const char *node, const char *nspace, uint32_t want_n,
     size_t n = 0;
     pmix_status_t rc = PMIx_Resolve_peers(node, nspace, &procs, &n);
     T_STATUS(rc, PMIX_SUCCESS, "PMIx_Resolve_peers(this node, an app's namespace)");
-    T_CHECK(n == want_n, "Resolve_peers(%s, %s): %zu processes, expected %u", node, nspace, n,
+    T_DIFF(n == want_n, "Resolve_peers(%s, %s): %zu processes, expected %u", node, nspace, n,
             want_n);
     for (size_t i = 0; i < n; i++) {
-        T_CHECK(PMIX_CHECK_NSPACE(procs[i].nspace, nspace), "peer %zu in namespace %s", i,
+        T_DIFF(PMIX_CHECK_NSPACE(procs[i].nspace, nspace), "peer %zu in namespace %s", i,
                 procs[i].nspace);
-        T_CHECK(procs[i].rank == first + i, "peer %zu has rank %u, expected %u", i,
+        T_DIFF(procs[i].rank == first + i, "peer %zu has rank %u, expected %u", i,
                 procs[i].rank, (unsigned)(first + i));
     }
     PMIX_PROC_FREE(procs, n);
@@ -39,22 +40,22 @@ int main(int argc, char **argv)
     wc.rank = PMIX_RANK_WILDCARD;
     bool shared = PMIX_CHECK_NSPACE(t_ns[0], t_ns[t_napps - 1]) && t_napps > 1;
     uint32_t my_ns_size = shared ? total : sizes[t_appnum];
-    T_CHECK(t_get_u32(&wc, PMIX_JOB_SIZE) == my_ns_size, "PMIX_JOB_SIZE %u, expected %u",
+    T_DIFF(t_get_u32(&wc, PMIX_JOB_SIZE) == my_ns_size, "PMIX_JOB_SIZE %u, expected %u",
             t_get_u32(&wc, PMIX_JOB_SIZE), my_ns_size);
-    T_CHECK(t_get_u32(&wc, PMIX_UNIV_SIZE) >= total, "PMIX_UNIV_SIZE %u < %u processes",
+    T_DIFF(t_get_u32(&wc, PMIX_UNIV_SIZE) >= total, "PMIX_UNIV_SIZE %u < %u processes",
             t_get_u32(&wc, PMIX_UNIV_SIZE), total);
-    T_CHECK(t_get_u32(&wc, PMIX_LOCAL_SIZE) == my_ns_size, "PMIX_LOCAL_SIZE %u, expected %u",
+    T_DIFF(t_get_u32(&wc, PMIX_LOCAL_SIZE) == my_ns_size, "PMIX_LOCAL_SIZE %u, expected %u",
             t_get_u32(&wc, PMIX_LOCAL_SIZE), my_ns_size);
-    T_CHECK(t_get_u32(&t_me, PMIX_LOCAL_RANK) == t_me.rank, "PMIX_LOCAL_RANK %u, rank %u",
+    T_DIFF(t_get_u32(&t_me, PMIX_LOCAL_RANK) == t_me.rank, "PMIX_LOCAL_RANK %u, rank %u",
             t_get_u32(&t_me, PMIX_LOCAL_RANK), t_me.rank);
-    T_CHECK(t_get_u32(&t_me, PMIX_NODE_RANK) == offset + t_arank,
+    T_DIFF(t_get_u32(&t_me, PMIX_NODE_RANK) == offset + t_arank,
             "PMIX_NODE_RANK %u, expected %u", t_get_u32(&t_me, PMIX_NODE_RANK),
             offset + t_arank);
 
     pmix_value_t *v = NULL;
     pmix_status_t rc = PMIx_Get(&wc, PMIX_LOCAL_PEERS, NULL, 0, &v);
     T_STATUS(rc, PMIX_SUCCESS, "PMIx_Get(PMIX_LOCAL_PEERS)");
-    T_CHECK(v->type == PMIX_STRING, "PMIX_LOCAL_PEERS is not a string");
+    T_DIFF(v->type == PMIX_STRING, "PMIX_LOCAL_PEERS is not a string");
     t_note("local peers %s", v->data.string);
     PMIX_VALUE_RELEASE(v);
 
@@ -75,27 +76,31 @@ int main(int argc, char **argv)
     size_t n = 0;
     rc = PMIx_Resolve_peers(host, NULL, &procs, &n);
     T_STATUS(rc, PMIX_SUCCESS, "PMIx_Resolve_peers(this node, any namespace)");
-    T_CHECK(n >= my_ns_size, "Resolve_peers(this node, any): %zu < %u", n, my_ns_size);
+    T_DIFF(n >= my_ns_size, "Resolve_peers(this node, any): %zu < %u", n, my_ns_size);
     PMIX_PROC_FREE(procs, n);
 
-    /* A namespace nobody registered. */
+    /* A namespace nobody registered (T_SKIP_UNKNOWN=1 skips it: Open MPI
+     * 4.1's mpirun never answers these). */
+    bool skip_unknown = getenv("T_SKIP_UNKNOWN") != NULL;
     pmix_nspace_t unknown;
     PMIX_LOAD_NSPACE(unknown, "no.such.namespace");
     double t0 = t_now();
-    procs = NULL;
-    n = 0;
-    rc = PMIx_Resolve_peers(host, unknown, &procs, &n);
-    T_CHECK(rc != PMIX_SUCCESS && n == 0, "Resolve_peers(unknown namespace): %s, %zu procs",
-            PMIx_Error_string(rc), n);
-    t_note("Resolve_peers(unknown namespace) -> %s in %.2f s", PMIx_Error_string(rc),
-           t_now() - t0);
+    if (!skip_unknown) {
+        procs = NULL;
+        n = 0;
+        rc = PMIx_Resolve_peers(host, unknown, &procs, &n);
+        T_DIFF(rc != PMIX_SUCCESS && n == 0, "Resolve_peers(unknown namespace): %s, %zu procs",
+               PMIx_Error_string(rc), n);
+        t_note("Resolve_peers(unknown namespace) -> %s in %.2f s", PMIx_Error_string(rc),
+               t_now() - t0);
+    }
 
     /* A node that is not in the job. */
     procs = NULL;
     n = 0;
     t0 = t_now();
     rc = PMIx_Resolve_peers("node-not-in-this-job", t_me.nspace, &procs, &n);
-    T_CHECK(rc != PMIX_SUCCESS || n == 0, "Resolve_peers(foreign node): %s, %zu procs",
+    T_DIFF(rc != PMIX_SUCCESS || n == 0, "Resolve_peers(foreign node): %s, %zu procs",
             PMIx_Error_string(rc), n);
     t_note("Resolve_peers(node not in job) -> %s, %zu procs in %.2f s", PMIx_Error_string(rc), n, t_now() - t0);
     PMIX_PROC_FREE(procs, n);
@@ -105,18 +110,19 @@ int main(int argc, char **argv)
         char *nodes = NULL;
         rc = PMIx_Resolve_nodes(t_ns[a], &nodes);
         T_STATUS(rc, PMIX_SUCCESS, "PMIx_Resolve_nodes(an app's namespace)");
-        T_CHECK(nodes && strcmp(nodes, host) == 0, "Resolve_nodes(%s) = '%s', expected '%s'",
+        T_DIFF(nodes && strcmp(nodes, host) == 0, "Resolve_nodes(%s) = '%s', expected '%s'",
                 t_ns[a], nodes ? nodes : "(null)", host);
         free(nodes);
     }
     char *nodes = NULL;
-    rc = PMIx_Resolve_nodes(unknown, &nodes);
-    T_CHECK(rc != PMIX_SUCCESS, "Resolve_nodes(unknown namespace) succeeded: '%s'",
-            nodes ? nodes : "(null)");
-    t_note("Resolve_nodes(unknown namespace) -> %s", PMIx_Error_string(rc));
-    free(nodes);
+    if (!skip_unknown) {
+        rc = PMIx_Resolve_nodes(unknown, &nodes);
+        T_DIFF(rc != PMIX_SUCCESS, "Resolve_nodes(unknown namespace) succeeded: '%s'",
+               nodes ? nodes : "(null)");
+        t_note("Resolve_nodes(unknown namespace) -> %s", PMIx_Error_string(rc));
+        free(nodes);
+    }
 
-    t_note("final fence");
     t_fence_all();
     printf("jobinfo ok %u:%u\n", t_appnum, t_arank);
     t_finalize();

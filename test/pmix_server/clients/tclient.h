@@ -69,6 +69,19 @@ static void t_note(const char *fmt, ...)
         if (!(cond)) t_fail(__VA_ARGS__);                                      \
     } while (0)
 
+/*
+ * An expectation that holds under pscom_run but is known to differ under
+ * other launchers: with T_COMPARE=1 in the environment (comparison runs
+ * under mpirun) a miss is reported as "DIFF" instead of failing.
+ */
+#define T_DIFF(cond, ...)                                                      \
+    do {                                                                       \
+        if (!(cond)) {                                                         \
+            if (getenv("T_COMPARE")) t_note("DIFF " __VA_ARGS__);              \
+            else t_fail(__VA_ARGS__);                                          \
+        }                                                                      \
+    } while (0)
+
 /* Expect a PMIx status. */
 #define T_STATUS(got, want, what)                                              \
     do {                                                                       \
@@ -121,8 +134,8 @@ static void t_init(int argc, char **argv, unsigned watchdog_s)
     pmix_proc_t wc = t_me;
     wc.rank = PMIX_RANK_WILDCARD;
     uint32_t size = t_get_u32(&wc, PMIX_JOB_SIZE);
-    t_arank = t_me.rank;
-    for (pmix_rank_t r = 0; r < size && r < t_me.rank; r++) {
+    t_arank = 0;
+    for (pmix_rank_t r = 0; r < size && r <= t_me.rank; r++) {
         pmix_proc_t p = t_me;
         p.rank = r;
         if (t_get_u32(&p, PMIX_APPNUM) == t_appnum) {
@@ -138,40 +151,44 @@ static void t_exchange(void)
     char key[PMIX_MAX_KEYLEN + 1];
     if (t_arank == 0) {
         pmix_info_t info[2];
-        pmix_rank_t ldr = t_me.rank;
+        uint32_t ldr = t_me.rank;   /* not PMIX_PROC_RANK: ORTE's data server refuses it */
         snprintf(key, sizeof(key), "t.ns.%u", t_appnum);
         PMIX_INFO_LOAD(&info[0], key, t_me.nspace, PMIX_STRING);
         snprintf(key, sizeof(key), "t.ldr.%u", t_appnum);
-        PMIX_INFO_LOAD(&info[1], key, &ldr, PMIX_PROC_RANK);
+        PMIX_INFO_LOAD(&info[1], key, &ldr, PMIX_UINT32);
         pmix_status_t rc = PMIx_Publish(info, 2);
         T_CHECK(rc == PMIX_SUCCESS, "publishing %s: %s", key, PMIx_Error_string(rc));
         PMIX_INFO_DESTRUCT(&info[0]);
         PMIX_INFO_DESTRUCT(&info[1]);
     }
-    pmix_pdata_t *pd;
-    PMIX_PDATA_CREATE(pd, 2 * t_napps);
+    /* One key per lookup: Open MPI 4.1's mpirun fills in only one key of
+     * a multi-key lookup. */
     for (int a = 0; a < t_napps; a++) {
-        snprintf(pd[2 * a].key, sizeof(pd[0].key), "t.ns.%d", a);
-        snprintf(pd[2 * a + 1].key, sizeof(pd[0].key), "t.ldr.%d", a);
+        for (int k = 0; k < 2; k++) {
+            pmix_pdata_t pd;
+            PMIX_PDATA_CONSTRUCT(&pd);
+            snprintf(pd.key, sizeof(pd.key), k ? "t.ldr.%d" : "t.ns.%d", a);
+            pmix_info_t dir[2];
+            bool yes = true;
+            int timeout = 20;
+            PMIX_INFO_LOAD(&dir[0], PMIX_WAIT, &yes, PMIX_BOOL);
+            PMIX_INFO_LOAD(&dir[1], PMIX_TIMEOUT, &timeout, PMIX_INT);
+            pmix_status_t rc = PMIx_Lookup(&pd, 1, dir, 2);
+            PMIX_INFO_DESTRUCT(&dir[0]);
+            PMIX_INFO_DESTRUCT(&dir[1]);
+            T_CHECK(rc == PMIX_SUCCESS, "looking up %s: %s", pd.key, PMIx_Error_string(rc));
+            if (k == 0) {
+                T_CHECK(pd.value.type == PMIX_STRING, "%s has type %s", pd.key,
+                        PMIx_Data_type_string(pd.value.type));
+                snprintf(t_ns[a], sizeof(t_ns[a]), "%s", pd.value.data.string);
+            } else {
+                T_CHECK(pd.value.type == PMIX_UINT32, "%s has type %s", pd.key,
+                        PMIx_Data_type_string(pd.value.type));
+                t_ldr[a] = pd.value.data.uint32;
+            }
+            PMIX_PDATA_DESTRUCT(&pd);
+        }
     }
-    pmix_info_t dir[2];
-    bool yes = true;
-    int timeout = 20;
-    PMIX_INFO_LOAD(&dir[0], PMIX_WAIT, &yes, PMIX_BOOL);
-    PMIX_INFO_LOAD(&dir[1], PMIX_TIMEOUT, &timeout, PMIX_INT);
-    pmix_status_t rc = PMIx_Lookup(pd, 2 * t_napps, dir, 2);
-    T_CHECK(rc == PMIX_SUCCESS, "looking up the namespaces: %s", PMIx_Error_string(rc));
-    for (int a = 0; a < t_napps; a++) {
-        T_CHECK(pd[2 * a].value.type == PMIX_STRING, "t.ns.%d has type %s", a,
-                PMIx_Data_type_string(pd[2 * a].value.type));
-        snprintf(t_ns[a], sizeof(t_ns[a]), "%s", pd[2 * a].value.data.string);
-        T_CHECK(pd[2 * a + 1].value.type == PMIX_PROC_RANK, "t.ldr.%d has type %s", a,
-                PMIx_Data_type_string(pd[2 * a + 1].value.type));
-        t_ldr[a] = pd[2 * a + 1].value.data.rank;
-    }
-    PMIX_PDATA_FREE(pd, 2 * t_napps);
-    PMIX_INFO_DESTRUCT(&dir[0]);
-    PMIX_INFO_DESTRUCT(&dir[1]);
 }
 
 /* The process that is rank `arank` of app `app` (after t_exchange). */

@@ -1,0 +1,197 @@
+/*
+ * Behaviour ParaStation MPI relies on, found when running its test suite on
+ * this library (each case hung MPI programs). COMPAT_CASE selects one:
+ *
+ * wait_any_eof: the peer sends one last message and closes at once. A
+ *   receiver that waits the way ParaStation MPI does,
+ *   `while (!done) pscom_wait_any();`, must see its receive complete:
+ *   pscom_wait_any() returns after a round in which a request completed,
+ *   also when the round ended with the connection's EOF. (MPI_Finalize's
+ *   barrier hung in 7 of 8 runs.)
+ *
+ * loopback: pscom_connect() to the socket's own endpoint makes one
+ *   connection that delivers to itself; con_accept is called for that same
+ *   connection object (ParaStation MPI checks `old_connection ==
+ *   req->connection` and closes any second connection to itself).
+ *
+ * ondemand_suspend: both sides connect on demand, then suspend listening
+ *   (ParaStation MPI does so after its connection setup). The first send
+ *   must still connect: pending on-demand connections keep the listener
+ *   accepting.
+ */
+#include "itest.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+static const char *test_case(void)
+{
+    const char *c = getenv("COMPAT_CASE");
+    return c ? c : "";
+}
+
+/* ---------------------------------------------------------------------- */
+
+static int eof_sender(itest_link_t *link, void *arg)
+{
+    itest_pscom_init();
+    pscom_socket_t *s = itest_open_socket("snd", 0);
+    char *ep = itest_link_recv_str(link);
+    pscom_connection_t *c = itest_connect(s, ep);
+    free(ep);
+    itest_link_recv_u64(link); /* the receiver has posted */
+    char byte = 42;
+    pscom_send(c, NULL, 0, &byte, 1);
+    pscom_close_connection(c);
+    itest_link_send_u64(link, 1);
+    pscom_close_socket(s);
+    return 0;
+}
+
+static int eof_receiver(itest_link_t *link, void *arg)
+{
+    itest_pscom_init();
+    pscom_socket_t *s = itest_open_socket("rcv", 1);
+    char *ep = itest_ep_str(s);
+    itest_link_send_str(link, ep);
+    free(ep);
+    pscom_connection_t *c = itest_wait_accept(1);
+    char byte = 0;
+    pscom_request_t *r = itest_request(0);
+    r->connection = c;
+    r->data = &byte;
+    r->data_len = 1;
+    pscom_post_recv(r);
+    itest_link_send_u64(link, 1);
+    /* Both the message and the EOF are there before we look. */
+    itest_link_recv_u64(link);
+    itest_sleep_ms(200);
+    itest_step("waiting with pscom_wait_any");
+    itest_watchdog(20);
+    while (!pscom_req_is_done(r)) pscom_wait_any();
+    ITEST_ASSERT_REQ_OK(r, "the last message");
+    ITEST_ASSERT_EQ(byte, 42, "its byte");
+    pscom_request_free(r);
+    pscom_close_socket(s);
+    return 0;
+}
+
+static int case_wait_any_eof(void)
+{
+    itest_child_t rcv, snd;
+    itest_spawn(&rcv, "receiver", eof_receiver, NULL);
+    itest_spawn(&snd, "sender", eof_sender, NULL);
+    char *ep = itest_link_recv_str(&rcv.link);
+    itest_link_send_str(&snd.link, ep);
+    free(ep);
+    itest_link_send_u64(&snd.link, itest_link_recv_u64(&rcv.link));
+    itest_link_send_u64(&rcv.link, itest_link_recv_u64(&snd.link));
+    itest_child_t *list[2] = {&rcv, &snd};
+    return itest_children_check(list, 2);
+}
+
+/* ---------------------------------------------------------------------- */
+
+static int loopback_main(itest_link_t *link, void *arg)
+{
+    itest_pscom_init();
+    pscom_socket_t *s = pscom_open_socket(0, 0, 0, 0);
+    s->ops.con_accept = itest_on_con_accept;
+    ITEST_ASSERT_EQ(pscom_listen(s, PSCOM_ANYPORT), PSCOM_SUCCESS, "listen");
+    char *ep = itest_ep_str(s);
+    pscom_connection_t *c = pscom_open_connection(s);
+    itest_step("connecting to our own endpoint %s", ep);
+    ITEST_ASSERT_EQ(pscom_connect(c, ep, 0, PSCOM_CON_FLAG_DIRECT),
+                    PSCOM_SUCCESS, "connect");
+    free(ep);
+    itest_progress_ms(100);
+    ITEST_ASSERT_EQ(itest_accept_count(), 1, "con_accept calls");
+    ITEST_ASSERT(itest_accepted(0) == c,
+                 "con_accept got another connection object than the one "
+                 "connected");
+    int n = 0;
+    for (pscom_connection_t *x = pscom_get_next_connection(s, NULL); x;
+         x = pscom_get_next_connection(s, x))
+        n++;
+    ITEST_ASSERT_EQ(n, 1, "connections of the socket");
+
+    int out = 7, in = 0;
+    pscom_send(c, NULL, 0, &out, sizeof(out));
+    ITEST_ASSERT_EQ(pscom_recv_from(c, NULL, 0, &in, sizeof(in)),
+                    PSCOM_SUCCESS, "receive on the same connection");
+    ITEST_ASSERT_EQ(in, 7, "the message");
+    pscom_close_connection(c);
+    pscom_close_socket(s);
+    return 0;
+}
+
+/* ---------------------------------------------------------------------- */
+
+static int od_main(itest_link_t *link, void *arg)
+{
+    int me = (int)(intptr_t)arg;
+    itest_pscom_init();
+    pscom_socket_t *s = pscom_open_socket(0, 0, me, 0);
+    itest_apply_transport(s);
+    ITEST_ASSERT_EQ(pscom_listen(s, PSCOM_ANYPORT), PSCOM_SUCCESS, "listen");
+    char *mine = itest_ep_str(s);
+    itest_link_send_str(link, mine);
+    free(mine);
+    char *ep = itest_link_recv_str(link);
+    pscom_connection_t *c = pscom_open_connection(s);
+    ITEST_ASSERT_EQ(pscom_connect(c, ep, 1 - me, PSCOM_CON_FLAG_ONDEMAND),
+                    PSCOM_SUCCESS, "on-demand connect");
+    free(ep);
+    pscom_suspend_listen(s);
+    itest_link_send_u64(link, 1);
+    itest_link_recv_u64(link);
+
+    itest_step("exchanging over the on-demand connection");
+    itest_watchdog(20);
+    int out = me + 100, in = -1;
+    pscom_send(c, NULL, 0, &out, sizeof(out));
+    ITEST_ASSERT_EQ(pscom_recv_from(c, NULL, 0, &in, sizeof(in)),
+                    PSCOM_SUCCESS, "receive");
+    ITEST_ASSERT_EQ(in, 101 - me, "the peer's message");
+    itest_link_send_u64(link, 1);
+    itest_link_recv_u64(link);
+    pscom_close_socket(s);
+    return 0;
+}
+
+static int case_ondemand_suspend(void)
+{
+    itest_child_t k[2];
+    itest_spawn(&k[0], "side 0", od_main, (void *)(intptr_t)0);
+    itest_spawn(&k[1], "side 1", od_main, (void *)(intptr_t)1);
+    char *ep0 = itest_link_recv_str(&k[0].link);
+    char *ep1 = itest_link_recv_str(&k[1].link);
+    itest_link_send_str(&k[0].link, ep1);
+    itest_link_send_str(&k[1].link, ep0);
+    free(ep0);
+    free(ep1);
+    for (int round = 0; round < 2; round++) {
+        itest_link_recv_u64(&k[0].link);
+        itest_link_recv_u64(&k[1].link);
+        itest_link_send_u64(&k[0].link, 1);
+        itest_link_send_u64(&k[1].link, 1);
+    }
+    itest_child_t *list[2] = {&k[0], &k[1]};
+    return itest_children_check(list, 2);
+}
+
+int main(void)
+{
+    itest_set_role("main");
+    const char *c = test_case();
+    if (!strcmp(c, "wait_any_eof")) return case_wait_any_eof();
+    if (!strcmp(c, "ondemand_suspend")) return case_ondemand_suspend();
+    if (!strcmp(c, "loopback")) {
+        itest_child_t k;
+        itest_spawn(&k, "loopback", loopback_main, NULL);
+        return itest_child_check(&k);
+    }
+    fprintf(stderr, "COMPAT_CASE must be wait_any_eof, loopback or "
+                    "ondemand_suspend\n");
+    return 1;
+}
