@@ -1419,6 +1419,12 @@ static int run_forked(const struct opts *o)
         st = g_child_status;
     } else {
         while (waitpid(g_child, &st, 0) < 0) {
+            /* The handler may run in a thread of a transport library (its
+             * SIGCHLD is not blocked there) and reap the child first. */
+            if (errno == ECHILD && g_child_reaped) {
+                st = g_child_status;
+                break;
+            }
             if (errno != EINTR)
                 fail("waitpid: %s", strerror(errno));
         }
