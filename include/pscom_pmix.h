@@ -117,8 +117,9 @@ pscom_err_t pscom_pmix_init(pscom_pmix_job_t **job_p);
  * malformed endpoint string of a peer (did it call pscom_pmix_bootstrap?
  * the same pscom version?), PSCOM_ERR_ALREADY on a second call, the error
  * of pscom_listen() or of a direct pscom_connect(), PSCOM_ERR_STDERROR with
- * ETIMEDOUT when peers did not connect within 3 * PSP_CONNECT_TIMEOUT, or
- * with EIO/ENOTCONN when a PMIx call failed. */
+ * ETIMEDOUT when peers did not connect within 3 * PSP_CONNECT_TIMEOUT,
+ * ECONNABORTED when an event reported such a peer dead, or EIO/ENOTCONN
+ * when a PMIx call failed. */
 pscom_err_t pscom_pmix_bootstrap(pscom_pmix_job_t *job, pscom_socket_t *socket,
                                  unsigned flags);
 

@@ -449,6 +449,12 @@ static void post_get_like(pscom_request_t *r, const char *fn, uint8_t type,
     struct psc_con *con = origin_prepare(r, fn, PSCOM_REQ_STATE_RMA_READ_REQUEST,
                                          true, common, r->data_len);
     if (!con) return;
+    if (r->data_len && (!reply_buf || (body2 && !body1))) {
+        psc_err("%s: a buffer of %zu bytes is NULL (rma.%s)", fn, r->data_len,
+                !reply_buf ? "result_addr / origin_addr" : "compare_addr");
+        psc_req_done(req_of(r), PSCOM_REQ_STATE_ERROR);
+        return;
+    }
     size_t xlen = rma_xlen(r, common);
     size_t body_len = (body1 ? part : 0) + (body2 ? part : 0);
     /* One operand is sent in place: the request completes only after the

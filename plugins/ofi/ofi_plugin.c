@@ -40,6 +40,8 @@
  * because at progress depth 0 the core may already have closed it.
  */
 #include <errno.h>
+#include <pthread.h>
+#include <signal.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -182,9 +184,12 @@ struct op {
 
 /* A frame in flight (send FIFO). */
 struct txe {
+    const void *head; /* where its head is in the core's queue */
+    size_t hl;        /* head bytes */
     uint64_t bytes;   /* head + body */
     uint32_t pending; /* posted messages not yet completed */
     bool posting;     /* not every message of it is posted yet */
+    bool gone;        /* no longer queued (the send was canceled) */
 };
 
 struct ofi_con {
@@ -211,6 +216,7 @@ struct ofi_con {
     uint32_t rx_seq;     /* the next frame to deliver */
     uint64_t rx_frames;  /* frames delivered */
     uint64_t eof_hold_at; /* ms since the peer's EOF message waits, or 0 */
+    uint64_t tx_drained_round; /* ofi.calls when the last send completed */
     struct {
         bool active;     /* the rest of frame `seq` is being received */
         bool need_post;  /* the next chunk is not posted yet */
@@ -224,7 +230,6 @@ struct ofi_con {
     struct txe *fifo;
     unsigned nfifo;
     uint64_t tx_head, tx_tail; /* frames reported .. frames committed */
-    uint64_t fifo_bytes;       /* bytes of committed, unreported frames */
     struct {
         bool active;     /* frame tx_tail-1 is partly posted */
         uint64_t frame;
@@ -266,6 +271,7 @@ static struct {
     unsigned attn;       /* connections with attn set */
     unsigned rounds;
     unsigned in_progress; /* nesting of ofi_progress */
+    uint64_t calls;       /* outermost ofi_progress calls */
     struct peer **peers; /* open addressing, cap a power of two */
     unsigned npeers, peers_cap;
 } ofi;
@@ -370,12 +376,31 @@ static void ep_close_at_exit(void)
     }
 }
 
+/* Providers start threads (connection management, progress). They inherit
+ * the signal mask of the thread that creates them: with every signal
+ * blocked they never run the application's handlers (a SIGCHLD handler
+ * that waits for a child would race with the main thread). */
+static void signals_block(sigset_t *old)
+{
+    sigset_t all;
+    sigfillset(&all);
+    pthread_sigmask(SIG_BLOCK, &all, old);
+}
+
+static void signals_restore(const sigset_t *old)
+{
+    pthread_sigmask(SIG_SETMASK, old, NULL);
+}
+
 static int ep_get(void)
 {
     if (ofi.ep) return 0;
     if (ofi.ep_err) return ofi.ep_err;
     char why[256];
+    sigset_t old;
+    signals_block(&old);
     int rc = ofw_ep_open(&ofi.ep, ofi.addr, &ofi.addr_len, why, sizeof(why));
+    signals_restore(&old);
     if (rc) {
         ofi.ep_err = rc;
         ofi.ep = NULL;
@@ -483,8 +508,8 @@ static int slot_post(struct ofi_con *oc, struct op *op, uint32_t seq)
         set_attn(oc);
         return 0;
     }
-    LOG(L_ERR, "%s: posting a receive failed: %s",
-        pscom_plugin_con_str(oc->con), ofw_strerror((int)rc));
+    LOG(L_DEBUG, "%s: posting a receive failed: %s (provider %s)",
+        pscom_plugin_con_str(oc->con), ofw_strerror((int)rc), ofi.info.prov);
     fail_con(oc, PSCOM_OP_READ, PSCOM_ERR_IOERROR, "fi_trecv", (int)-rc);
     return -1;
 }
@@ -524,8 +549,9 @@ static int body_post(struct ofi_con *oc)
     }
     if (rc) {
         op_free(op);
-        LOG(L_ERR, "%s: posting a receive of %zu bytes failed: %s",
-            pscom_plugin_con_str(oc->con), n, ofw_strerror((int)rc));
+        LOG(L_DEBUG, "%s: posting a receive of %zu bytes failed: %s "
+            "(provider %s)", pscom_plugin_con_str(oc->con), n,
+            ofw_strerror((int)rc), ofi.info.prov);
         fail_con(oc, PSCOM_OP_READ, PSCOM_ERR_IOERROR, "fi_trecv", (int)-rc);
         return -1;
     }
@@ -536,9 +562,10 @@ static int body_post(struct ofi_con *oc)
 
 nomem:
     if (op) op_free(op);
-    LOG(L_ERR, "%s: out of memory for a message body of %zu bytes",
+    LOG(L_DEBUG, "%s: out of memory for a message body of %zu bytes",
         pscom_plugin_con_str(oc->con), n);
-    fail_con(oc, PSCOM_OP_READ, PSCOM_ERR_STDERROR, "malloc", ENOMEM);
+    fail_con(oc, PSCOM_OP_READ, PSCOM_ERR_STDERROR,
+             "allocating a buffer for a message body", ENOMEM);
     return -1;
 }
 
@@ -549,7 +576,13 @@ nomem:
  * flight have completed, for at most PSP_OFI_EOF_GRACE ms. */
 static bool hold_eof(struct ofi_con *oc)
 {
-    if (oc->tx_head == oc->tx_tail) return false;
+    if (oc->tx_head == oc->tx_tail) {
+        /* Sends completed in this round: let the application see them
+         * before the connection fails (one more round). */
+        if (oc->tx_drained_round != ofi.calls) return false;
+        set_attn(oc);
+        return true;
+    }
     uint64_t now = now_ms();
     if (!oc->eof_hold_at) oc->eof_hold_at = now;
     if (now >= oc->eof_hold_at + cfg_eof_grace) return false;
@@ -649,8 +682,8 @@ static void body_done(struct ofi_con *oc, struct op *op, size_t len)
 
 static void fail_send(struct ofi_con *oc, const char *what, int err)
 {
-    LOG(L_WARN, "%s: %s failed: %s", pscom_plugin_con_str(oc->con), what,
-        ofw_strerror(-err));
+    LOG(L_DEBUG, "%s: %s failed: %s (provider %s)",
+        pscom_plugin_con_str(oc->con), what, ofw_strerror(-err), ofi.info.prov);
     fail_con(oc, PSCOM_OP_WRITE, err_of(err), what, err);
 }
 
@@ -719,9 +752,9 @@ static int txp_continue(struct ofi_con *oc)
         if (off == 0) {
             /* The frame is committed with its first message. */
             struct txe *e = &oc->fifo[oc->tx_tail % oc->nfifo];
-            *e = (struct txe){.bytes = oc->txp.total, .posting = true};
+            *e = (struct txe){.head = oc->txp.head, .hl = oc->txp.hl,
+                              .bytes = oc->txp.total, .posting = true};
             oc->tx_tail++;
-            oc->fifo_bytes += oc->txp.total;
         } else {
             oc->txp.k++;
         }
@@ -734,6 +767,29 @@ static int txp_continue(struct ofi_con *oc)
 }
 
 #define IOV_PEEK (2 * 4096 + 4)
+
+/* The index of the first iovec after the frames in flight. Frames are
+ * recognised by where their head is: one the core no longer has was
+ * canceled by the application after it was handed to us (the peer gets it
+ * anyway) and is not reported. */
+static int skip_in_flight(struct ofi_con *oc, const struct iovec *iov, int cnt)
+{
+    int i = 0;
+    for (uint64_t f = oc->tx_head; f != oc->tx_tail; f++) {
+        struct txe *e = &oc->fifo[f % oc->nfifo];
+        if (e->gone) continue;
+        if (i >= cnt) return cnt;
+        if (iov[i].iov_base != e->head || iov[i].iov_len != e->hl) {
+            LOG(L_WARN, "%s: a send was canceled after it was handed to "
+                "libfabric; the peer receives it all the same",
+                pscom_plugin_con_str(oc->con));
+            e->gone = true;
+            continue;
+        }
+        i += e->bytes > e->hl ? 2 : 1;
+    }
+    return i;
+}
 
 /* Post queued frames while the window has room. No upcalls except
  * con_error. 0, or -1 when the connection failed. */
@@ -750,11 +806,8 @@ static int tx_post(struct ofi_con *oc)
         size_t total;
         int want = (int)(2 * (oc->tx_tail - oc->tx_head) + 2);
         int cnt = pscom_plugin_tx_peek(oc->con, iov, want, &total);
-        /* Skip what is in flight: whole frames, so whole entries. */
-        uint64_t skip = oc->fifo_bytes;
-        int i = 0;
-        while (i < cnt && skip >= iov[i].iov_len) skip -= iov[i++].iov_len;
-        if (i >= cnt || skip) return 0;
+        int i = skip_in_flight(oc, iov, cnt);
+        if (i >= cnt) return 0;
 
         const uint8_t *head = iov[i].iov_base;
         size_t hl;
@@ -791,9 +844,9 @@ static int tx_post(struct ofi_con *oc)
                 fail_send(oc, "fi_tinject", (int)-rc);
                 return -1;
             }
-            oc->fifo[frame % oc->nfifo] = (struct txe){.bytes = ftotal};
+            oc->fifo[frame % oc->nfifo] =
+                (struct txe){.head = head, .hl = hl, .bytes = ftotal};
             oc->tx_tail++;
-            oc->fifo_bytes += ftotal;
             continue;
         }
         oc->txp.active = true;
@@ -819,11 +872,11 @@ static void tx_run(struct ofi_con *oc)
         while (oc->tx_head != oc->tx_tail) {
             struct txe *e = &oc->fifo[oc->tx_head % oc->nfifo];
             if (e->posting || e->pending) break;
-            bytes += e->bytes;
+            if (!e->gone) bytes += e->bytes;
             oc->tx_head++;
         }
+        if (oc->tx_head == oc->tx_tail) oc->tx_drained_round = ofi.calls;
         if (!bytes) return;
-        oc->fifo_bytes -= bytes;
         if (!pscom_plugin_tx_pending(oc->con)) {
             /* The core failed the connection and dropped its queue. */
             oc->dead = true;
@@ -1024,7 +1077,10 @@ static int ofi_init(void)
     ofi.next_conid = (uint32_t)getpid() << 12;
 
     char why[512];
+    sigset_t old;
+    signals_block(&old);
     int rc = ofw_select(cfg_provider, cfg_domain, &ofi.info, why, sizeof(why));
+    signals_restore(&old);
     if (rc) {
         /* Asked for by name: worth a warning; otherwise libfabric simply
          * has nothing for us here. */
@@ -1321,7 +1377,7 @@ static void expire_sinks(void)
 static int ofi_progress(void)
 {
     if (!ofi.ep) return 0;
-    ofi.in_progress++;
+    if (!ofi.in_progress++) ofi.calls++;
     int did = 0;
     ofw_comp_t comp[CQ_BATCH];
     for (int round = 0; round < 4; round++) {

@@ -17,14 +17,14 @@
  *
  * Sending: each frame of the core's send queue (head = header + xheader,
  * then the body) is one active message, the head in the AM header, the body
- * as data; a small frame goes whole as data (UXW_AM_FRAME_PACKED), which
- * UCX sends by its shortest path. Bodies below the core's rendezvous threshold (user messages) go
- * with UCX's eager protocol; larger ones are rendezvous bodies (RNDV_DATA,
- * sent after the receiver matched them) and UCX chooses, normally its own
- * zero-copy rendezvous. Frames handed to UCX wait in a FIFO (ux_con.txq);
- * the core learns of them (pscom_plugin_tx_done) strictly in queue order,
- * once UCX no longer needs their buffers. A head longer than UCX's largest
- * AM header travels at the start of the data instead (UXW_AM_FRAME_LONG).
+ * as data. A small frame goes whole as data (UXW_AM_FRAME_PACKED), a head
+ * longer than UCX's largest AM header at the start of the data
+ * (UXW_AM_FRAME_LONG). Bodies below the core's rendezvous threshold (user
+ * messages) go with UCX's eager protocol; larger ones are rendezvous bodies
+ * (RNDV_DATA, sent after the receiver matched them) and UCX chooses,
+ * normally its own zero-copy rendezvous. Frames handed to UCX wait in a
+ * FIFO (ux_con.txq); the core learns of them (pscom_plugin_tx_done)
+ * strictly in queue order, once UCX no longer needs their buffers.
  *
  * Receiving: the AM callback only records the message (ux_con.rxq: the head
  * copied; small data copied; larger eager data and rendezvous descriptors
@@ -41,8 +41,8 @@
  * freed under our feet (the core frees connections at progress depth 0).
  */
 #include <errno.h>
-#include <stdbool.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -57,7 +57,8 @@
 #include "ucx_wrap.h"
 
 #define KEY_LEN       8    /* connection key in front of every AM header */
-#define HDR_INLINE    88   /* frame heads up to this long live in the entry */
+#define HDR_INLINE    88   /* frames (packed) or heads up to this long live
+                            * in the entry */
 #define RX_INLINE     232  /* arrivals up to this long are copied, pooled */
 #define PEEK_IOV      128  /* so at most 64 frames per connection in UCX */
 #define CLOSE_WAIT_MS 2000 /* longest wait for UCX to let go of buffers */
@@ -90,6 +91,7 @@ struct ux_con;
 struct ux_txe {
     struct ux_txe *next; /* ux_con.txq (oldest first), or txe_pool */
     struct ux_con *uc;   /* NULL once its connection closed (orphan) */
+    struct ux_sock *us;  /* counts it in inflight; NULL for an orphan */
     const void *base;    /* the frame's head in the core's send queue */
     size_t len;          /* head + body bytes */
     bool done;           /* UCX no longer needs the buffers */
@@ -119,6 +121,7 @@ struct ux_rx {
 /* A rendezvous body under way. */
 struct ux_rop {
     struct ux_con *uc; /* NULL once its connection closed (orphan) */
+    struct ux_sock *us; /* counts it in inflight; NULL for an orphan */
     void *buf;         /* the user's buffer (direct) or our own */
     size_t len;
     bool direct;
@@ -164,6 +167,11 @@ struct ux_sock {
     uint32_t *free_slots;
     uint32_t nslots, nfree;
     struct ux_con *pending; /* connections with work for dispatch */
+    /* Sends and rendezvous receives UCX is working on: while there are
+     * any, progress counts as made (data moves even in rounds in which UCX
+     * completes nothing), so that the core does not start to yield the
+     * CPU in the middle of a transfer. */
+    unsigned inflight;
 };
 
 static struct ux_sock *socks;
@@ -173,10 +181,6 @@ static struct ux_rx *rx_pool;
 static unsigned txe_pool_n, rx_pool_n;
 static bool warned_cancel;
 static unsigned progress_depth; /* nesting of ux_progress */
-/* Sends and rendezvous receives UCX is working on: while there are any,
- * progress counts as made (data is moving even when UCX completes
- * nothing), so that the core does not start to yield the CPU. */
-static unsigned inflight;
 
 static uint64_t now_ms(void)
 {
@@ -378,7 +382,7 @@ static void set_ucx_error(struct ux_con *uc, pscom_op_t op, const char *what,
 static void tx_cb(void *user, int status)
 {
     struct ux_txe *e = user;
-    inflight--;
+    if (e->us) e->us->inflight--;
     e->done = true;
     e->status = status;
     if (!e->uc) {
@@ -392,7 +396,7 @@ static void rop_cb(void *user, int status, size_t len)
 {
     struct ux_rop *rop = user;
     (void)len;
-    inflight--;
+    if (rop->us) rop->us->inflight--;
     rop->done = true;
     rop->status = status;
     if (!rop->uc) {
@@ -542,6 +546,7 @@ static int send_frame(struct ux_con *uc, const struct iovec *head,
     }
     size_t blen = body ? body->iov_len : 0;
     e->uc = uc;
+    e->us = us;
     e->base = head->iov_base;
     e->len = head->iov_len + blen;
 
@@ -589,7 +594,7 @@ static int send_frame(struct ux_con *uc, const struct iovec *head,
     int rc = uxw_am_send(uc->ep, id, hlen ? e->hdr : NULL, hlen, data, dcnt,
                          eager, tx_cb, e);
     if (rc == UXW_PENDING) {
-        inflight++;
+        us->inflight++;
         return 0;
     }
     e->done = true;
@@ -710,10 +715,11 @@ static int start_rop(struct ux_con *uc, void *desc, size_t len, bool may_direct)
         return -1;
     }
     rop->uc = uc;
+    rop->us = us;
     rop->len = len;
     uc->rop = rop;
     int rc = uxw_am_recv(us->w, desc, rop->buf, len, rop_cb, rop);
-    if (rc == UXW_PENDING) inflight++;
+    if (rc == UXW_PENDING) us->inflight++;
     if (rc != UXW_PENDING) {
         rop->done = true;
         rop->status = rc;
@@ -855,10 +861,9 @@ static int ux_progress(void)
     int did = 0;
     progress_depth++;
     for (struct ux_sock *us = socks; us; us = us->next) {
-        did |= uxw_worker_progress(us->w) != 0;
+        did |= uxw_worker_progress(us->w) != 0 || us->inflight;
         if (us->pending) did |= dispatch_pending(us);
     }
-    did |= inflight != 0;
     if (--progress_depth == 0) {
         struct ux_sock *us = socks;
         while (us) {
@@ -1004,16 +1009,23 @@ static void con_release(struct ux_con *uc)
     while (uc->txq) {
         struct ux_txe *e = uc->txq;
         uc->txq = e->next;
-        if (e->done) txe_put(e);
-        else e->uc = NULL; /* tx_cb frees it */
+        if (e->done) {
+            txe_put(e);
+        } else { /* tx_cb frees it; it no longer counts */
+            e->uc = NULL;
+            e->us = NULL;
+            us->inflight--;
+        }
     }
     uc->txq_tail = &uc->txq;
     if (uc->rop) {
         if (uc->rop->done) {
             if (!uc->rop->direct) free(uc->rop->buf);
             free(uc->rop);
-        } else {
-            uc->rop->uc = NULL; /* rop_cb frees it */
+        } else { /* rop_cb frees it; it no longer counts */
+            uc->rop->uc = NULL;
+            uc->rop->us = NULL;
+            us->inflight--;
         }
         uc->rop = NULL;
     }
@@ -1141,9 +1153,14 @@ static int ux_init(void)
     uxw_config_t cfg = ucx_settings();
     int st = uxw_context_create(&cfg, &spare_ctx, why, sizeof(why));
     if (st) {
-        pscom_plugin_log(4, "ucx: UCX %s cannot start here: %s; check the "
-                         "UCX_* settings (ucx_info -d lists the transports)",
-                         uxw_version(), why);
+        char reason[320];
+        const char *tls = getenv("UCX_TLS");
+        snprintf(reason, sizeof(reason), "UCX %s cannot start: %s%s%s%s",
+                 uxw_version(), why, tls ? " (UCX_TLS=" : "", tls ? tls : "",
+                 tls ? ")" : "");
+        pscom_plugin_log(4, "ucx: %s; check the UCX_* settings (ucx_info -d "
+                         "lists the transports)", reason);
+        pscom_plugin_set_reason(reason);
         spare_ctx = NULL;
         return -ENODEV;
     }

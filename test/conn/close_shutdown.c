@@ -16,7 +16,8 @@
  *                            the same peer, on-demand with its handshake
  *                            just started by a send) and pending requests
  *                            (receives by connection, by socket, on any
- *                            socket; eager sends) calls
+ *                            socket; eager sends of 4 MiB, more than the
+ *                            socket buffers hold) calls
  *                            pscom_close_socket(NULL). Every request ends
  *                            DONE; the receives (nothing was sent to them)
  *                            with ERROR, the sends on established

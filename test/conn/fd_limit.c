@@ -13,8 +13,10 @@
  *   fd_limit server   the server lowers its hard limit to 48; the client
  *                     (normal limit) opens N_CONNECT connections. The server
  *                     keeps working for the connections it accepted, the
- *                     others fail on the client's side (the server refuses
- *                     them with its spare descriptor), and the server's log
+ *                     others fail on the client's side at once (the server
+ *                     refuses them with its spare descriptor instead of
+ *                     leaving them to the handshake timeout: all attempts
+ *                     together stay under ALL_DEADLINE_S), and the server's log
  *                     names the limit, rate-limited: at least one line and
  *                     fewer than MAX_SERVER_LOG_LINES.
  *

@@ -3,13 +3,14 @@
  *
  *   halfopen_flood flood     500 raw TCP connections to a pscom listener
  *                            that send nothing, and a few that send 1..11
- *                            bytes of garbage and stall. While all are open
- *                            (and accepted by the listener), a real pscom
- *                            client connects and exchanges a verified 1 MiB
- *                            message each way. The listener then closes its
- *                            socket and exits cleanly with the raw
- *                            connections still open.
- *   halfopen_timeout         run with PSP_CONNECT_TIMEOUT=1000: the listener
+ *                            bytes of garbage and stall. The listener must
+ *                            take them all in (ACCEPT_DEADLINE_S); while
+ *                            they are open, a real pscom client connects
+ *                            and exchanges a verified 1 MiB message each way
+ *                            within CLIENT_DEADLINE. The listener then
+ *                            closes its socket and exits cleanly with the
+ *                            raw connections still open.
+ *   halfopen_flood timeout   run with PSP_CONNECT_TIMEOUT=1000: the listener
  *                            must close every stalled handshake by itself
  *                            (the raw sockets see EOF or a reset) within
  *                            STALL_DEADLINE_S; then a real client still
@@ -25,21 +26,19 @@
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
-#include <netinet/tcp.h>
-#include <poll.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
-#define N_SILENT         500
-#define N_GARBAGE        8
-#define N_RAW            (N_SILENT + N_GARBAGE)
-#define MSG_LEN          (1024 * 1024)
-#define SEED_C2S         0xf100d001u
-#define SEED_S2C         0xf100d002u
-#define STALL_DEADLINE_S 10.0
-#define CLIENT_DEADLINE  30 /* seconds for connect + exchange */
+#define N_SILENT          500
+#define N_GARBAGE         8
+#define N_RAW             (N_SILENT + N_GARBAGE)
+#define MSG_LEN           (1024 * 1024)
+#define SEED_C2S          0xf100d001u
+#define SEED_S2C          0xf100d002u
+#define STALL_DEADLINE_S  10.0 /* to drop every stalled handshake */
+#define CLIENT_DEADLINE   30   /* seconds for connect + exchange */
 #define ACCEPT_DEADLINE_S 20.0 /* for the listener to take in the flood */
 
 enum { CMD_QUIT = 1 };

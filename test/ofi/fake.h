@@ -66,6 +66,8 @@ struct psc_con {
     struct fake_frame *q[FAKE_MAX_FRAMES];
     unsigned qn;      /* frames queued */
     unsigned qdone;   /* frames completed (tx_done) */
+    struct fake_frame *canceled[16];
+    unsigned ncanceled;
     size_t partial;   /* bytes of frame qdone already reported */
     unsigned tx_done_calls;
     size_t tx_done_bytes;
@@ -100,6 +102,9 @@ void fake_con_free(struct psc_con *c);
 struct fake_frame *fake_frame_new(uint8_t type, size_t xl, size_t bl,
                                   uint32_t seed);
 void fake_enqueue(struct psc_con *c, struct fake_frame *f);
+/* The application cancels queued frame i (counted from the queue's start;
+ * not yet reported done): it leaves the queue, as pscom_cancel_send does. */
+void fake_cancel(struct psc_con *c, unsigned i);
 /* Append the frame's bytes to buf (for the expected stream). */
 size_t fake_frame_bytes(const struct fake_frame *f, uint8_t *buf);
 

@@ -97,6 +97,10 @@ void fake_con_free(struct psc_con *c)
         free(c->q[i]->body);
         free(c->q[i]);
     }
+    for (unsigned i = 0; i < c->ncanceled; i++) {
+        free(c->canceled[i]->body);
+        free(c->canceled[i]);
+    }
     free(c->rx);
     free(c->direct_buf);
 }
@@ -127,6 +131,17 @@ void fake_enqueue(struct psc_con *c, struct fake_frame *f)
 {
     if (c->qn == FAKE_MAX_FRAMES) abort();
     c->q[c->qn++] = f;
+}
+
+void fake_cancel(struct psc_con *c, unsigned i)
+{
+    if (i < c->qdone || i >= c->qn) abort();
+    struct fake_frame *f = c->q[i];
+    memmove(&c->q[i], &c->q[i + 1], (c->qn - i - 1) * sizeof(c->q[0]));
+    c->qn--;
+    c->q[FAKE_MAX_FRAMES - 1] = NULL;
+    /* kept for the test's expectations; freed with the connection */
+    c->canceled[c->ncanceled++] = f;
 }
 
 size_t fake_frame_bytes(const struct fake_frame *f, uint8_t *buf)

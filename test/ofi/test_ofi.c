@@ -405,6 +405,34 @@ static void test_completion_fifo(void **state)
     pair_close(&p);
 }
 
+/* The application cancels a send the plugin has handed to libfabric: the
+ * frame is sent all the same, but not reported; the frames around it are
+ * reported and new frames are still found behind it. */
+static void test_cancel_in_flight(void **state)
+{
+    fake.hold_tx = 1;
+    struct pair p;
+    pair_open(&p);
+    struct fake_frame *f[4];
+    uint8_t expect[4 * 2000];
+    size_t sz[4];
+    for (unsigned i = 0; i < 4; i++) {
+        f[i] = fake_frame_new(0, 0, 1000 + 100 * i, 40 + i);
+        sz[i] = f[i]->hl + f[i]->bl;
+    }
+    size_t total = send_frames(&p, &p.a, f, 3, expect);
+    assert_int_equal(fake_held_count(), 3);
+    fake_cancel(&p.a, 1);
+    total += send_frames(&p, &p.a, &f[3], 1, expect + total);
+    assert_int_equal(fake_held_count(), 4); /* frame 3 found behind */
+    fake_release_held(0);
+    progress(20);
+    assert_int_equal(p.a.qdone, 3);
+    assert_int_equal(p.a.tx_done_bytes, sz[0] + sz[2] + sz[3]);
+    check_stream(&p.b, expect, total, 4); /* the peer got all four */
+    pair_close(&p);
+}
+
 /* A full send queue: tx_kick returns at once (no spinning inside the core's
  * call), progress retries, nothing is lost or reordered. */
 static void test_send_eagain(void **state)
@@ -598,6 +626,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_order_reversed_completions, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_completion_fifo, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_cancel_in_flight, setup, teardown),
         cmocka_unit_test_setup_teardown(test_send_eagain, setup, teardown),
         cmocka_unit_test_setup_teardown(test_recv_eagain, setup, teardown),
         cmocka_unit_test_setup_teardown(test_direct_rendezvous_data, setup,

@@ -18,6 +18,8 @@
  *   badep MODE          rank 1 publishes a bad endpoint (MODE: missing,
  *                       malformed, wrongname); rank 0's bootstrap must fail
  *
+ * PSCOM_TEST_THREADED=1 initialises pscom with pscom_init_thread().
+ *
  * Every rank prints "RESULT rank R: OK ..." when its checks passed, or a
  * line with "FAIL" and exits 1. A watchdog ends a hanging rank with exit
  * status 3 and the step it hung in.
@@ -163,6 +165,9 @@ static pscom_socket_t *boot(pscom_pmix_job_t **job_p, unsigned flags)
     pscom_pmix_job_t *job;
     pscom_err_t rc;
 
+    /* PSCOM_TEST_THREADED=1: the library with its lock (pscom_init_thread). */
+    if (getenv("PSCOM_TEST_THREADED"))
+        CHECK(pscom_init_thread(PSCOM_VERSION) == PSCOM_SUCCESS, "pscom_init_thread");
     step("pscom_pmix_init");
     rc = pscom_pmix_init(&job);
     CHECK(rc == PSCOM_SUCCESS, "pscom_pmix_init: %s", pscom_err_str(rc));
@@ -467,7 +472,6 @@ static size_t g_nlog;
 static int g_prev[32], g_nres[32];
 static size_t g_lastres_id[32];
 static int g_handled;
-static const pscom_pmix_event_t *g_ev_seen;
 static char g_text_seen[64];
 static int g_ranks_seen[4];
 static size_t g_nranks_seen;
@@ -488,7 +492,6 @@ static int on_ev(pscom_pmix_job_t *job, const pscom_pmix_event_t *ev,
     g_nlog++;
     strncat(g_log, h->name, sizeof(g_log) - strlen(g_log) - 2);
     strncat(g_log, " ", sizeof(g_log) - strlen(g_log) - 1);
-    g_ev_seen = ev;
     snprintf(g_text_seen, sizeof(g_text_seen), "%s", ev->text ? ev->text : "");
     g_nranks_seen = ev->nranks < 4 ? ev->nranks : 4;
     for (size_t i = 0; i < g_nranks_seen; i++) g_ranks_seen[i] = ev->ranks[i];
@@ -510,8 +513,9 @@ static int on_count(pscom_pmix_job_t *job, const pscom_pmix_event_t *ev,
     return PSCOM_PMIX_EVENT_CONTINUE;
 }
 
-/* Notify code to ourselves and run progress until `expect` more events are
- * handled (counted by a marker we can see: g_nlog stops growing). */
+/* Notify code to ourselves and run progress until its chain is over: the
+ * counting default handler ran, or (for a chain that a handler completed)
+ * the log did not grow for 0.5 s. */
 static void fire(pscom_pmix_job_t *job, int code, int rank, const char *text)
 {
     g_log[0] = 0;
@@ -615,10 +619,8 @@ static int test_events(int peers)
     expect_log("event X, S1 G1 removed, S2 removes D1", "S2 G2 G3 D2 ");
 
     if (peers && n > 1) {
-        static int got;
         struct hctx p = {"P", 0, NULL, 0};
         int pc[] = {EV_PEERS};
-        (void)p;
         CHECK(!pscom_pmix_event_register(job, pc, 1, 0, on_ev, &p, &p.id), "P");
         step("barrier before the peer event");
         CHECK(pscom_pmix_barrier(job) == PSCOM_SUCCESS, "barrier");
@@ -632,9 +634,10 @@ static int test_events(int peers)
         while (!strstr(g_log, "P ") && now_s() - t0 < 10) {
             if (!pscom_test_any()) usleep(200);
         }
-        if (me != 0 || strstr(g_log, "P "))
-            CHECK(strstr(g_log, "P "), "rank 0's event did not come (log \"%s\")", g_log);
-        got = strstr(g_log, "P ") != NULL;
+        /* Whether the sender sees its own event depends on the host. */
+        bool got = strstr(g_log, "P ") != NULL;
+        if (me != 0)
+            CHECK(got, "rank 0's event did not come (log \"%s\")", g_log);
         printf("rank %d: peer event %s\n", me, got ? "received" : "not received");
         step("barrier after the peer event");
         CHECK(pscom_pmix_barrier(job) == PSCOM_SUCCESS, "barrier");

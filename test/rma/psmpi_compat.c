@@ -14,6 +14,13 @@
  *   connection object (ParaStation MPI checks `old_connection ==
  *   req->connection` and closes any second connection to itself).
  *
+ * loop_reentrant: two sockets of one process (loop transport) play
+ *   ping-pong from their receive callbacks: each arriving message's io_done
+ *   sends the next one on the same connection, so sending re-enters the
+ *   transport while it is still delivering. Every message arrives once, in
+ *   order (ParaStation MPI's self messages: "the transport reports more
+ *   bytes written than were queued", duplicated frames).
+ *
  * ondemand_suspend: both sides connect on demand, then suspend listening
  *   (ParaStation MPI does so after its connection setup). The first send
  *   must still connect: pending on-demand connections keep the listener
@@ -127,6 +134,72 @@ static int loopback_main(itest_link_t *link, void *arg)
 
 /* ---------------------------------------------------------------------- */
 
+#define PINGS 200
+
+struct pinger {
+    pscom_connection_t *con;
+    pscom_request_t *req;
+    uint32_t expect;
+    uint32_t got;
+};
+
+static void on_ping(pscom_request_t *r)
+{
+    struct pinger *p = *(struct pinger **)r->user;
+    uint32_t seq;
+    ITEST_ASSERT_REQ_OK(r, "ping %u", p->expect);
+    memcpy(&seq, &r->xheader.user, sizeof(seq));
+    ITEST_ASSERT_EQ(seq, p->expect, "ping sequence number");
+    p->got++;
+    p->expect += 2;
+    if (seq + 2 < PINGS) pscom_post_recv(r); /* repost from io_done */
+    if (seq + 1 >= PINGS) return;
+    uint32_t next = seq + 1;
+    pscom_send(p->con, &next, sizeof(next), NULL, 0);
+}
+
+static void arm(struct pinger *p, pscom_connection_t *con, uint32_t first)
+{
+    p->con = con;
+    p->expect = first;
+    p->req = pscom_request_create(sizeof(uint32_t), sizeof(p));
+    memcpy(p->req->user, &p, sizeof(p));
+    p->req->connection = con;
+    p->req->xheader_len = sizeof(uint32_t);
+    p->req->ops.io_done = on_ping;
+    pscom_post_recv(p->req);
+}
+
+static int reentrant_main(itest_link_t *link, void *arg)
+{
+    itest_pscom_init();
+    pscom_socket_t *a = pscom_open_socket(0, 0, 0, 0);
+    pscom_socket_t *b = pscom_open_socket(0, 0, 1, 0);
+    b->ops.con_accept = itest_on_con_accept;
+    ITEST_ASSERT_EQ(pscom_listen(b, PSCOM_ANYPORT), PSCOM_SUCCESS, "listen");
+    char *ep = itest_ep_str(b);
+    pscom_connection_t *ca = pscom_open_connection(a);
+    ITEST_ASSERT_EQ(pscom_connect(ca, ep, 1, PSCOM_CON_FLAG_DIRECT),
+                    PSCOM_SUCCESS, "connect");
+    free(ep);
+    pscom_connection_t *cb = itest_wait_accept(1);
+    ITEST_ASSERT(ca->type == PSCOM_CON_TYPE_LOOP, "on loop, not %s",
+                 pscom_con_type_str(ca->type));
+    static struct pinger pa, pb;
+    arm(&pa, ca, 1); /* a gets the odd numbers */
+    arm(&pb, cb, 0);
+    uint32_t zero = 0;
+    itest_step("ping-pong from callbacks");
+    pscom_send(ca, &zero, sizeof(zero), NULL, 0);
+    ITEST_PROGRESS_UNTIL(pa.got + pb.got == PINGS);
+    itest_progress_ms(50);
+    ITEST_ASSERT_EQ(pa.got + pb.got, PINGS, "pings delivered");
+    pscom_close_socket(NULL);
+    return 0;
+}
+
+/* ---------------------------------------------------------------------- */
+
 static int od_main(itest_link_t *link, void *arg)
 {
     int me = (int)(intptr_t)arg;
@@ -186,12 +259,17 @@ int main(void)
     const char *c = test_case();
     if (!strcmp(c, "wait_any_eof")) return case_wait_any_eof();
     if (!strcmp(c, "ondemand_suspend")) return case_ondemand_suspend();
+    if (!strcmp(c, "loop_reentrant")) {
+        itest_child_t k;
+        itest_spawn(&k, "loop", reentrant_main, NULL);
+        return itest_child_check(&k);
+    }
     if (!strcmp(c, "loopback")) {
         itest_child_t k;
         itest_spawn(&k, "loopback", loopback_main, NULL);
         return itest_child_check(&k);
     }
-    fprintf(stderr, "COMPAT_CASE must be wait_any_eof, loopback or "
-                    "ondemand_suspend\n");
+    fprintf(stderr, "COMPAT_CASE must be wait_any_eof, loopback, "
+                    "loop_reentrant or ondemand_suspend\n");
     return 1;
 }

@@ -247,6 +247,13 @@ void pscom_plugin_log(int level, const char *fmt, ...)
     va_end(ap);
 }
 
+static char reason[256];
+
+void pscom_plugin_set_reason(const char *text)
+{
+    snprintf(reason, sizeof(reason), "%s", text);
+}
+
 int pscom_plugin_log_level(void)
 {
     return 0;
