@@ -69,6 +69,7 @@ static const char *state_str(enum psc_plugin_state state)
     case PSC_PLUGIN_LOADED: return "loaded";
     case PSC_PLUGIN_DISABLED: return "disabled";
     case PSC_PLUGIN_FAILED: return "failed";
+    case PSC_PLUGIN_PENDING: return "pending";
     }
     return "?";
 }
@@ -78,6 +79,7 @@ static void print_plugins(void)
     unsigned n;
 
     psc_plugins_load();
+    psc_plugins_load_modules();
     n = psc_plugin_count();
 
     printf("\nPlugins (in the order they are tried; PSP_<NAME>=0 disables "
@@ -174,6 +176,7 @@ int main(int argc, char **argv)
     if (config) {
         /* Plugins add their rows when they are loaded. */
         psc_plugins_load();
+        psc_plugins_load_modules();
         psc_config_print(stdout, markdown);
         return 0;
     }

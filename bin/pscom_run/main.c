@@ -44,20 +44,33 @@ double psr_now(void)
     return ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
+static void write_all(int fd, const char *buf, size_t len)
+{
+    while (len > 0) {
+        ssize_t n = write(fd, buf, len);
+        if (n < 0) {
+            if (errno == EINTR) continue;
+            return;     /* stdout gone (EPIPE): drop the output, keep running */
+        }
+        buf += n;
+        len -= n;
+    }
+}
+
 void psr_log(const psr_job_t *job, int level, const char *fmt, ...)
 {
     if (level > 0 && (!job || job->opts->verbose < level)) return;
-    char line[2048];
+    char line[2048] = "pscom_run: ";
+    size_t off = strlen(line);
     va_list ap;
     va_start(ap, fmt);
-    int n = vsnprintf(line, sizeof(line) - 1, fmt, ap);
+    int n = vsnprintf(line + off, sizeof(line) - off - 1, fmt, ap);
     va_end(ap);
     if (n < 0) return;
-    if ((size_t)n > sizeof(line) - 2) n = sizeof(line) - 2;
-    line[n++] = '\n';
+    off += (size_t)n < sizeof(line) - off - 1 ? (size_t)n : sizeof(line) - off - 2;
+    line[off++] = '\n';
     /* One write per message so that messages of both threads stay whole. */
-    fprintf(stderr, "pscom_run: %.*s", n, line);
-    fflush(stderr);
+    write_all(STDERR_FILENO, line, off);
 }
 
 void psr_job_wake(psr_job_t *job)
@@ -99,19 +112,6 @@ static void signal_live_locked(psr_job_t *job, int sig)
     for (int i = 0; i < job->nprocs; i++) {
         psr_proc_t *p = &job->procs[i];
         if (p->pid > 0 && !p->exited) kill(p->pid, sig);
-    }
-}
-
-static void write_all(int fd, const char *buf, size_t len)
-{
-    while (len > 0) {
-        ssize_t n = write(fd, buf, len);
-        if (n < 0) {
-            if (errno == EINTR) continue;
-            return;     /* stdout gone (EPIPE): drop the output, keep running */
-        }
-        buf += n;
-        len -= n;
     }
 }
 

@@ -485,10 +485,10 @@ static pmix_status_t host_publish(const pmix_proc_t *proc, const pmix_info_t inf
     st = psr_ds_publish(job->ds, &who, &d.scope, d.persist, &d.access, kvs, nkvs,
                         psr_now(), &done);
     pthread_mutex_unlock(&job->lock);
-    psr_log(job, 2, "publish by %s:%u of %zu key(s)%s%s, range %s, persistence %d: %s",
+    psr_log(job, 2, "publish by %s:%u of %zu key(s)%s%s, range %s, persistence %s: %s",
             proc->nspace, proc->rank, nkvs, nkvs ? " starting with " : "",
-            nkvs ? kvs[0].key : "", range_name(d.scope.range), (int)d.persist,
-            PMIx_Error_string(st));
+            nkvs ? kvs[0].key : "", range_name(d.scope.range),
+            PMIx_Persistence_string(d.persist), PMIx_Error_string(st));
     if (st == PMIX_SUCCESS) nkvs = 0;   /* the store owns the values now */
 out_kvs:
     for (size_t i = 0; i < nkvs; i++) value_release(kvs[i].value);

@@ -172,7 +172,7 @@ static pmix_status_t get_peer_value(pscom_pmix_job_t *job, int rank,
 }
 
 /* Read and check every peer's endpoint string into eps[]. Logs every bad
- * rank (the first few of them); 0 or -1. */
+ * rank (the first few of them); 0, -1 (bad ranks) or -2 (out of memory). */
 static int read_endpoints(pscom_pmix_job_t *job, char **eps, uint32_t *nodeids)
 {
     int bad = 0;
@@ -215,10 +215,7 @@ static int read_endpoints(pscom_pmix_job_t *job, char **eps, uint32_t *nodeids)
         }
         eps[r] = strdup(val->data.string);
         PMIX_VALUE_RELEASE(val);
-        if (!eps[r]) {
-            errno = ENOMEM;
-            return -1;
-        }
+        if (!eps[r]) return -2;
 
         val = NULL;
         rc = get_peer_value(job, r, PMX_KEY_NODEID, &val);
@@ -468,6 +465,8 @@ pscom_err_t pscom_pmix_bootstrap(pscom_pmix_job_t *job, pscom_socket_t *sock,
         pscom_env_get_int(&ondemand, "PSP_ONDEMAND");
     }
 
+    free(job->cons); /* left by a call that failed before it began */
+    free(job->local);
     job->cons = calloc((size_t)job->size, sizeof(*job->cons));
     job->local = malloc((size_t)job->size);
     eps = calloc((size_t)job->size, sizeof(*eps));
@@ -502,8 +501,14 @@ pscom_err_t pscom_pmix_bootstrap(pscom_pmix_job_t *job, pscom_socket_t *sock,
     ret = put_and_fence(job, ep, (uint32_t)pscom_get_nodeid());
     if (ret != PSCOM_SUCCESS) goto out_free;
     t_fence = now_ms();
-    if (read_endpoints(job, eps, nodeids)) {
-        ret = errno == ENOMEM ? PSCOM_ERR_STDERROR : PSCOM_ERR_INVALID;
+    switch (read_endpoints(job, eps, nodeids)) {
+    case 0: break;
+    case -2:
+        errno = ENOMEM;
+        ret = PSCOM_ERR_STDERROR;
+        goto out_free;
+    default:
+        ret = PSCOM_ERR_INVALID;
         goto out_free;
     }
     read_locality(job);

@@ -143,9 +143,15 @@ void psc_con_fail(struct psc_con *con, pscom_op_t op, pscom_err_t err)
     con->error = err;
     con->pub.state = PSCOM_CON_STATE_CLOSED;
 
-    psc_proto_fail_requests(con);
-    if (con->plugin_open && psc_list_unlinked(&con->next_dead))
-        psc_list_add_tail(&con->next_dead, &psc_ctx.dead);
+    /* Sends may still be in the transport's hands (asynchronous plugins):
+     * they fail once the plugin is closed (psc_con_reap). */
+    if (con->plugin_open) {
+        psc_proto_fail_receives(con);
+        if (psc_list_unlinked(&con->next_dead))
+            psc_list_add_tail(&con->next_dead, &psc_ctx.dead);
+    } else {
+        psc_proto_fail_requests(con);
+    }
 
     pscom_socket_t *s = &con->sock->pub;
     if (con->visible && !con->closing && s->ops.con_error)
@@ -177,6 +183,7 @@ void psc_con_reap(void)
         con->plugin_open = false;
         psc_plugin_con_closed(con->plugin);
         con->plugin->desc->ops->close(con, con->plugin_priv);
+        psc_proto_fail_sends(con);
     }
     while (!psc_list_empty(&psc_ctx.zombies)) {
         struct psc_con *con =
@@ -319,7 +326,10 @@ void psc_con_close(struct psc_con *con)
     if (!con->failed) {
         con->failed = true;
         con->error = PSCOM_ERR_EOF;
-        psc_proto_fail_requests(con);
+        if (con->plugin_open)
+            psc_proto_fail_receives(con); /* sends: after the plugin's close */
+        else
+            psc_proto_fail_requests(con);
     }
     con->pub.state = PSCOM_CON_STATE_CLOSED;
     psc_con_retire(con);
@@ -329,10 +339,9 @@ void pscom_close_connection(pscom_connection_t *connection)
 {
     if (!connection) return;
     psc_lock();
+    psc_enter();
     struct psc_con *con = con_of(connection);
-    if (con->magic == PSC_CON_MAGIC) {
-        psc_con_close(con);
-        if (!psc_ctx.depth) psc_con_reap();
-    }
+    if (con->magic == PSC_CON_MAGIC) psc_con_close(con);
+    psc_leave();
     psc_unlock();
 }

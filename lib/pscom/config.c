@@ -622,7 +622,18 @@ static const char *closest_name(const char *name)
     return best_d <= limit ? best : NULL;
 }
 
+static bool has_prefix(const char *name, const char *prefix)
+{
+    return !strncmp(name, prefix, strlen(prefix));
+}
+
 int psc_config_check_unknown(void)
+{
+    return psc_config_check_unknown_filtered(NULL, NULL);
+}
+
+int psc_config_check_unknown_filtered(const char *const *skip,
+                                      const char *only)
 {
     int unknown = 0;
 
@@ -630,8 +641,13 @@ int psc_config_check_unknown(void)
         const char *eq;
         const char *suggestion;
         char *name;
+        bool skipped = false;
 
         if (strncmp(*ep, "PSP_", 4) != 0) continue;
+        if (only && !has_prefix(*ep, only)) continue;
+        for (const char *const *p = skip; p && *p; p++)
+            skipped |= has_prefix(*ep, *p);
+        if (skipped) continue;
         eq = strchr(*ep, '=');
         name = eq ? strndup(*ep, (size_t)(eq - *ep)) : strdup(*ep);
         if (!name) continue;

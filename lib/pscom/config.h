@@ -52,6 +52,12 @@ void psc_config_reload(void);
  * naming the closest known name. Returns how many there were. */
 int psc_config_check_unknown(void);
 
+/* The same, ignoring names that start with a prefix of the NULL-terminated
+ * list `skip` (settings of plugins not loaded yet), and, when `only` is
+ * given, looking only at names that start with it. */
+int psc_config_check_unknown_filtered(const char *const *skip,
+                                      const char *only);
+
 /* Find a row by name; NULL if none. */
 const pscom_config_row_t *psc_config_find(const char *name);
 

@@ -145,6 +145,7 @@ struct psc_req {
     struct psc_rndv_info rndv;  /* rendezvous receive: what was announced */
     uint8_t rndv_blob[PSC_RNDV_BLOB_MAX]; /* ... and the plugin's blob */
     struct psc_con *gcon;       /* generated: where it arrived */
+    struct psc_req *merged_into; /* generated, still arriving: its receive */
 
     /* pscom_send_inplace */
     void (*inplace_done)(pscom_req_state_t state, void *priv);
@@ -316,7 +317,10 @@ bool psc_req_accepts(struct psc_req *req, struct psc_con *con,
 void psc_proto_send(struct psc_con *con, struct psc_req *req);
 /* A receive was posted: match it against unexpected messages or queue it. */
 void psc_proto_post_recv(struct psc_req *req);
-/* Fail every request a connection holds. */
+/* Fail every request a connection holds: receives (and unexpected messages
+ * that did not arrive whole), sends, or both. */
+void psc_proto_fail_receives(struct psc_con *con);
+void psc_proto_fail_sends(struct psc_con *con);
 void psc_proto_fail_requests(struct psc_con *con);
 /* A queued frame was written completely. */
 void psc_proto_frame_sent(struct psc_con *con, struct psc_req *req);
@@ -415,6 +419,20 @@ static inline void psc_lock(void)
     __atomic_add_fetch(&psc_ctx.lock_waiters, 1, __ATOMIC_RELAXED);
     pthread_mutex_lock(&psc_ctx.lock);
     __atomic_sub_fetch(&psc_ctx.lock_waiters, 1, __ATOMIC_RELAXED);
+}
+
+/* Around API calls that may reach into plugins: connections closed by a
+ * callback meanwhile are freed only when the outermost call leaves. */
+static inline void psc_enter(void)
+{
+    psc_ctx.depth++;
+}
+
+static inline void psc_leave(void)
+{
+    if (--psc_ctx.depth == 0 &&
+        (!psc_list_empty(&psc_ctx.dead) || !psc_list_empty(&psc_ctx.zombies)))
+        psc_con_reap();
 }
 
 static inline void psc_unlock(void)

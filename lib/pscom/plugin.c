@@ -199,11 +199,20 @@ static unsigned plugin_dirs(char dirs[][512], unsigned max)
     return n;
 }
 
-static void load_module(const char *name, const char *alias)
+/* A loadable plugin's slot and priority rows, module not opened yet. */
+static void announce_module(const char *name, const char *alias)
 {
     struct slot *s = new_slot(name);
     if (!s) return;
     register_priority(s, alias);
+    s->p.state = PSC_PLUGIN_PENDING;
+    snprintf(s->p.why, sizeof(s->p.why), "loaded at the first connection");
+}
+
+static void load_module(struct slot *s)
+{
+    const char *name = s->p.name;
+    s->p.why[0] = 0;
     if (s->p.user_priority <= 0) {
         /* Not even loaded: vendor libraries have constructors of their own. */
         char var[40];
@@ -292,8 +301,50 @@ void psc_plugins_load(void)
         if (s) init_plugin(s, builtin[i]);
     }
     for (size_t i = 0; i < sizeof(loadable) / sizeof(loadable[0]); i++)
-        load_module(loadable[i].name, loadable[i].alias);
+        announce_module(loadable[i].name, loadable[i].alias);
     psc_plugin_sort(order, count);
+}
+
+void psc_plugins_load_modules(void)
+{
+    static bool done;
+    if (done) return;
+    done = true;
+    for (unsigned i = 0; i < count; i++) {
+        struct slot *s = (struct slot *)order[i];
+        if (s->p.state != PSC_PLUGIN_PENDING) continue;
+        load_module(s);
+        /* Now that its rows exist: its settings that nothing knows. */
+        char prefix[48];
+        snprintf(prefix, sizeof(prefix), "%s_", s->row_name);
+        psc_config_check_unknown_filtered(NULL, prefix);
+        if (s->alias_name[0]) {
+            snprintf(prefix, sizeof(prefix), "%s_", s->alias_name);
+            psc_config_check_unknown_filtered(NULL, prefix);
+        }
+    }
+    psc_plugin_sort(order, count);
+}
+
+const char *const *psc_plugins_pending_prefixes(void)
+{
+    static char names[2 * MAX_PLUGINS][48];
+    static const char *list[2 * MAX_PLUGINS + 1];
+    unsigned n = 0;
+    for (unsigned i = 0; i < count; i++) {
+        struct slot *s = (struct slot *)order[i];
+        if (s->p.state != PSC_PLUGIN_PENDING) continue;
+        snprintf(names[n], sizeof(names[n]), "%s_", s->row_name);
+        list[n] = names[n];
+        n++;
+        if (s->alias_name[0]) {
+            snprintf(names[n], sizeof(names[n]), "%s_", s->alias_name);
+            list[n] = names[n];
+            n++;
+        }
+    }
+    list[n] = NULL;
+    return list;
 }
 
 unsigned psc_plugin_count(void)
@@ -366,6 +417,7 @@ void psc_plugins_unload(void)
 int pscom_plugin_available(const char *name, const char **why)
 {
     if (!psc_ctx.initialised) pscom_init(PSCOM_VERSION);
+    psc_plugins_load_modules();
     struct psc_plugin *p = psc_plugin_find(name);
     if (!p) {
         /* ParaStation's names of our transports */

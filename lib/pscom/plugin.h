@@ -13,21 +13,32 @@ enum psc_plugin_state {
     PSC_PLUGIN_LOADED,   /* registered and initialised */
     PSC_PLUGIN_DISABLED, /* PSP_<NAME>=0 */
     PSC_PLUGIN_FAILED,   /* not found, wrong version, or init failed */
+    PSC_PLUGIN_PENDING,  /* loadable, loaded at the first connection */
 };
 
 struct psc_plugin {
     const pscom_plugin_t *desc; /* NULL when loading failed */
     char name[32];
     enum psc_plugin_state state;
-    char why[160];      /* for FAILED/DISABLED: the reason, for pscom_info */
+    char why[256];      /* for FAILED/DISABLED: the reason, for pscom_info */
     char path[512];     /* the module file, "" for built-in plugins */
     int user_priority;  /* PSP_<NAME> */
     bool initialised;
     unsigned open_cons; /* connections currently open on it */
 };
 
-/* Register the built-in plugins and load the loadable ones (idempotent). */
+/* Register the built-in plugins and the names of the loadable ones
+ * (idempotent). Modules are not opened yet: vendor libraries are heavy
+ * (UCX's start-up alone takes a fifth of a second) and often unneeded. */
 void psc_plugins_load(void);
+
+/* Open and initialise the loadable plugins (idempotent): at the first
+ * connection, and for tools. */
+void psc_plugins_load_modules(void);
+
+/* PSP_ prefixes of the settings of loadable plugins not loaded yet
+ * (NULL-terminated), for the unknown-variable check at initialisation. */
+const char *const *psc_plugins_pending_prefixes(void);
 
 /* Number of known plugins (in any state) and the i-th in priority order:
  * usable ones first, highest priority first. */

@@ -299,6 +299,7 @@ static bool plugin_usable(struct psc_precon *pc, struct psc_plugin *p)
 static unsigned usable_plugins(struct psc_precon *pc, struct psc_plugin **out)
 {
     unsigned n = 0;
+    psc_plugins_load_modules();
     for (unsigned i = 0; i < psc_plugin_count() && n < PSC_PRECON_MAX_PLUGINS;
          i++) {
         struct psc_plugin *p = psc_plugin_get(i);

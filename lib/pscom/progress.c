@@ -130,16 +130,13 @@ int psc_progress(void)
 {
     int did;
 
-    psc_ctx.depth++;
+    psc_enter();
     psc_ctx.round++;
     did = psc_plugins_progress();
     if (epfd >= 0 && (hot_count || (psc_ctx.round & 127) == 0))
         did |= poll_fds();
     if ((psc_ctx.round & 1023) == 0) psc_precon_check_timeouts();
-    psc_ctx.depth--;
-    if (!psc_ctx.depth &&
-        (!psc_list_empty(&psc_ctx.dead) || !psc_list_empty(&psc_ctx.zombies)))
-        psc_con_reap();
+    psc_leave();
     return did;
 }
 

@@ -186,6 +186,9 @@ int pscom_plugin_tx_peek(pscom_plugin_con_t *con, struct iovec *iov,
     psc_list_for_each(pos, &con->sendq) {
         struct psc_req *req = psc_list_entry(pos, struct psc_req, next);
         size_t skip = req->iov[0].iov_len + req->iov[1].iov_len - req->tx_left;
+        /* Handed to the transport: no cancel from here on. */
+        if (!(req->pub.state & PSCOM_REQ_STATE_IO_STARTED))
+            psc_req_state_add(req, PSCOM_REQ_STATE_IO_STARTED);
         for (int i = 0; i < 2; i++) {
             size_t len = req->iov[i].iov_len;
             if (skip >= len) {
@@ -312,8 +315,19 @@ static int rx_body_done(struct psc_con *con)
     rx_next_message(&con->rx);
     if (!req) return 0;
     if (req->kind == PSC_REQ_GENERATED) {
-        req->got_all = true;
-        return 0;
+        struct psc_req *u = req->merged_into;
+        if (!u) {
+            req->got_all = true;
+            return 0;
+        }
+        /* A receive took it over while it arrived: hand the body over. */
+        size_t total = req->pub.header.data_len;
+        size_t fit = u->pub.data_len < total ? u->pub.data_len : total;
+        if (fit) memcpy(u->pub.data, req->gbuf, fit);
+        u->received = fit;
+        truncated = total > u->pub.data_len;
+        psc_req_release(req);
+        req = u;
     }
     psc_req_done(req, truncated ? PSCOM_REQ_STATE_TRUNCATED : 0);
     return con->failed || con->zombie ? -1 : 0;
@@ -626,6 +640,7 @@ size_t pscom_plugin_rx_direct(pscom_plugin_con_t *con, void **buf)
 int pscom_plugin_rx_direct_done(pscom_plugin_con_t *con, size_t n)
 {
     struct psc_rx *rx = &con->rx;
+    if (con->failed || con->zombie || !rx->req || n > rx->dst_left) return -1;
     rx->dst += n;
     rx->dst_left -= n;
     rx->left -= n;
@@ -652,24 +667,18 @@ static void merge_generated(struct psc_req *req, struct psc_req *g)
         psc_req_release(g);
         return;
     }
-    size_t have = g->received;
-    size_t fit = req->pub.data_len < total ? req->pub.data_len : total;
-    size_t copy = have < fit ? have : fit;
-    if (copy) memcpy(req->pub.data, g->gbuf, copy);
-
-    if (g->got_all) {
-        psc_req_release(g);
-        psc_req_done(req, 0);
+    if (!g->got_all) {
+        /* The body is still arriving, possibly straight into g's buffer
+         * through a plugin's asynchronous receive: let it finish there and
+         * hand it over then (rx_body_done). */
+        g->merged_into = req;
         return;
     }
-    /* The body is still arriving: let the rest go to the user buffer. */
-    struct psc_rx *rx = &con->rx;
-    rx->req = req;
-    req->received = have;
-    rx->dst = (char *)req->pub.data + copy;
-    rx->dst_left = fit - copy;
-    rx->truncated = total > req->pub.data_len;
+    size_t fit = req->pub.data_len < total ? req->pub.data_len : total;
+    if (fit) memcpy(req->pub.data, g->gbuf, fit);
+    req->received = fit;
     psc_req_release(g);
+    psc_req_done(req, 0);
 }
 
 void psc_proto_post_recv(struct psc_req *req)
@@ -702,7 +711,7 @@ static void fail_queue(struct psc_list *queue)
     }
 }
 
-void psc_proto_fail_requests(struct psc_con *con)
+void psc_proto_fail_receives(struct psc_con *con)
 {
     struct psc_req *cur = con->rx.req;
     rx_next_message(&con->rx);
@@ -716,13 +725,28 @@ void psc_proto_fail_requests(struct psc_con *con)
         psc_list_del(&g->next_any);
         psc_req_release(g);
     }
-    if (cur && cur->kind != PSC_REQ_GENERATED)
+    if (cur && cur->kind == PSC_REQ_GENERATED && cur->merged_into) {
+        struct psc_req *u = cur->merged_into;
+        psc_req_release(cur);
+        psc_req_done(u, PSCOM_REQ_STATE_ERROR);
+    } else if (cur && cur->kind != PSC_REQ_GENERATED) {
         psc_req_done(cur, PSCOM_REQ_STATE_ERROR);
+    }
 
-    fail_queue(&con->sendq);
-    fail_queue(&con->rndv_sendq);
     fail_queue(&con->rndv_recvq);
     fail_queue(&con->recvq_user);
     psc_rma_con_fail(con);
     psc_group_con_fail(con);
+}
+
+void psc_proto_fail_sends(struct psc_con *con)
+{
+    fail_queue(&con->sendq);
+    fail_queue(&con->rndv_sendq);
+}
+
+void psc_proto_fail_requests(struct psc_con *con)
+{
+    psc_proto_fail_receives(con);
+    psc_proto_fail_sends(con);
 }

@@ -145,7 +145,9 @@ void pscom_post_send(pscom_request_t *request)
         psc_unlock();
         return;
     }
+    psc_enter();
     psc_proto_send(con_of(request->connection), req);
+    psc_leave();
     psc_unlock();
 }
 
@@ -177,7 +179,9 @@ void pscom_post_recv(pscom_request_t *request)
         }
         request->socket = request->connection->socket;
     }
+    psc_enter();
     psc_proto_post_recv(req);
+    psc_leave();
     psc_unlock();
 }
 

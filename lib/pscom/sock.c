@@ -324,6 +324,7 @@ static void sock_close(struct psc_sock *sock)
 void pscom_close_socket(pscom_socket_t *socket)
 {
     psc_lock();
+    psc_enter();
     if (socket) {
         if (sock_of(socket)->magic == PSC_SOCK_MAGIC) sock_close(sock_of(socket));
     } else {
@@ -340,6 +341,6 @@ void pscom_close_socket(pscom_socket_t *socket)
             psc_req_done(req, PSCOM_REQ_STATE_ERROR);
         }
     }
-    if (!psc_ctx.depth) psc_con_reap();
+    psc_leave();
     psc_unlock();
 }

@@ -4,11 +4,11 @@
  *
  * One RDM endpoint per process, with one completion queue and one address
  * vector, carries every ofi connection of every socket. It is opened by the
- * first handshake and closed at library teardown. A connection is a pair of
- * connection ids (conids), one per side, exchanged in the handshake blobs
- * (ofi_proto.h) together with the endpoint names: messages to a side carry
- * its conid in the tag, so receives posted for one connection never match
- * another's, also between the same two processes.
+ * first handshake and closed at library teardown or exit. A connection is a
+ * pair of connection ids (conids), one per side, exchanged in the handshake
+ * blobs (ofi_proto.h) together with the endpoint names: messages to a side
+ * carry its conid in the tag, so receives posted for one connection never
+ * match another's, also between the same two processes.
  *
  * Sending: each frame the core queues (head = header + extended header,
  * then the body) becomes one tagged message, or, when it is larger than

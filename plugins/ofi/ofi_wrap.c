@@ -110,8 +110,8 @@ int ofw_select(const char *prov, const char *domain, ofw_info_t *info,
         char avail[256];
         list_providers(avail, sizeof(avail));
         snprintf(why, why_len,
-                 "no libfabric provider%s%s%s%s%s offers an RDM endpoint with "
-                 "tagged messages (fi_getinfo: %s); providers here that do: %s",
+                 "no provider%s%s%s with tagged RDM endpoints%s%s (%s); "
+                 "here: %s",
                  prov && *prov ? " \"" : "", prov && *prov ? prov : "",
                  prov && *prov ? "\"" : "", domain && *domain ? " in domain " : "",
                  domain && *domain ? domain : "",

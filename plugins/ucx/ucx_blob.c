@@ -33,13 +33,14 @@ static uint64_t get64(const uint8_t *p)
 int ux_blob_encode(const ux_blob_t *b, void *buf, size_t *len)
 {
     if (!b->addr_len || b->addr_len > UX_BLOB_ADDR_MAX ||
-        *len < UX_BLOB_FIXED + b->addr_len)
+        *len < UX_BLOB_FIXED + b->addr_len || (b->flags & ~UX_BLOB_F_PEER_ERRORS))
         return -EMSGSIZE;
     uint8_t *p = buf;
     put32(p, UX_BLOB_MAGIC);
     p[4] = UX_BLOB_VERSION & 0xff;
     p[5] = UX_BLOB_VERSION >> 8;
-    p[6] = p[7] = 0;
+    p[6] = b->flags & 0xff;
+    p[7] = b->flags >> 8;
     put32(p + 8, b->slot);
     put32(p + 12, b->gen);
     put64(p + 16, b->rndv);
@@ -65,7 +66,8 @@ int ux_blob_decode(const void *buf, size_t len, ux_blob_t *b, const char **why)
         *why = "unsupported version of the ucx handshake";
         return -EPROTO;
     }
-    if (p[6] || p[7]) {
+    unsigned flags = p[6] | (unsigned)p[7] << 8;
+    if (flags & ~UX_BLOB_F_PEER_ERRORS) {
         *why = "unknown flags";
         return -EPROTO;
     }
@@ -78,6 +80,7 @@ int ux_blob_decode(const void *buf, size_t len, ux_blob_t *b, const char **why)
         *why = "worker address length does not match the blob length";
         return -EPROTO;
     }
+    b->flags = (uint16_t)flags;
     b->slot = get32(p + 8);
     b->gen = get32(p + 12);
     b->rndv = get64(p + 16);

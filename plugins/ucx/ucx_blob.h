@@ -6,7 +6,7 @@
  * Layout (little-endian, UX_BLOB_FIXED bytes, then the address):
  *    0  u32  magic UX_BLOB_MAGIC
  *    4  u16  version UX_BLOB_VERSION
- *    6  u16  flags (0; others are refused)
+ *    6  u16  flags: UX_BLOB_F_PEER_ERRORS; others are refused
  *    8  u32  key slot: what the peer puts in front of every message to us
  *   12  u32  key generation
  *   16  u64  our core rendezvous threshold (UINT64_MAX: none)
@@ -22,10 +22,13 @@
 #define UX_BLOB_MAGIC   0x78756370u /* "pcux" */
 #define UX_BLOB_VERSION 1
 #define UX_BLOB_FIXED   28
+/* The sender wants endpoints in UCX's peer error-handling mode. */
+#define UX_BLOB_F_PEER_ERRORS 0x1
 /* Largest worker address accepted (the precon carries 4096 bytes). */
 #define UX_BLOB_ADDR_MAX (4096 - UX_BLOB_FIXED)
 
 typedef struct ux_blob {
+    uint16_t flags;   /* UX_BLOB_F_* */
     uint32_t slot;
     uint32_t gen;
     uint64_t rndv;    /* the sender's rendezvous threshold */

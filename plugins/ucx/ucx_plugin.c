@@ -72,12 +72,18 @@
 /* ---------------------------------------------------------------------- */
 
 static size_t cfg_rendezvous;
+static int cfg_peer_errors;
 
 static const pscom_config_row_t ux_rows[] = {
     {"PSP_UCX_RENDEZVOUS", PSCOM_CONFIG_SIZE, "64k",
      "rendezvous threshold on ucx connections: larger messages wait for "
      "their receive, then UCX moves them into the receive buffer",
      "ucx", "PSP_RENDEZVOUS", &cfg_rendezvous},
+    {"PSP_UCX_PEER_ERRORS", PSCOM_CONFIG_BOOL, "1",
+     "UCX peer error-handling mode: a broken endpoint is a connection error "
+     "at once; UCX 1.13 then moves large messages over tcp and cma without "
+     "zero-copy (0: faster, a dead peer is still noticed by its closed "
+     "pre-connection socket)", "ucx", NULL, &cfg_peer_errors},
 };
 
 /* ---------------------------------------------------------------------- */
@@ -412,6 +418,12 @@ static void ep_closed_cb(void *user, int status)
     struct ux_sock *us = user;
     (void)status;
     us->closing--;
+}
+
+static void ep_dropped_cb(void *user, int status)
+{
+    (void)user;
+    (void)status;
 }
 
 static void ep_err_cb(void *arg, uxw_ep_t *ep, int status)
@@ -962,11 +974,9 @@ static void sock_destroy(struct ux_sock *us)
 /* Connections                                                            */
 /* ---------------------------------------------------------------------- */
 
-static bool con_quiet(void *arg)
+static bool rop_done(void *arg)
 {
     struct ux_con *uc = arg;
-    for (struct ux_txe *e = uc->txq; e; e = e->next)
-        if (!e->done) return false;
     return !uc->rop || uc->rop->done;
 }
 
@@ -991,21 +1001,27 @@ static void con_release(struct ux_con *uc)
     }
     uc->rxq_tail = &uc->rxq;
 
+    /* A broken connection (or a dead peer) is dropped. Otherwise UCX
+     * flushes what it has (the EOF message): the socket's last connection
+     * waits for that before the worker goes. */
+    bool broken = uc->ep_failed || uc->err || uc->hup;
     if (uc->ep) {
         uxw_ep_t *ep = uc->ep;
         uc->ep = NULL;
-        /* A broken endpoint, or one with nothing left to deliver: drop it.
-         * Otherwise let UCX flush what it has (the EOF message). */
-        int force = uc->ep_failed || uc->err;
-        if (uxw_ep_close(us->w, ep, force, ep_closed_cb, us) == UXW_PENDING)
+        if (uxw_ep_close(us->w, ep, broken, broken ? ep_dropped_cb : ep_closed_cb,
+                         us) == UXW_PENDING &&
+            !broken)
             us->closing++;
     }
-    /* UCX may still read send buffers or write a receive buffer of this
-     * connection; the core gives them back once we return. */
-    if (!con_quiet(uc) && !wait_for(us, con_quiet, uc, CLOSE_WAIT_MS))
-        pscom_plugin_log(2, "ucx: %s: UCX still uses buffers of the closed "
-                         "connection after %u ms", pscom_plugin_con_str(uc->con),
-                         CLOSE_WAIT_MS);
+    /* A body on its way into a user buffer: the core hands the buffer back
+     * once we return, so let it arrive first (the peer is alive and sends
+     * it). Sends need no wait: closing waits until they are done, and after
+     * a failure nobody reads their buffers any more. */
+    if (!broken && uc->rop && uc->rop->direct &&
+        !wait_for(us, rop_done, uc, CLOSE_WAIT_MS))
+        pscom_plugin_log(2, "ucx: %s: a message body was still arriving %u ms "
+                         "after the connection closed",
+                         pscom_plugin_con_str(uc->con), CLOSE_WAIT_MS);
     while (uc->txq) {
         struct ux_txe *e = uc->txq;
         uc->txq = e->next;
@@ -1055,7 +1071,8 @@ static int ux_hs_start(pscom_plugin_con_t *con, void *priv, void *blob,
     }
     uc->us = us;
 
-    ux_blob_t b = {.slot = uc->slot, .gen = uc->gen,
+    ux_blob_t b = {.flags = cfg_peer_errors ? UX_BLOB_F_PEER_ERRORS : 0,
+                   .slot = uc->slot, .gen = uc->gen,
                    .rndv = cfg_rendezvous == SIZE_MAX ? UINT64_MAX
                                                       : (uint64_t)cfg_rendezvous};
     uxw_worker_address(us->w, &b.addr, &b.addr_len);
@@ -1085,8 +1102,10 @@ static int ux_hs_connect(pscom_plugin_con_t *con, void *priv, const void *blob,
     uc->peer_slot = b.slot;
     uc->peer_gen = b.gen;
     uc->peer_rndv = b.rndv;
-    int st = uxw_ep_create(uc->us->w, b.addr, b.addr_len, ep_err_cb, uc->us,
-                           &uc->ep);
+    /* Both ends use peer error-handling mode when either wants it. */
+    int peer_errors = cfg_peer_errors || (b.flags & UX_BLOB_F_PEER_ERRORS);
+    int st = uxw_ep_create(uc->us->w, b.addr, b.addr_len, peer_errors,
+                           ep_err_cb, uc->us, &uc->ep);
     if (st) {
         pscom_plugin_log(4, "ucx: %s: cannot reach the peer's UCX worker: %s",
                          pscom_plugin_con_str(con), uxw_status_str(st));

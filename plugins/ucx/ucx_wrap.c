@@ -93,7 +93,7 @@ int uxw_context_create(const uxw_config_t *cfg, uxw_context_t **ctx_p,
     ucp_params_t params = {
         .field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_REQUEST_SIZE |
                       UCP_PARAM_FIELD_MT_WORKERS_SHARED | UCP_PARAM_FIELD_NAME,
-        .features = UCP_FEATURE_AM | (getenv("XX_TAG") ? UCP_FEATURE_TAG : 0),
+        .features = UCP_FEATURE_AM,
         .request_size = sizeof(struct req_priv),
         .mt_workers_shared = 0,
         .name = "pscom",
@@ -270,7 +270,8 @@ static void ep_error(void *arg, ucp_ep_h ep, ucs_status_t status)
 }
 
 int uxw_ep_create(uxw_worker_t *w, const void *addr, size_t len,
-                  uxw_ep_err_cb_t err_cb, void *err_arg, uxw_ep_t **ep_p)
+                  int peer_errors, uxw_ep_err_cb_t err_cb, void *err_arg,
+                  uxw_ep_t **ep_p)
 {
     (void)len; /* UCX reads the length from the address itself */
     w->err_cb = err_cb;
@@ -280,14 +281,14 @@ int uxw_ep_create(uxw_worker_t *w, const void *addr, size_t len,
                       UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
                       UCP_EP_PARAM_FIELD_ERR_HANDLER,
         .address = addr,
-        .err_mode = getenv("XX_NOPEER") ? UCP_ERR_HANDLING_MODE_NONE : UCP_ERR_HANDLING_MODE_PEER,
+        .err_mode = peer_errors ? UCP_ERR_HANDLING_MODE_PEER
+                                : UCP_ERR_HANDLING_MODE_NONE,
         .err_handler = {.cb = ep_error, .arg = w},
     };
     ucp_ep_h ep;
     ucs_status_t st = ucp_ep_create(w->worker, &p, &ep);
     if (st != UCS_OK) return st;
     *ep_p = (uxw_ep_t *)ep;
-    if (getenv("XX_PRINT")) ucp_ep_print_info(ep, stderr);
     return UCS_OK;
 }
 

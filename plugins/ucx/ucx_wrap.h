@@ -60,9 +60,9 @@ typedef void (*uxw_recv_cb_t)(void *user, int status, size_t len);
 /* UCX settings the plugin gives a context (each one only when the user did
  * not set the UCX_ variable). */
 typedef struct uxw_config {
-    /* Let the shared-memory transports (posix, sysv) take part in peer
-     * error-handling mode (MM_ERROR_HANDLING=y; without it UCX refuses
-     * them for such endpoints). */
+    /* Let the shared-memory transports (posix, sysv) serve endpoints in peer
+     * error-handling mode (MM_ERROR_HANDLING=y; without it UCX refuses them
+     * for such endpoints). */
     int shm_error_handling;
 } uxw_config_t;
 
@@ -86,10 +86,12 @@ size_t uxw_worker_max_am_header(uxw_worker_t *w);
 /* One round of progress; the number of events handled. */
 unsigned uxw_worker_progress(uxw_worker_t *w);
 
-/* An endpoint to the worker whose address is addr (from the network), in
- * peer error-handling mode: a failure is reported to err_cb(err_arg). */
+/* An endpoint to the worker whose address is addr (from the network). A
+ * failure is reported to err_cb(err_arg): always in UCX's peer
+ * error-handling mode (peer_errors), else when UCX happens to notice it. */
 int uxw_ep_create(uxw_worker_t *w, const void *addr, size_t len,
-                  uxw_ep_err_cb_t err_cb, void *err_arg, uxw_ep_t **ep_p);
+                  int peer_errors, uxw_ep_err_cb_t err_cb, void *err_arg,
+                  uxw_ep_t **ep_p);
 /* Close ep: flush what was sent first, or (force) drop it. UXW_OK when
  * closed now; UXW_PENDING when cb(user) follows; or an error (closed). */
 int uxw_ep_close(uxw_worker_t *w, uxw_ep_t *ep, int force, uxw_done_cb_t cb,

@@ -132,9 +132,9 @@ class Cases:
         t = self.c("t_term")
         r = launch([self.R, "--keep-going", "-n", "2", t, "2", "kill", "keep", ":",
                     "-n", "2", t, "2", "kill", "keep"])
-        expect(r, 128 + 9, max_secs=15)
+        expect(r, 128 + 9, r"^survivor \d:\d done", 3, max_secs=15)
         self._term_lines(r, 3)
-        check("keep going" in r.err, "pscom_run did not say the others keep going", r)
+        check("the others keep going" in r.err, "pscom_run did not say the others keep going", r)
 
     def killed_rank_late_joiner(self):
         # App 1 rank 0 starts after the death and still gets the event once.

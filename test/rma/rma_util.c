@@ -89,10 +89,21 @@ static bool mesh_complete(rt_mesh_t *m)
 
 static void check_types(rt_mesh_t *m)
 {
-    pscom_con_type_t want = PSCOM_CON_TYPE_TCP;
+    static const struct {
+        const char *name;
+        pscom_con_type_t type;
+    } types[] = {
+        {"tcp", PSCOM_CON_TYPE_TCP},     {"shm", PSCOM_CON_TYPE_SHM},
+        {"loop", PSCOM_CON_TYPE_LOOP},   {"ucx", PSCOM_CON_TYPE_UCP},
+        {"ucp", PSCOM_CON_TYPE_UCP},     {"ofi", PSCOM_CON_TYPE_OFI},
+        {"ofed", PSCOM_CON_TYPE_OFI},    {"verbs", PSCOM_CON_TYPE_OPENIB},
+        {"openib", PSCOM_CON_TYPE_OPENIB},
+    };
+    pscom_con_type_t want = PSCOM_CON_TYPE_NONE;
     const char *t = itest_transport_name();
-    if (!strcmp(t, "shm")) want = PSCOM_CON_TYPE_SHM;
-    if (!strcmp(t, "loop")) want = PSCOM_CON_TYPE_LOOP;
+    for (size_t i = 0; i < sizeof(types) / sizeof(types[0]); i++)
+        if (!strcmp(t, types[i].name)) want = types[i].type;
+    if (want == PSCOM_CON_TYPE_NONE) return; /* "any" */
     for (int i = 0; i < m->n; i++) {
         if (i == m->me) continue;
         ITEST_ASSERT(m->con[i]->type == want,

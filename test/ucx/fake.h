@@ -64,6 +64,7 @@ struct fake_wrap {
     int nrecvs;
     int releases;   /* uxw_am_release calls */
     int ep_creates;
+    int ep_peer_errors; /* the mode of the last endpoint */
     int ep_closes;
     int ep_close_force;
     int workers;    /* alive */

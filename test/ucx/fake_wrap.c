@@ -90,9 +90,11 @@ unsigned uxw_worker_progress(uxw_worker_t *w)
 }
 
 int uxw_ep_create(uxw_worker_t *w, const void *addr, size_t len,
-                  uxw_ep_err_cb_t err_cb, void *err_arg, uxw_ep_t **ep_p)
+                  int peer_errors, uxw_ep_err_cb_t err_cb, void *err_arg,
+                  uxw_ep_t **ep_p)
 {
     (void)w;
+    fw.ep_peer_errors = peer_errors;
     if (fw.ep_create_result) return fw.ep_create_result;
     assert(len == sizeof(fake_addr) && !memcmp(addr, fake_addr, len));
     fw.err_cb = err_cb;

@@ -18,7 +18,8 @@ static const uint8_t addr[40] = "some UCX worker address, opaque to us";
 
 static size_t good(uint8_t *buf, size_t cap)
 {
-    ux_blob_t b = {.slot = 0x01020304, .gen = 0xa0b0c0d0,
+    ux_blob_t b = {.flags = UX_BLOB_F_PEER_ERRORS,
+                   .slot = 0x01020304, .gen = 0xa0b0c0d0,
                    .rndv = 0x1122334455667788ull, .addr = addr,
                    .addr_len = sizeof(addr)};
     size_t len = cap;
@@ -34,6 +35,7 @@ static void round_trip(void **state)
     ux_blob_t d;
     const char *why = NULL;
     assert_int_equal(ux_blob_decode(buf, len, &d, &why), 0);
+    assert_int_equal(d.flags, UX_BLOB_F_PEER_ERRORS);
     assert_int_equal(d.slot, 0x01020304);
     assert_int_equal(d.gen, 0xa0b0c0d0);
     assert_true(d.rndv == 0x1122334455667788ull);
@@ -55,6 +57,10 @@ static void encode_refuses_what_does_not_fit(void **state)
     len = sizeof(buf);
     assert_int_equal(ux_blob_encode(&b, buf, &len), -EMSGSIZE);
     b.addr_len = UX_BLOB_ADDR_MAX + 1;
+    len = sizeof(buf);
+    assert_int_equal(ux_blob_encode(&b, buf, &len), -EMSGSIZE);
+    b.addr_len = sizeof(addr);
+    b.flags = 0x8000;
     len = sizeof(buf);
     assert_int_equal(ux_blob_encode(&b, buf, &len), -EMSGSIZE);
 }
@@ -86,6 +92,9 @@ static void malformed_blobs(void **state)
 
     memcpy(bad, buf, len);
     bad[7] = 0x80;
+    expect_bad(bad, len, "flags");
+    memcpy(bad, buf, len);
+    bad[6] = 0x02;
     expect_bad(bad, len, "flags");
 
     /* Address length: zero, huge, one more or less than what is there. */

@@ -45,7 +45,14 @@ struct tcon {
     int peer_fd;    /* the peer's end of the pre-connection socket */
 };
 
-static struct tcon *tcon_open(uint64_t peer_rndv)
+/* PSP_UCX_PEER_ERRORS as this run has it (the test runs with 1 and 0). */
+static int peer_errors_setting(void)
+{
+    const char *v = getenv("PSP_UCX_PEER_ERRORS");
+    return !v || atoi(v) != 0;
+}
+
+static struct tcon *tcon_open_flags(uint64_t peer_rndv, uint16_t peer_flags)
 {
     struct tcon *t = calloc(1, sizeof(*t));
     assert_non_null(t);
@@ -63,8 +70,11 @@ static struct tcon *tcon_open(uint64_t peer_rndv)
     t->key.slot = mine.slot;
     t->key.gen = mine.gen;
 
-    ux_blob_t peer = {.slot = PEER_SLOT, .gen = PEER_GEN, .rndv = peer_rndv,
-                      .addr = mine.addr, .addr_len = mine.addr_len};
+    assert_int_equal(mine.flags,
+                     peer_errors_setting() ? UX_BLOB_F_PEER_ERRORS : 0);
+    ux_blob_t peer = {.flags = peer_flags, .slot = PEER_SLOT, .gen = PEER_GEN,
+                      .rndv = peer_rndv, .addr = mine.addr,
+                      .addr_len = mine.addr_len};
     uint8_t pblob[4096];
     size_t plen = sizeof(pblob);
     assert_int_equal(ux_blob_encode(&peer, pblob, &plen), 0);
@@ -77,6 +87,11 @@ static struct tcon *tcon_open(uint64_t peer_rndv)
     fake_fd_owner(NULL);
     assert_int_equal(t->core.fd_added, 1);
     return t;
+}
+
+static struct tcon *tcon_open(uint64_t peer_rndv)
+{
+    return tcon_open_flags(peer_rndv, UX_BLOB_F_PEER_ERRORS);
 }
 
 static void tcon_close(struct tcon *t)
@@ -152,6 +167,17 @@ static void blob_from_hs_start(void **state)
     assert_int_equal(fw.workers, 1);
     tcon_close(b);
     assert_int_equal(fw.workers, 0);
+}
+
+/* Peer error-handling mode when either end wants it. */
+static void error_mode_is_agreed(void **state)
+{
+    struct tcon *t = tcon_open_flags(RNDV, UX_BLOB_F_PEER_ERRORS);
+    assert_int_equal(fw.ep_peer_errors, 1);
+    tcon_close(t);
+    t = tcon_open_flags(RNDV, 0);
+    assert_int_equal(fw.ep_peer_errors, peer_errors_setting());
+    tcon_close(t);
 }
 
 static void hs_connect_refuses_bad_blobs(void **state)
@@ -706,6 +732,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(blob_from_hs_start, setup, teardown),
+        cmocka_unit_test_setup_teardown(error_mode_is_agreed, setup, teardown),
         cmocka_unit_test_setup_teardown(hs_connect_refuses_bad_blobs, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(sends_complete_in_queue_order, setup,

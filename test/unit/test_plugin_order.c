@@ -70,8 +70,11 @@ static void registry_from_environment(void **state)
     assert_int_equal(tcp->state, PSC_PLUGIN_DISABLED);
     assert_non_null(strstr(tcp->why, "PSP_TCP=0"));
 
+    /* Loadable modules are opened at the first connection only. */
     struct psc_plugin *ucx = psc_plugin_find("ucx");
     assert_non_null(ucx);
+    assert_int_equal(ucx->state, PSC_PLUGIN_PENDING);
+    psc_plugins_load_modules();
     assert_int_equal(ucx->state, PSC_PLUGIN_FAILED);
     assert_non_null(strstr(ucx->why, "/nonexistent-pscom-plugins/"));
     assert_non_null(psc_config_find("PSP_TCP"));

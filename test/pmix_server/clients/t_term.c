@@ -2,8 +2,9 @@
  * The death of a process: the others get a process-termination event.
  *   t_term NAPPS kill [keep]   app 0 rank 1 SIGKILLs itself after a fence;
  *                              the others expect the event within 2 s, then
- *                              finish ("keep", under --keep-going) or wait
- *                              to be ended by the launcher.
+ *                              run 1.5 s longer and print "survivor ... done"
+ *                              ("keep", under --keep-going) or wait to be
+ *                              ended by the launcher.
  *   t_term NAPPS late          (--keep-going) app 0 rank 1 dies right after
  *                              PMIx_Init; app 1 rank 0 starts 1.5 s late and
  *                              still gets the event, exactly once.
@@ -110,6 +111,9 @@ int main(int argc, char **argv)
         sleep(30);
         t_fail("still running 30 s after the death of a peer");
     }
+    /* Outlive the launcher's --grace (1 s): only --keep-going lets us. */
+    usleep(1500000);
+    printf("survivor %u:%u done\n", t_appnum, t_arank);
     t_finalize();
     return 0;
 }
