@@ -540,6 +540,23 @@ void pscom_flush(pscom_connection_t *connection);
  * connection. */
 void pscom_close_connection(pscom_connection_t *connection);
 
+/* Extension of this library (not in ParaStation pscom).
+ * Fail `connection` as if its transport had broken, for a layer that learns
+ * of a dead peer by other means (a PMIx event): a handshake or on-demand
+ * connect under way is abandoned, every pending send and receive ends with
+ * PSCOM_REQ_STATE_ERROR, the state becomes PSCOM_CON_STATE_CLOSED and
+ * socket->ops.con_error(connection, PSCOM_OP_RW, error) is called once.
+ * Later sends and receives on it fail at once; unexpected messages that had
+ * arrived whole stay receivable. The connection stays valid until
+ * pscom_close_connection(), which then sends nothing. error: a negative
+ * pscom_err_t (PSCOM_ERR_IOERROR for a failure, PSCOM_ERR_EOF for a peer
+ * that ended). PSCOM_ERR_ALREADY when it failed or is closing already
+ * (nothing is called), PSCOM_ERR_INVALID for bad arguments. May be called
+ * from callbacks (io_done, con_error, file descriptor callbacks). */
+#define PSCOM_HAS_FAIL_CONNECTION 1
+pscom_err_t pscom_fail_connection(pscom_connection_t *connection,
+                                  pscom_err_t error);
+
 /* Close all connections of `socket` and the socket itself; NULL closes every
  * socket. The socket must not be used afterwards. */
 void pscom_close_socket(pscom_socket_t *socket);

@@ -97,7 +97,8 @@ int psr_cli_parse(int argc, char **argv, psr_opts_t *opts, char *err, size_t err
         } else if (is_opt(a, "--event-cache")) {
             v = opt_value(argc, argv, &i, "--event-cache");
             if (!v || parse_long(v, 1, 1L << 20, &n))
-                return fail(err, errlen, "--event-cache needs a number of events between 1 and 1048576, not '%s'",
+                return fail(err, errlen,
+                            "--event-cache needs a number of events from 1 to 1048576, not '%s'",
                             v ? v : "");
             opts->event_cache = (size_t)n;
         } else if (is_opt(a, "--grace")) {
@@ -141,7 +142,9 @@ int psr_cli_parse(int argc, char **argv, psr_opts_t *opts, char *err, size_t err
             char opt[64];
             snprintf(opt, sizeof(opt), "%s", argv[i]);
             psr_opts_free(opts);
-            return fail(err, errlen, "unknown option '%s' where a program was expected (see pscom_run --help)", opt);
+            return fail(err, errlen,
+                        "unknown option '%s' where a program was expected (see pscom_run --help)",
+                        opt);
         }
         app.argv = &argv[i];
         while (i < argc && strcmp(argv[i], ":") != 0) {

@@ -491,6 +491,7 @@ pmix_status_t psr_ds_publish(psr_ds_t *ds, const psr_ds_client_t *who,
     while (*end) end = &(*end)->next;
     *end = first;
 
+    serve_parked(ds, done_p);
     return PMIX_SUCCESS;
 
 undo:

@@ -95,7 +95,7 @@ typedef struct psr_ds_hit {
  */
 typedef struct psr_ds_result {
     struct psr_ds_result *next;    /* list of completed lookups handed to the caller */
-    pmix_status_t status;        /* SUCCESS, PARTIAL_SUCCESS, NOT_FOUND, NO_PERMISSIONS, TIMEOUT, ... */
+    pmix_status_t status;       /* PMIX_SUCCESS, PMIX_ERR_PARTIAL_SUCCESS, ..._NOT_FOUND, ... */
     void *cookie;            /* as given to psr_ds_lookup */
     psr_ds_hit_t *hits;
     size_t nhits;

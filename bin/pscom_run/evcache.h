@@ -1,5 +1,6 @@
 /*
- * pscom_run: the cache of environment events.
+ * pscom_run: the cache of the events the launcher sends (a process's
+ * termination), so that processes that connect later still get them.
  *
  * A ring buffer of the last `capacity` events, oldest first; adding to a
  * full ring evicts the oldest.  For every event it knows which processes

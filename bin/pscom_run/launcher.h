@@ -61,7 +61,7 @@ typedef struct psr_job {
     char tmpdir[4096];          /* removed at exit */
 
     psr_ds_t *ds;               /* (L) publish/lookup datastore */
-    psr_evc_t *evc;             /* (L) environment event cache */
+    psr_evc_t *evc;             /* (L) cache of the events the launcher sent */
     psr_ds_result_t *answers;   /* (L) lookup answers to hand over on the PMIx thread */
     bool tick_sent;             /* (L) a tick is on its way to the PMIx thread */
     int exit_status;            /* (L) first non-zero status, 0 while none */

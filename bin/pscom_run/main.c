@@ -32,7 +32,9 @@
 extern char **environ;
 
 /* Signals pscom_run handles through its signalfd; the children get default dispositions. */
-static const int handled_signals[] = { SIGCHLD, SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2 };
+static const int handled_signals[] = {
+    SIGCHLD, SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2,
+};
 
 #define EXIT_LAUNCH_FAILED 255
 #define EXIT_TIMEOUT 124

@@ -345,3 +345,27 @@ void pscom_close_connection(pscom_connection_t *connection)
     psc_leave();
     psc_unlock();
 }
+
+pscom_err_t pscom_fail_connection(pscom_connection_t *connection,
+                                  pscom_err_t error)
+{
+    if (!connection || error >= 0) return PSCOM_ERR_INVALID;
+    psc_lock();
+    psc_enter();
+    struct psc_con *con = con_of(connection);
+    pscom_err_t ret = PSCOM_SUCCESS;
+    if (con->magic != PSC_CON_MAGIC || con->zombie) {
+        ret = PSCOM_ERR_INVALID;
+    } else if (con->failed || con->closing) {
+        ret = PSCOM_ERR_ALREADY;
+    } else {
+        if (con->precon) psc_precon_destroy(con->precon);
+        con->ondemand = false;
+        psc_debug("%s: failed by the application: %s", psc_con_str(con),
+                  pscom_err_str(error));
+        psc_con_fail(con, PSCOM_OP_RW, error);
+    }
+    psc_leave();
+    psc_unlock();
+    return ret;
+}

@@ -102,7 +102,8 @@ struct ux_txe {
     size_t len;          /* head + body bytes */
     bool done;           /* UCX no longer needs the buffers */
     int status;          /* how the send ended */
-    uint8_t *hdr;        /* the AM header (hinline, or malloc'ed) */
+    uint8_t *hdr;        /* what UCX reads until done: the AM header, or the
+                          * whole frame when packed (hinline or malloc'ed) */
     uint8_t hinline[KEY_LEN + HDR_INLINE];
 };
 
@@ -1214,6 +1215,7 @@ const pscom_plugin_t pscom_plugin_ucx = {
     .priority = 30,
     .con_priv_size = sizeof(struct ux_con),
     .rendezvous = &cfg_rendezvous,
-    .fds_per_con = 1, /* UCX over tcp keeps a socket per endpoint */
+    /* The pre-connection socket, and UCX's socket to the peer over tcp. */
+    .fds_per_con = 2,
     .ops = &ux_ops,
 };

@@ -21,10 +21,10 @@
  *   order (ParaStation MPI's self messages: "the transport reports more
  *   bytes written than were queued", duplicated frames).
  *
- * ondemand_suspend: both sides connect on demand, then suspend listening
- *   (ParaStation MPI does so after its connection setup). The first send
- *   must still connect: pending on-demand connections keep the listener
- *   accepting.
+ * ondemand_suspend, ondemand_stop: both sides connect on demand, then
+ *   suspend (ParaStation MPI's connection setup) or stop listening (its
+ *   spawn and connect/accept). The first send must still connect: pending
+ *   on-demand connections keep the listener accepting.
  */
 #include "itest.h"
 
@@ -215,7 +215,10 @@ static int od_main(itest_link_t *link, void *arg)
     ITEST_ASSERT_EQ(pscom_connect(c, ep, 1 - me, PSCOM_CON_FLAG_ONDEMAND),
                     PSCOM_SUCCESS, "on-demand connect");
     free(ep);
-    pscom_suspend_listen(s);
+    if (getenv("COMPAT_STOP"))
+        pscom_stop_listen(s);
+    else
+        pscom_suspend_listen(s);
     itest_link_send_u64(link, 1);
     itest_link_recv_u64(link);
 
@@ -259,6 +262,10 @@ int main(void)
     const char *c = test_case();
     if (!strcmp(c, "wait_any_eof")) return case_wait_any_eof();
     if (!strcmp(c, "ondemand_suspend")) return case_ondemand_suspend();
+    if (!strcmp(c, "ondemand_stop")) {
+        setenv("COMPAT_STOP", "1", 1);
+        return case_ondemand_suspend();
+    }
     if (!strcmp(c, "loop_reentrant")) {
         itest_child_t k;
         itest_spawn(&k, "loop", reentrant_main, NULL);
@@ -270,6 +277,6 @@ int main(void)
         return itest_child_check(&k);
     }
     fprintf(stderr, "COMPAT_CASE must be wait_any_eof, loopback, "
-                    "loop_reentrant or ondemand_suspend\n");
+                    "loop_reentrant, ondemand_suspend or ondemand_stop\n");
     return 1;
 }

@@ -102,7 +102,8 @@ int main(int argc, char **argv)
     rc = PMIx_Resolve_peers("node-not-in-this-job", t_me.nspace, &procs, &n);
     T_DIFF(rc != PMIX_SUCCESS || n == 0, "Resolve_peers(foreign node): %s, %zu procs",
             PMIx_Error_string(rc), n);
-    t_note("Resolve_peers(node not in job) -> %s, %zu procs in %.2f s", PMIx_Error_string(rc), n, t_now() - t0);
+    t_note("Resolve_peers(node not in job) -> %s, %zu procs in %.2f s", PMIx_Error_string(rc), n,
+           t_now() - t0);
     PMIX_PROC_FREE(procs, n);
 
     /* Nodes of each namespace: exactly this one. */
