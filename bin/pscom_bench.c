@@ -1155,7 +1155,7 @@ static int client(const struct opts *o, const char *ep, pscom_socket_t *sock,
     pscom_request_t *req, *rep;
     const char *transport;
     int ondemand = 0;
-    uint64_t flags;
+    uint64_t flags = 0, t_connect = 0, t_first = 0;
     pscom_err_t rc;
     unsigned i;
 
@@ -1172,6 +1172,7 @@ static int client(const struct opts *o, const char *ep, pscom_socket_t *sock,
         fail("pscom_open_connection failed");
 
     arm_timeout("connecting");
+    t_connect = now_ns();
     rc = pscom_connect(b.con, ep, PSCOM_RANK_UNDEFINED, flags);
     if (rc != PSCOM_SUCCESS)
         fail("cannot connect to %s: %s%s%s", ep, pscom_err_str(rc),
@@ -1189,6 +1190,7 @@ connected:
     post_send(req, b.con, &b.p, sizeof(b.p), 0);
     wait_ok(req, "sending the parameters");
     wait_recv(rep, sizeof(reply), "receiving the server's answer");
+    t_first = now_ns();
     if (reply.magic != PARAMS_MAGIC)
         fail("the server's answer is garbled (magic 0x%08x)",
              (unsigned)reply.magic);
@@ -1200,8 +1202,15 @@ connected:
 
     transport = pscom_con_type_str(b.con->type);
     bench_alloc(&b);
-    if (!o->json)
+    if (!o->json) {
         print_header(&b, transport);
+        /* The cost of connecting: for --ondemand the first round trip
+         * carries the whole connection setup. */
+        if (t_connect)
+            printf("# connect + first round trip: %.1f us (%s)\n",
+                   (double)(t_first - t_connect) / 1000.0,
+                   (flags & PSCOM_CON_FLAG_ONDEMAND) ? "on demand" : "direct");
+    }
 
     for (i = 0; i < b.p.nsizes; i++) {
         size_t size = b.p.step[i].size;

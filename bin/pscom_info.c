@@ -79,7 +79,7 @@ static void print_plugins(void)
     unsigned n;
 
     psc_plugins_load();
-    psc_plugins_load_modules();
+    psc_plugins_init_all();
     n = psc_plugin_count();
 
     printf("\nPlugins (in the order they are tried; PSP_<NAME>=0 disables "
@@ -176,7 +176,7 @@ int main(int argc, char **argv)
     if (config) {
         /* Plugins add their rows when they are loaded. */
         psc_plugins_load();
-        psc_plugins_load_modules();
+        psc_plugins_init_all();
         psc_config_print(stdout, markdown);
         return 0;
     }

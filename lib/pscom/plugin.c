@@ -35,7 +35,13 @@ static const pscom_plugin_t *const builtin[] = {
 static const struct {
     const char *name;
     const char *alias;
-} loadable[] = {{"verbs", "openib"}, {"ucx", "ucp"}, {"ofi", NULL}};
+    pscom_con_type_t type; /* what the module will say, before it is loaded */
+    int priority;
+} loadable[] = {
+    {"verbs", "openib", PSCOM_CON_TYPE_OPENIB, 50},
+    {"ucx", "ucp", PSCOM_CON_TYPE_UCP, 30},
+    {"ofi", NULL, PSCOM_CON_TYPE_OFED, 20},
+};
 
 #define MAX_PLUGINS 16
 
@@ -149,19 +155,50 @@ static void init_plugin(struct slot *s, const pscom_plugin_t *d)
                  s->p.user_priority);
         return;
     }
+    s->p.state = PSC_PLUGIN_LOADED;
+    /* Built-in plugins start now; a loadable one when it is first tried
+     * (psc_plugin_ensure_init): vendor start-up can take a good part of a
+     * second (libfabric probes all its providers) and is wasted when, say,
+     * shared memory carries every connection. */
+    if (!s->dl) psc_plugin_ensure_init(&s->p);
+}
+
+int psc_plugin_ensure_init(struct psc_plugin *p)
+{
+    struct slot *s = (struct slot *)p;
+    if (p->initialised) return 0;
+    if (p->state != PSC_PLUGIN_LOADED) return -1;
+    const pscom_plugin_t *d = p->desc;
     initialising = s;
     reason[0] = 0;
     int rc = d->ops->init ? d->ops->init() : 0;
     initialising = NULL;
     if (rc) {
-        s->p.state = PSC_PLUGIN_FAILED;
-        snprintf(s->p.why, sizeof(s->p.why), "initialisation failed: %s",
+        p->state = PSC_PLUGIN_FAILED;
+        snprintf(p->why, sizeof(p->why), "initialisation failed: %s",
                  reason[0] ? reason : rc < 0 ? strerror(-rc) : "error");
-        psc_debug("plugin %s: %s", s->p.name, s->p.why);
-        return;
+        psc_debug("plugin %s: %s", p->name, p->why);
+    } else {
+        p->initialised = true;
     }
-    s->p.initialised = true;
-    s->p.state = PSC_PLUGIN_LOADED;
+    if (s->dl) {
+        /* Its settings exist now: those set that it does not know. */
+        char prefix[48];
+        snprintf(prefix, sizeof(prefix), "%s_", s->row_name);
+        psc_config_check_unknown_filtered(NULL, prefix);
+        if (s->alias_name[0]) {
+            snprintf(prefix, sizeof(prefix), "%s_", s->alias_name);
+            psc_config_check_unknown_filtered(NULL, prefix);
+        }
+        psc_plugin_sort(order, count);
+    }
+    return rc ? -1 : 0;
+}
+
+void psc_plugins_init_all(void)
+{
+    psc_plugins_load_modules();
+    for (unsigned i = 0; i < count; i++) psc_plugin_ensure_init(&slots[i].p);
 }
 
 /* The directory libpscom was loaded from, with a trailing '/'. */
@@ -314,16 +351,28 @@ void psc_plugins_load_modules(void)
         struct slot *s = (struct slot *)order[i];
         if (s->p.state != PSC_PLUGIN_PENDING) continue;
         load_module(s);
-        /* Now that its rows exist: its settings that nothing knows. */
-        char prefix[48];
-        snprintf(prefix, sizeof(prefix), "%s_", s->row_name);
-        psc_config_check_unknown_filtered(NULL, prefix);
-        if (s->alias_name[0]) {
-            snprintf(prefix, sizeof(prefix), "%s_", s->alias_name);
-            psc_config_check_unknown_filtered(NULL, prefix);
-        }
     }
     psc_plugin_sort(order, count);
+}
+
+/* Would a module not loaded yet be preferred to `best` for a socket with
+ * this transport mask? Then load them all. */
+void psc_plugins_load_modules_for(const struct psc_plugin *best, uint64_t mask)
+{
+    bool loaded_one = false;
+    for (size_t i = 0; i < sizeof(loadable) / sizeof(loadable[0]); i++) {
+        struct psc_plugin *p = psc_plugin_find(loadable[i].name);
+        if (!p || p->state != PSC_PLUGIN_PENDING || p->user_priority <= 0)
+            continue;
+        if (!(mask & ((uint64_t)1 << loadable[i].type))) continue;
+        if (best && (best->user_priority > p->user_priority ||
+                     (best->user_priority == p->user_priority &&
+                      best->desc->priority >= loadable[i].priority)))
+            continue;
+        load_module((struct slot *)p);
+        loaded_one = true;
+    }
+    if (loaded_one) psc_plugin_sort(order, count);
 }
 
 const char *const *psc_plugins_pending_prefixes(void)
@@ -333,7 +382,9 @@ const char *const *psc_plugins_pending_prefixes(void)
     unsigned n = 0;
     for (unsigned i = 0; i < count; i++) {
         struct slot *s = (struct slot *)order[i];
-        if (s->p.state != PSC_PLUGIN_PENDING) continue;
+        if (s->p.state != PSC_PLUGIN_PENDING &&
+            !(s->p.state == PSC_PLUGIN_LOADED && !s->p.initialised))
+            continue;
         snprintf(names[n], sizeof(names[n]), "%s_", s->row_name);
         list[n] = names[n];
         n++;
@@ -417,7 +468,7 @@ void psc_plugins_unload(void)
 int pscom_plugin_available(const char *name, const char **why)
 {
     if (!psc_ctx.initialised) pscom_init(PSCOM_VERSION);
-    psc_plugins_load_modules();
+    psc_plugins_init_all();
     struct psc_plugin *p = psc_plugin_find(name);
     if (!p) {
         /* ParaStation's names of our transports */

@@ -36,6 +36,19 @@ void psc_plugins_load(void);
  * connection, and for tools. */
 void psc_plugins_load_modules(void);
 
+/* Run a loaded plugin's init op if it has not run (loadable plugins start
+ * when first tried). 0, or -1 when it failed (state FAILED, reason in why). */
+int psc_plugin_ensure_init(struct psc_plugin *p);
+
+/* Load and start every plugin (for tools: pscom_info, tests). */
+void psc_plugins_init_all(void);
+
+/* Load the modules (psc_plugins_load_modules) only if one of them could be
+ * preferred, for a socket with transport mask `mask`, to `best`, the best
+ * plugin usable without them (NULL: none). Same-node peers on shared memory
+ * never pay for loading UCX or libfabric. */
+void psc_plugins_load_modules_for(const struct psc_plugin *best, uint64_t mask);
+
 /* PSP_ prefixes of the settings of loadable plugins not loaded yet
  * (NULL-terminated), for the unknown-variable check at initialisation. */
 const char *const *psc_plugins_pending_prefixes(void);

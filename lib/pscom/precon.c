@@ -292,20 +292,28 @@ static bool plugin_usable(struct psc_precon *pc, struct psc_plugin *p)
         return false;
     if ((d->flags & PSCOM_PLUGIN_LOCAL_ONLY) && !pc->peer.same_node)
         return false;
-    return !d->ops->offer || d->ops->offer(&pc->peer);
+    /* A plugin not started yet is offered; it starts when tried. */
+    return !p->initialised || !d->ops->offer || d->ops->offer(&pc->peer);
 }
 
-/* Our usable plugins in priority order. */
-static unsigned usable_plugins(struct psc_precon *pc, struct psc_plugin **out)
+static unsigned collect_usable(struct psc_precon *pc, struct psc_plugin **out)
 {
     unsigned n = 0;
-    psc_plugins_load_modules();
     for (unsigned i = 0; i < psc_plugin_count() && n < PSC_PRECON_MAX_PLUGINS;
          i++) {
         struct psc_plugin *p = psc_plugin_get(i);
         if (plugin_usable(pc, p)) out[n++] = p;
     }
     return n;
+}
+
+/* Our usable plugins in priority order; loadable modules are opened when
+ * they could beat what is usable without them. */
+static unsigned usable_plugins(struct psc_precon *pc, struct psc_plugin **out)
+{
+    unsigned n = collect_usable(pc, out);
+    psc_plugins_load_modules_for(n ? out[0] : NULL, pc->con->sock->con_type_mask);
+    return collect_usable(pc, out);
 }
 
 static void list_str(char *buf, size_t len, struct psc_plugin **list,
@@ -325,6 +333,13 @@ static int try_next(struct psc_precon *pc)
     while (pc->cand_next < pc->cand_count) {
         struct psc_plugin *p = pc->cand[pc->cand_next++];
         const pscom_plugin_t *d = p->desc;
+        if (psc_plugin_ensure_init(p) ||
+            (d->ops->offer && !d->ops->offer(&pc->peer))) {
+            psc_debug("connect to %s: %s cannot be used (%s); trying the "
+                      "next transport", pc_peer(pc), d->name,
+                      p->why[0] ? p->why : "it does not reach this peer");
+            continue;
+        }
         void *priv = calloc(1, d->con_priv_size ? d->con_priv_size : 1);
         uint8_t blob[PSC_PRECON_PLUGIN_DATA_MAX];
         size_t blen = sizeof(blob);
@@ -589,6 +604,13 @@ static int on_try(struct psc_precon *pc, const struct psc_precon_msg *m)
                                                              : PC_GO_ON;
     }
     const pscom_plugin_t *d = p->desc;
+    if (psc_plugin_ensure_init(p)) {
+        psc_debug("handshake from %s: %s cannot be used here (%s); rejecting "
+                  "it", pc_peer(pc), d->name, p->why);
+        return send_simple(pc, PSC_PRECON_REJECT, d->name)
+                   ? pc_fail(pc, PSCOM_ERR_IOERROR)
+                   : PC_GO_ON;
+    }
     void *priv = calloc(1, d->con_priv_size ? d->con_priv_size : 1);
     uint8_t blob[PSC_PRECON_PLUGIN_DATA_MAX];
     size_t blen = sizeof(blob);
