@@ -80,16 +80,18 @@ static inline rlim_t conn_raise_nofile(void)
     return rl.rlim_cur;
 }
 
-/* A path for a log file of this run (the file exists, empty); free() it. */
+/* A path for a log file of this run (the file exists, empty). The name is
+ * in static storage (forked children inherit it, nothing to free). */
 static inline char *conn_tmp_log(const char *what)
 {
+    static char path[4096];
     const char *dir = getenv("TMPDIR");
-    char *path;
     int fd;
 
     if (!dir || !*dir) dir = "/tmp";
-    if (asprintf(&path, "%s/pscom-conn-%s-XXXXXX", dir, what) < 0)
-        ITEST_FAIL("out of memory");
+    if (snprintf(path, sizeof(path), "%s/pscom-conn-%s-XXXXXX", dir, what) >=
+        (int)sizeof(path))
+        ITEST_FAIL("TMPDIR is too long");
     fd = mkstemp(path);
     if (fd < 0) ITEST_FAIL("mkstemp(%s): %s", path, strerror(errno));
     close(fd);

@@ -375,7 +375,11 @@ void itest_spawn(itest_child_t *child, const char *r, itest_child_fn_t fn,
 static void forget_child(pid_t pid)
 {
     for (int i = 0; i < n_children; i++) {
-        if (children[i] == pid) children[i] = -1;
+        if (children[i] == pid) {
+            children[i] = -1;
+            /* The child object may live on a stack frame that is gone. */
+            child_objs[i] = NULL;
+        }
     }
 }
 

@@ -384,5 +384,6 @@ int main(void)
 
     itest_note("%d pairs, %d leftovers, %s", pairs, leaks,
                failed || leaks ? "FAILED" : "passed");
+    free(pids);
     return failed || leaks ? 1 : 0;
 }
