@@ -116,6 +116,7 @@ void psc_con_established(struct psc_con *con, struct psc_plugin *plugin,
     con->pub.state = PSCOM_CON_STATE_RW;
     con->ondemand = false;
     con->rndv_threshold = d->rendezvous ? *d->rendezvous : psc_settings.rendezvous;
+    psc_sock_ondemand_settled(con->sock);
     if (psc_settings.debug_contype)
         psc_log_write(PSC_LOG_ERROR, "%s: using %s", psc_con_str(con), d->name);
     else
@@ -142,6 +143,8 @@ void psc_con_fail(struct psc_con *con, pscom_op_t op, pscom_err_t err)
     con->failed = true;
     con->error = err;
     con->pub.state = PSCOM_CON_STATE_CLOSED;
+    psc_ctx.events++;
+    psc_sock_ondemand_settled(con->sock);
 
     /* Sends may still be in the transport's hands (asynchronous plugins):
      * they fail once the plugin is closed (psc_con_reap). */
@@ -231,6 +234,49 @@ static int parse_ep(const char *ep, char *host, size_t hlen, int *port,
     return 0;
 }
 
+/* Does sa (with the name from the endpoint string) name `sock` itself? */
+static bool is_own_endpoint(struct psc_sock *sock, const struct sockaddr_in *sa,
+                            const char name[8])
+{
+    const pscom_socket_t *s = &sock->pub;
+    static const char none[8];
+    if (s->listen_portno <= 0 || ntohs(sa->sin_port) != s->listen_portno)
+        return false;
+    if (memcmp(name, none, 8) && memcmp(name, s->local_con_info.name, 8))
+        return false;
+    uint32_t a = ntohl(sa->sin_addr.s_addr);
+    return (a >> 24) == 127 || a == (uint32_t)psc_ctx.node_id;
+}
+
+/* A connection to one's own socket: one connection that delivers to
+ * itself (ParaStation MPI relies on that, and on con_accept being called
+ * for that same connection). PSCOM_NOT_IMPLEMENTED when the loop transport
+ * is not allowed here. */
+static pscom_err_t connect_self(struct psc_con *con)
+{
+    struct psc_plugin *lp = psc_plugin_find("loop");
+    uint64_t mask = con->sock->con_type_mask;
+    if (!lp || lp->state != PSC_PLUGIN_LOADED ||
+        !(mask & ((uint64_t)1 << PSCOM_CON_TYPE_LOOP)))
+        return PSCOM_NOT_IMPLEMENTED;
+    const pscom_plugin_t *d = lp->desc;
+    void *priv = calloc(1, d->con_priv_size);
+    uint8_t blob[64];
+    size_t len = sizeof(blob);
+    if (!priv || d->ops->hs_start(con, priv, blob, &len) ||
+        d->ops->hs_connect(con, priv, blob, len) ||
+        d->ops->open(con, priv, -1) < 0) {
+        free(priv);
+        psc_err("%s: cannot connect the socket to itself", psc_con_str(con));
+        return PSCOM_ERR_STDERROR;
+    }
+    pscom_socket_t *s = &con->sock->pub;
+    con->pub.remote_con_info = s->local_con_info;
+    psc_con_established(con, lp, priv);
+    if (s->ops.con_accept) s->ops.con_accept(&con->pub);
+    return PSCOM_SUCCESS;
+}
+
 static bool connect_settled(void *arg)
 {
     struct psc_con *con = arg;
@@ -268,6 +314,14 @@ pscom_err_t pscom_connect(pscom_connection_t *connection, const char *ep_str,
     memcpy(connection->remote_con_info.name, name, 8);
     snprintf(con->peer_addr, sizeof(con->peer_addr), "%.48s:%d", host, port);
 
+    if (is_own_endpoint(con->sock, &sa, name)) {
+        ret = connect_self(con);
+        if (ret != PSCOM_NOT_IMPLEMENTED) {
+            psc_unlock();
+            return ret;
+        }
+        ret = PSCOM_SUCCESS; /* loop not allowed: connect like to anyone */
+    }
     if (connection_flags & PSCOM_CON_FLAG_ONDEMAND) {
         con->ondemand = true;
         con->od_addr = sa;

@@ -180,6 +180,9 @@ struct psc_sock {
     struct psc_list genrecvq_any; /* psc_req.next_any: unexpected messages */
     int listen_fd;                /* -1 when not listening */
     bool listen_suspended;
+    /* pscom_stop_listen / pscom_suspend_listen while on-demand connections
+     * may still need the listener: done once they are settled. */
+    bool stop_pending, suspend_pending;
     uint64_t con_type_mask; /* bit (1 << pscom_con_type_t): allowed transports */
     pscom_socket_t pub;     /* last */
 };
@@ -381,6 +384,10 @@ void psc_ondemand_connect(struct psc_con *con);
 void psc_precon_accept(struct psc_sock *sock, int fd);
 /* Drop the precon of a connection (close fd, free). */
 void psc_precon_destroy(struct psc_precon *pc);
+/* An on-demand connection of sock was established or failed: carry out a
+ * deferred stop/suspend of the listener once none is pending (sock.c). */
+void psc_sock_ondemand_settled(struct psc_sock *sock);
+
 /* Drop the handshakes of connections of `sock` not yet visible. */
 void psc_precon_drop_socket(struct psc_sock *sock);
 /* Time out stalled handshakes (called from progress now and then). */
@@ -404,6 +411,7 @@ struct psc_ctx {
     uint64_t next_id;            /* request and connection ids */
     unsigned depth;              /* nesting of progress rounds */
     unsigned long round;         /* progress rounds so far */
+    unsigned long events;        /* requests done, connections failed */
     int spare_fd;                /* kept open to refuse connections on EMFILE */
     int node_id;
     char node_addr[16];          /* dotted IPv4 address in endpoint strings */

@@ -54,6 +54,7 @@ pscom_request_t *pscom_request_create(size_t max_xheader_len, size_t user_size)
         return NULL;
     }
     req->pub.state = PSCOM_REQ_STATE_DONE;
+    req->pub.xheader_len = max_xheader_len; /* as ParaStation pscom does */
     return &req->pub;
 }
 
@@ -85,6 +86,7 @@ void psc_req_done(struct psc_req *req, pscom_req_state_t extra)
 {
     pscom_req_state_t state = req->pub.state | extra |
                               PSCOM_REQ_STATE_IO_DONE | PSCOM_REQ_STATE_DONE;
+    psc_ctx.events++;
     if (req->kind == PSC_REQ_CONTROL) {
         psc_req_release(req);
         return;
@@ -290,7 +292,10 @@ int pscom_test_any(void)
 void pscom_wait_any(void)
 {
     psc_lock();
-    while (!psc_progress()) {
+    /* Until a round did something: moved data, completed a request (also
+     * one completed just before its connection ended), failed a connection. */
+    unsigned long events = psc_ctx.events;
+    while (!psc_progress() && psc_ctx.events == events) {
         if (psc_settings.sched_yield) sched_yield();
         if (psc_ctx.threaded) {
             psc_unlock();

@@ -180,16 +180,62 @@ err_sys: {
 }
 }
 
-void pscom_stop_listen(pscom_socket_t *socket)
+/* Does an on-demand connection of sock still wait to be connected? It may
+ * need our listener: the peer connects to us when it calls first, or calls
+ * us back. */
+static bool ondemand_pending(struct psc_sock *sock)
 {
-    struct psc_sock *sock = sock_of(socket);
-    psc_lock();
+    struct psc_list *pos;
+    psc_list_for_each(pos, &sock->cons) {
+        struct psc_con *c = psc_list_entry(pos, struct psc_con, next_con);
+        if (c->ondemand && !c->failed) return true;
+    }
+    return false;
+}
+
+static void stop_listen_now(struct psc_sock *sock)
+{
+    pscom_socket_t *socket = &sock->pub;
+    sock->stop_pending = false;
+    sock->suspend_pending = false;
     if (sock->listen_fd >= 0) {
         pscom_plugin_fd_del(sock->listen_fd);
         close(sock->listen_fd);
         sock->listen_fd = -1;
         socket->listen_portno = -1;
         socket->local_con_info.tcp.portno = -1;
+    }
+}
+
+static void suspend_listen_now(struct psc_sock *sock)
+{
+    sock->suspend_pending = false;
+    if (sock->listen_fd >= 0 && !sock->listen_suspended) {
+        pscom_plugin_fd_del(sock->listen_fd);
+        sock->listen_suspended = true;
+    }
+}
+
+void psc_sock_ondemand_settled(struct psc_sock *sock)
+{
+    if (!sock->stop_pending && !sock->suspend_pending) return;
+    if (ondemand_pending(sock)) return;
+    if (sock->stop_pending)
+        stop_listen_now(sock);
+    else
+        suspend_listen_now(sock);
+}
+
+void pscom_stop_listen(pscom_socket_t *socket)
+{
+    struct psc_sock *sock = sock_of(socket);
+    psc_lock();
+    if (ondemand_pending(sock)) {
+        psc_debug("socket %.8s: listening until its on-demand connections "
+                  "are connected", socket->local_con_info.name);
+        sock->stop_pending = true;
+    } else {
+        stop_listen_now(sock);
     }
     psc_unlock();
 }
@@ -198,10 +244,10 @@ void pscom_suspend_listen(pscom_socket_t *socket)
 {
     struct psc_sock *sock = sock_of(socket);
     psc_lock();
-    if (sock->listen_fd >= 0 && !sock->listen_suspended) {
-        pscom_plugin_fd_del(sock->listen_fd);
-        sock->listen_suspended = true;
-    }
+    if (ondemand_pending(sock))
+        sock->suspend_pending = true;
+    else
+        suspend_listen_now(sock);
     psc_unlock();
 }
 
@@ -209,6 +255,8 @@ void pscom_resume_listen(pscom_socket_t *socket)
 {
     struct psc_sock *sock = sock_of(socket);
     psc_lock();
+    sock->suspend_pending = false;
+    sock->stop_pending = false;
     if (sock->listen_fd >= 0 && sock->listen_suspended) {
         if (listen_register(sock) == 0) sock->listen_suspended = false;
     } else if (sock->listen_fd < 0) {
@@ -295,7 +343,7 @@ void pscom_con_type_mask_restore(pscom_socket_t *socket,
 
 static void sock_close(struct psc_sock *sock)
 {
-    pscom_stop_listen(&sock->pub);
+    stop_listen_now(sock);
     psc_precon_drop_socket(sock);
     while (!psc_list_empty(&sock->cons)) {
         struct psc_con *con =

@@ -9,7 +9,8 @@
  * UXW_PENDING and a request handle; its callback runs from
  * uxw_worker_progress(), and the handle is released by the wrapper after the
  * callback returned. No callback runs from the call that started the
- * operation.
+ * operation; uxw_ep_close() may run the callbacks of the endpoint's other
+ * operations (UCX ends them).
  *
  * Thread-safety: none. The plugin calls everything with the library lock
  * held (serialized threads).

@@ -1,0 +1,272 @@
+/*
+ * One-sided and group messages from the network, fed into connections that
+ * have no transport (the upcall a plugin uses), checked against the rules
+ * of doc/wire-protocol.md: lengths, answers for no request, regions that do
+ * not exist or are too small, operands of the wrong size, bodies where none
+ * belong. Bad input drops the message or fails only its own connection,
+ * never writes outside a registered region and never crashes; good input
+ * lands where it should and calls the region's callback.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <cmocka.h>
+
+#include "frames.h"
+
+static pscom_socket_t *sock;
+static int errors;
+static pscom_err_t last_err;
+static int put_calls, acc_calls;
+
+static void on_error(pscom_connection_t *c, pscom_op_t op, pscom_err_t err)
+{
+    errors++;
+    last_err = err;
+}
+
+static void on_put(pscom_request_t *r)
+{
+    put_calls++;
+}
+
+static void on_acc(pscom_request_t *r)
+{
+    acc_calls++;
+}
+
+static int setup(void **state)
+{
+    assert_int_equal(pscom_init(PSCOM_VERSION), PSCOM_SUCCESS);
+    pscom_set_debug(0); /* the malformed input is on purpose */
+    sock = pscom_open_socket(0, 0, 0, 0);
+    sock->ops.con_error = on_error;
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    pscom_close_socket(sock);
+    return 0;
+}
+
+static pscom_connection_t *fresh(void)
+{
+    errors = 0;
+    return pscom_open_connection(sock);
+}
+
+/* The region id peers use for memh, read from its packed key (the test
+ * knows the layout of doc/rma.md). */
+static uint64_t region_id(pscom_memh_t memh)
+{
+    void *buf;
+    size_t len;
+    uint64_t id;
+    assert_int_equal(pscom_rkey_buffer_pack(&buf, &len, memh), PSCOM_SUCCESS);
+    memcpy(&id, (char *)buf + 8, sizeof(id));
+    pscom_rkey_buffer_release(buf);
+    return id;
+}
+
+static void header_lengths(void **state)
+{
+    pscom_header_net_t h = {0};
+    const char *why = NULL;
+    static const uint8_t types[] = {PSC_MSG_RMA_PUT,  PSC_MSG_RMA_ACC,
+                                    PSC_MSG_RMA_GET,  PSC_MSG_RMA_GACC,
+                                    PSC_MSG_RMA_FOP,  PSC_MSG_RMA_CAS,
+                                    PSC_MSG_RMA_REPLY, PSC_MSG_RMA_WRITE,
+                                    PSC_MSG_RMA_READ, PSC_MSG_BCAST,
+                                    PSC_MSG_BARRIER};
+    for (size_t i = 0; i < sizeof(types); i++) {
+        h.msg_type = types[i];
+        h.xheader_len = 3; /* shorter than every fixed part */
+        h.data_len = 0;
+        assert_int_equal(psc_header_check(&h, &why), -1);
+    }
+    h.msg_type = PSC_MSG_RMA_GET;
+    h.xheader_len = sizeof(pscom_xheader_rma_get_t) + 16;
+    assert_int_equal(psc_header_check(&h, &why), 0);
+    h.data_len = 1; /* a get has no body */
+    assert_int_equal(psc_header_check(&h, &why), -1);
+    h.msg_type = PSC_MSG_BARRIER;
+    h.xheader_len = sizeof(pscom_xheader_bcast_t);
+    assert_int_equal(psc_header_check(&h, &why), -1);
+    h.data_len = 0;
+    assert_int_equal(psc_header_check(&h, &why), 0);
+    h.msg_type = PSC_MSG_RMA_REPLY;
+    h.xheader_len = sizeof(struct psc_rma_reply);
+    h.data_len = 100;
+    assert_int_equal(psc_header_check(&h, &why), 0);
+}
+
+static void reply_for_no_request(void **state)
+{
+    struct frame f;
+    struct psc_rma_reply rep = {.id = 424242};
+    pscom_connection_t *c = fresh();
+    frame_make(&f, PSC_MSG_RMA_REPLY, &rep, sizeof(rep), "xyz", 3, 3);
+    assert_int_equal(feed(c, &f), -1);
+    assert_int_equal(errors, 1);
+    assert_int_equal(last_err, PSCOM_ERR_IOERROR);
+    pscom_close_connection(c);
+}
+
+static void puts_land_only_inside(void **state)
+{
+    static char mem[256];
+    char guard[64];
+    pscom_memh_t memh;
+    memset(mem, 0, sizeof(mem));
+    assert_int_equal(pscom_mem_register(sock, mem + 64, 128, &memh),
+                     PSCOM_SUCCESS);
+    pscom_register_rma_callbacks(on_put, memh, PSCOM_RMA_PUT);
+    pscom_register_rma_callbacks(on_acc, memh, PSCOM_RMA_ACCUMULATE);
+    uint64_t id = region_id(memh);
+    pscom_connection_t *c = fresh();
+    struct frame f;
+    pscom_xheader_rma_put_t x = {0};
+    put_calls = acc_calls = 0;
+
+    /* Inside: written, callback. */
+    x.common.dest = mem + 64;
+    x.common.memh = (void *)(uintptr_t)id;
+    frame_make(&f, PSC_MSG_RMA_PUT, &x, sizeof(x), "INSIDE", 6, 6);
+    assert_int_equal(feed(c, &f), 0);
+    assert_memory_equal(mem + 64, "INSIDE", 6);
+    assert_int_equal(put_calls, 1);
+
+    /* Reaching past the end, starting before it, unknown region: the body
+     * is read and dropped, the connection goes on. */
+    memcpy(guard, mem, 64);
+    x.common.dest = mem + 64 + 120;
+    frame_make(&f, PSC_MSG_RMA_PUT, &x, sizeof(x), "0123456789abcdef", 16, 16);
+    assert_int_equal(feed(c, &f), 0);
+    x.common.dest = mem + 60;
+    assert_int_equal(feed(c, &f), 0);
+    x.common.dest = mem + 64;
+    x.common.memh = (void *)(uintptr_t)(id + 1000);
+    frame_make(&f, PSC_MSG_RMA_ACC, &x, sizeof(x), "0123456789abcdef", 16, 16);
+    assert_int_equal(feed(c, &f), 0);
+    assert_memory_equal(mem, guard, 64);
+    assert_memory_equal(mem + 64, "INSIDE", 6);
+    assert_int_equal(mem + 64 + 120 < mem + sizeof(mem), 1);
+    for (size_t i = 192; i < sizeof(mem); i++) assert_int_equal(mem[i], 0);
+    assert_int_equal(put_calls, 1);
+    assert_int_equal(acc_calls, 0);
+    assert_int_equal(errors, 0);
+
+    /* A deregistered region is unknown. */
+    x.common.memh = (void *)(uintptr_t)id;
+    assert_int_equal(pscom_mem_deregister(memh), PSCOM_SUCCESS);
+    frame_make(&f, PSC_MSG_RMA_PUT, &x, sizeof(x), "AFTER!", 6, 6);
+    assert_int_equal(feed(c, &f), 0);
+    assert_memory_equal(mem + 64, "INSIDE", 6);
+    assert_int_equal(errors, 0);
+    pscom_close_connection(c);
+}
+
+static void atomics_with_wrong_operands(void **state)
+{
+    static uint64_t word = 77;
+    pscom_memh_t memh;
+    assert_int_equal(pscom_mem_register(sock, &word, sizeof(word), &memh),
+                     PSCOM_SUCCESS);
+    pscom_connection_t *c = fresh();
+    struct frame f;
+    pscom_xheader_rma_compare_swap_t x = {0};
+    x.common.id = (void *)1;
+    x.common.src = &word;
+    x.common.src_len = 8;
+    x.common.memh = (void *)(uintptr_t)region_id(memh);
+    uint64_t ops[2] = {77, 99};
+
+    /* Compare-and-swap with one operand instead of two: refused. */
+    frame_make(&f, PSC_MSG_RMA_CAS, &x, sizeof(x), ops, 8, 8);
+    assert_int_equal(feed(c, &f), 0);
+    assert_int_equal(word, 77);
+    /* Fetch-and-op with an operand longer than the target: refused. */
+    frame_make(&f, PSC_MSG_RMA_FOP, &x, sizeof(x), ops, 16, 16);
+    assert_int_equal(feed(c, &f), 0);
+    assert_int_equal(word, 77);
+    /* Right: swapped (the answer waits in the send queue). */
+    frame_make(&f, PSC_MSG_RMA_CAS, &x, sizeof(x), ops, 16, 16);
+    assert_int_equal(feed(c, &f), 0);
+    assert_int_equal(word, 99);
+    assert_int_equal(errors, 0);
+
+    /* A refusal that carries a body is malformed. */
+    struct psc_rma_reply rep = {.id = 1, .status = PSCOM_ERR_INVALID};
+    frame_make(&f, PSC_MSG_RMA_REPLY, &rep, sizeof(rep), "x", 1, 1);
+    assert_int_equal(feed(c, &f), -1);
+    assert_int_equal(errors, 1);
+    pscom_close_connection(c);
+    pscom_mem_deregister(memh);
+}
+
+static void bcast_before_group_open(void **state)
+{
+    pscom_connection_t *c = fresh();
+    struct frame f;
+    struct {
+        pscom_xheader_bcast_t b;
+        char user[4];
+    } x = {{.group_id = 5, .bcast_root = 0, .bcast_arg1 = 1}, "usr"};
+    frame_make(&f, PSC_MSG_BCAST, &x, sizeof(x), "hello", 5, 5);
+    assert_int_equal(feed(c, &f), 0);
+
+    pscom_connection_t *cons[2] = {c, NULL};
+    pscom_group_t *g = pscom_group_open(sock, 5, 1, 2, cons);
+    assert_non_null(g);
+    char buf[8] = {0}, xh[4] = {0};
+    pscom_bcast(g, 0, xh, sizeof(xh), buf, 5);
+    assert_memory_equal(buf, "hello", 5);
+    assert_memory_equal(xh, "usr", 4);
+    pscom_group_close(g);
+    assert_int_equal(errors, 0);
+    pscom_close_connection(c);
+}
+
+static void random_rma_bytes_never_crash(void **state)
+{
+    /* Not RMA_WRITE and RMA_READ: they address the peer's memory without
+     * a region (the peer is trusted, as in ParaStation pscom). */
+    static uint8_t types[] = {PSC_MSG_RMA_PUT,   PSC_MSG_RMA_ACC,
+                              PSC_MSG_RMA_GET,   PSC_MSG_RMA_GACC,
+                              PSC_MSG_RMA_FOP,   PSC_MSG_RMA_CAS,
+                              PSC_MSG_RMA_REPLY, PSC_MSG_BCAST,
+                              PSC_MSG_BARRIER};
+    uint32_t seed = 12345;
+    for (int round = 0; round < 2000; round++) {
+        pscom_connection_t *c = fresh();
+        struct frame f;
+        uint8_t x[64], d[64];
+        for (size_t i = 0; i < sizeof(x); i++) {
+            seed = seed * 1103515245 + 12345;
+            x[i] = (uint8_t)(seed >> 16);
+            d[i] = (uint8_t)(seed >> 8);
+        }
+        /* Never a valid region id: the library's ids are small counters;
+         * these are large. */
+        x[15] |= 0x80;
+        x[31] |= 0x80;
+        size_t xl = 16 + (seed >> 4) % 48, dl = (seed >> 12) % 64;
+        frame_make(&f, types[round % sizeof(types)], x, xl, d, dl, dl);
+        feed(c, &f);
+        pscom_close_connection(c);
+    }
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(header_lengths),
+        cmocka_unit_test(reply_for_no_request),
+        cmocka_unit_test(puts_land_only_inside),
+        cmocka_unit_test(atomics_with_wrong_operands),
+        cmocka_unit_test(bcast_before_group_open),
+        cmocka_unit_test(random_rma_bytes_never_crash),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
