@@ -54,8 +54,10 @@ static const pscom_config_row_t core_rows[] = {
              "Directory where loadable plugins libpscom4<name>.so are looked "
              "up; unset: the directory of libpscom itself."),
     CORE_ROW("PSP_ONDEMAND", PSCOM_CONFIG_BOOL, "0", ondemand,
-             "Connect lazily on the first message where the library itself "
-             "chooses (pscom_bench, the PMIx bootstrap)."),
+             "Where the library itself chooses how to connect: 1 connects "
+             "lazily on the first message (pscom_bench connects at once "
+             "otherwise); 0 makes the PMIx bootstrap connect all ranks at "
+             "once (it connects on demand while this is unset)."),
     CORE_ROW("PSP_PRECON_MAX_RECORD", PSCOM_CONFIG_UINT, "65536",
              precon_max_payload,
              "Largest pre-connection record accepted, in bytes."),
