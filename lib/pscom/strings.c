@@ -48,24 +48,29 @@ const char *pscom_op_str(pscom_op_t operation)
 
 const char *pscom_con_state_str(pscom_con_state_t state)
 {
+    static const struct {
+        pscom_con_state_t state;
+        const char *name;
+    } names[] = {
+        {PSCOM_CON_STATE_NO_RW, "idle (no read, no write)"},
+        {PSCOM_CON_STATE_R, "read only"},
+        {PSCOM_CON_STATE_W, "write only"},
+        {PSCOM_CON_STATE_RW, "open"},
+        {PSCOM_CON_STATE_CLOSED, "closed"},
+        {PSCOM_CON_STATE_CONNECTING, "connecting"},
+        {PSCOM_CON_STATE_ACCEPTING, "accepting"},
+        {PSCOM_CON_STATE_CLOSE_WAIT, "waiting for the peer's close"},
+        {PSCOM_CON_STATE_CLOSING, "closing"},
+        {PSCOM_CON_STATE_SUSPENDING, "suspending"},
+        {PSCOM_CON_STATE_SUSPEND_SENT, "suspend sent"},
+        {PSCOM_CON_STATE_SUSPEND_RECEIVED, "suspend received"},
+        {PSCOM_CON_STATE_SUSPENDED, "suspended"},
+        {PSCOM_CON_STATE_CONNECTING_ONDEMAND, "connecting on demand"},
+        {PSCOM_CON_STATE_ACCEPTING_ONDEMAND, "accepting on demand"},
+    };
     static __thread char buf[32];
-    switch (state) {
-    case PSCOM_CON_STATE_NO_RW: return "no_rw";
-    case PSCOM_CON_STATE_R: return "ro";
-    case PSCOM_CON_STATE_W: return "wo";
-    case PSCOM_CON_STATE_RW: return "open";
-    case PSCOM_CON_STATE_CLOSED: return "closed";
-    case PSCOM_CON_STATE_CONNECTING: return "connecting";
-    case PSCOM_CON_STATE_ACCEPTING: return "accepting";
-    case PSCOM_CON_STATE_CLOSE_WAIT: return "close_wait";
-    case PSCOM_CON_STATE_CLOSING: return "closing";
-    case PSCOM_CON_STATE_SUSPENDING: return "suspending";
-    case PSCOM_CON_STATE_SUSPEND_SENT: return "suspend_sent";
-    case PSCOM_CON_STATE_SUSPEND_RECEIVED: return "suspend_received";
-    case PSCOM_CON_STATE_SUSPENDED: return "suspended";
-    case PSCOM_CON_STATE_CONNECTING_ONDEMAND: return "connecting_ondemand";
-    case PSCOM_CON_STATE_ACCEPTING_ONDEMAND: return "accepting_ondemand";
-    }
+    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
+        if (names[i].state == state) return names[i].name;
     snprintf(buf, sizeof(buf), "state 0x%x", (unsigned)state);
     return buf;
 }
