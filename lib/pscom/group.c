@@ -156,8 +156,8 @@ static void deliver(struct psc_req *g, struct psc_req *req)
 }
 
 /* The body of an unexpected message is in (or its connection failed).
- * Once it has a receive, g goes when this returns (self_free): not here,
- * psc_req_done still holds it. */
+ * Once it has a receive, g goes here: psc_req_done does not touch a request
+ * after its io_done. */
 static void unexpected_done(pscom_request_t *r)
 {
     struct psc_req *g = req_of(r);
@@ -166,14 +166,14 @@ static void unexpected_done(pscom_request_t *r)
 
     if (r->state & PSCOM_REQ_STATE_ERROR) {
         psc_list_del(&g->next);
-        g->self_free = true;
+        psc_req_release(g);
         if (taker) psc_req_done(taker, PSCOM_REQ_STATE_ERROR);
         return;
     }
     gm->arrived = true;
     if (taker) {
-        g->self_free = true;
         deliver(g, taker);
+        psc_req_release(g);
     }
 }
 

@@ -288,7 +288,7 @@ static void load_module(struct slot *s)
         s->p.state = PSC_PLUGIN_FAILED;
         s->p.path[0] = 0;
         snprintf(s->p.why, sizeof(s->p.why),
-                 "not installed (no %s%s.so in %s)", PSC_PLUGIN_PREFIX, name,
+                 "not installed (no %s%s.so in %.180s)", PSC_PLUGIN_PREFIX, name,
                  tried);
         psc_debug("plugin %s: %s", name, s->p.why);
         return;

@@ -293,6 +293,8 @@ static void target_check(struct target *t, pscom_connection_t **cons)
     ITEST_ASSERT_EQ(t->counts.n[PSCOM_RMA_ACCUMULATE], N_ORIGINS * M_ACC,
                     "accumulate callbacks");
     pscom_mem_deregister(t->memh);
+    free(t->buf);
+    t->buf = NULL;
 }
 
 /* ---------------------------------------------------------------------- */

@@ -531,6 +531,7 @@ static int target_main(itest_link_t *link, void *arg)
     pscom_mem_deregister(t.memh);
     pscom_mem_deregister(t.memh_any);
     pscom_close_socket(NULL);
+    free(t.buf);
     return 0;
 }
 
