@@ -230,7 +230,7 @@ struct ofi_con {
     struct txe *fifo;
     unsigned nfifo;
     uint64_t tx_head, tx_tail; /* frames reported .. frames committed */
-    struct {
+    struct tx_partial {
         bool active;     /* frame tx_tail-1 is partly posted */
         uint64_t frame;
         const uint8_t *head, *body;
@@ -849,16 +849,17 @@ static int tx_post(struct ofi_con *oc)
             oc->tx_tail++;
             continue;
         }
-        oc->txp.active = true;
-        oc->txp.frame = frame;
-        oc->txp.head = head;
-        oc->txp.body = body;
-        oc->txp.hl = hl;
-        oc->txp.bl = bl;
-        oc->txp.off = 0;
-        oc->txp.k = 0;
-        oc->txp.total = ftotal;
-        oc->txp.first = ofi_first_len(hl, bl, oc->peer_bounce);
+        /* Too large for one message: post it piece by piece. */
+        oc->txp = (struct tx_partial){
+            .active = true,
+            .frame = frame,
+            .head = head,
+            .body = body,
+            .hl = hl,
+            .bl = bl,
+            .total = ftotal,
+            .first = ofi_first_len(hl, bl, oc->peer_bounce),
+        };
     }
 }
 
