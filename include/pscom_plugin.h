@@ -41,8 +41,11 @@ extern "C" {
 #endif
 
 /* Major in the high byte: a different major is refused at load time. */
-#define PSCOM_PLUGIN_API_VERSION 0x0100
+/* Minor in the low byte: the core reads the ops a minor added only from
+ * descriptors of that minor or later (1.1 added the one-sided ops). */
+#define PSCOM_PLUGIN_API_VERSION 0x0101
 #define PSCOM_PLUGIN_API_MAJOR(v) (((v) >> 8) & 0xff)
+#define PSCOM_PLUGIN_API_MINOR(v) ((v) & 0xff)
 
 /* A core connection as a plugin sees it (opaque). */
 typedef struct psc_con pscom_plugin_con_t;
@@ -133,7 +136,49 @@ typedef struct pscom_plugin_ops {
      * permanent failure, e.g. EPERM, and describe no more buffers). */
     int (*rndv_pull)(pscom_plugin_con_t *con, void *priv, const void *blob,
                      size_t blob_len, void *dst, size_t len);
+
+    /* ---- API 1.1: one-sided fast paths (all optional) ----
+     * Without them put and get travel as two-sided messages through the
+     * core. With them the plugin moves the bytes of a put or get itself and
+     * the core then sends a short notice on the connection, on which the
+     * target checks the range and runs its callback, in order with the
+     * connection's other messages. Atomics always take the core's path. */
+
+    /* Make [addr, addr+len) of this socket's process reachable for peers
+     * (addr NULL and len 0: the whole address space, if the plugin can).
+     * Write at most PSCOM_PLUGIN_RKEY_MAX bytes describing it to rkey and
+     * set *rkey_len (0 is fine when the peer needs nothing); keep what
+     * rma_deregister needs in *handle. 0, or -errno: no fast path for this
+     * region on this plugin. Called when the region's key is packed, for
+     * every plugin that is initialised at that moment. */
+    int (*rma_register)(pscom_socket_t *socket, void *addr, size_t len,
+                        void *rkey, size_t *rkey_len, void **handle);
+    /* Undo rma_register (the region is deregistered). */
+    void (*rma_deregister)(pscom_socket_t *socket, void *handle);
+    /* On an open connection of this plugin: prepare access to the peer's
+     * region that its rma_register described with rkey. 0 and *prkey, or
+     * -errno: this key takes the core's path on this connection. */
+    int (*rma_rkey)(pscom_plugin_con_t *con, void *priv, const void *rkey,
+                    size_t len, void **prkey);
+    /* Release what rma_rkey made (the remote key is destroyed, or the
+     * connection closes: then before ops.close). */
+    void (*rma_rkey_release)(pscom_plugin_con_t *con, void *priv,
+                             void *prkey);
+    /* Write len bytes at src to the peer's address raddr (put), or read len
+     * bytes at raddr into dst (get). Return 0 when done, 1 when started:
+     * then pscom_plugin_rma_done(token, err) follows from the plugin's
+     * progress op (never from inside this call); or -errno to let the core
+     * carry this operation. "Done" for a put means the bytes are in the
+     * target's memory before any later message of this connection arrives
+     * there (flush first where the transport does not order them). */
+    int (*rma_put)(pscom_plugin_con_t *con, void *priv, void *prkey,
+                   const void *src, uint64_t raddr, size_t len, void *token);
+    int (*rma_get)(pscom_plugin_con_t *con, void *priv, void *prkey,
+                   void *dst, uint64_t raddr, size_t len, void *token);
 } pscom_plugin_ops_t;
+
+/* Largest plugin part of a packed remote key (rma_register). */
+#define PSCOM_PLUGIN_RKEY_MAX 128
 
 /* Capabilities (pscom_plugin_t.flags). */
 #define PSCOM_PLUGIN_LOCAL_ONLY 0x1 /* only for peers on the same node */
@@ -202,6 +247,12 @@ int pscom_plugin_fd_add(int fd, uint32_t events, int hot,
                         pscom_plugin_fd_cb_t cb, void *arg);
 int pscom_plugin_fd_mod(int fd, uint32_t events);
 void pscom_plugin_fd_del(int fd);
+
+/* A one-sided operation that rma_put/rma_get started (returned 1) ended:
+ * err 0, or a negative errno. On an error the core carries the operation
+ * again on its own path while the connection is up (a put writes the same
+ * bytes again), and fails the request when the connection broke. */
+void pscom_plugin_rma_done(void *token, int err);
 
 /* From a plugin's init op: the reason it is about to fail, in words for a
  * person ("no RDMA device found"); pscom_info shows it. */
