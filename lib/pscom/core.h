@@ -234,6 +234,10 @@ struct psc_con {
     size_t rndv_threshold;     /* bodies of at least this size use rendezvous */
 
     struct psc_list next_dead; /* psc_ctx.dead: plugin to be closed */
+    /* The request whose body was arriving when the connection failed: the
+     * plugin may still write into its buffer until its close(), so it is
+     * failed (or released) only then. */
+    struct psc_req *rx_failed;
 
     bool visible;      /* in sock->cons */
     bool failed;       /* error reported; requests failed */

@@ -711,27 +711,41 @@ static void fail_queue(struct psc_list *queue)
     }
 }
 
+/* End the request that was receiving a body when its connection failed. */
+static void fail_current_receive(struct psc_req *cur)
+{
+    if (cur->kind == PSC_REQ_GENERATED) {
+        /* An unexpected message: its buffer goes, and the receive that
+         * took it over while it arrived fails. */
+        struct psc_req *u = cur->merged_into;
+        psc_list_del(&cur->next); /* harmless when matched already */
+        psc_list_del(&cur->next_any);
+        psc_req_release(cur);
+        if (u) psc_req_done(u, PSCOM_REQ_STATE_ERROR);
+    } else {
+        psc_req_done(cur, PSCOM_REQ_STATE_ERROR);
+    }
+}
+
 void psc_proto_fail_receives(struct psc_con *con)
 {
     struct psc_req *cur = con->rx.req;
     rx_next_message(&con->rx);
 
-    /* Unexpected messages that arrived whole stay receivable; the rest go. */
+    /* Unexpected messages that arrived whole stay receivable; the rest go
+     * (but the one arriving now only with `cur`). */
     struct psc_list *pos, *tmp;
     psc_list_for_each_safe(pos, tmp, &con->net_recvq) {
         struct psc_req *g = psc_list_entry(pos, struct psc_req, next);
-        if (g->got_all && !g->rndv_gen) continue;
+        if ((g->got_all && !g->rndv_gen) || g == cur) continue;
         psc_list_del(&g->next);
         psc_list_del(&g->next_any);
         psc_req_release(g);
     }
-    if (cur && cur->kind == PSC_REQ_GENERATED && cur->merged_into) {
-        struct psc_req *u = cur->merged_into;
-        psc_req_release(cur);
-        psc_req_done(u, PSCOM_REQ_STATE_ERROR);
-    } else if (cur && cur->kind != PSC_REQ_GENERATED) {
-        psc_req_done(cur, PSCOM_REQ_STATE_ERROR);
-    }
+    if (cur && con->plugin_open)
+        con->rx_failed = cur; /* after the plugin's close (psc_proto_fail_sends) */
+    else if (cur)
+        fail_current_receive(cur);
 
     fail_queue(&con->rndv_recvq);
     fail_queue(&con->recvq_user);
@@ -741,6 +755,9 @@ void psc_proto_fail_receives(struct psc_con *con)
 
 void psc_proto_fail_sends(struct psc_con *con)
 {
+    struct psc_req *cur = con->rx_failed;
+    con->rx_failed = NULL;
+    if (cur) fail_current_receive(cur);
     fail_queue(&con->sendq);
     fail_queue(&con->rndv_sendq);
 }
