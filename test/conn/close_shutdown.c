@@ -127,6 +127,33 @@ static int flush_receiver(itest_link_t *link, void *arg)
     return 0;
 }
 
+/* The sender's side of flush and exit: connect to the receiver and post
+ * N_FLUSH sends of FLUSH_LEN bytes (numbered in their xheader). */
+static pscom_socket_t *post_flush_sends(itest_link_t *link,
+                                        pscom_connection_t **con,
+                                        pscom_request_t **s, uint8_t **buf)
+{
+    pscom_socket_t *sock;
+    char *ep;
+
+    itest_pscom_init();
+    sock = itest_open_socket("sender", 0);
+    ep = itest_link_recv_str(link);
+    *con = itest_connect(sock, ep);
+    free(ep);
+
+    itest_step("posting %d sends of %d bytes", N_FLUSH, FLUSH_LEN);
+    for (uint32_t k = 0; k < N_FLUSH; k++) {
+        buf[k] = malloc(FLUSH_LEN);
+        ITEST_ASSERT(buf[k] != NULL, "out of memory");
+        itest_fill(buf[k], FLUSH_LEN, seed_of(k));
+        s[k] = itest_request(4);
+        pscom_req_prepare(s[k], *con, buf[k], FLUSH_LEN, &k, 4);
+        pscom_post_send(s[k]);
+    }
+    return sock;
+}
+
 static int flush_sender(itest_link_t *link, void *arg)
 {
     pscom_socket_t *sock;
@@ -134,25 +161,10 @@ static int flush_sender(itest_link_t *link, void *arg)
     pscom_request_t *s[N_FLUSH];
     uint8_t *buf[N_FLUSH];
     double t0;
-    char *ep;
 
     (void)arg;
-    itest_pscom_init();
-    sock = itest_open_socket("sender", 0);
-    ep = itest_link_recv_str(link);
-    con = itest_connect(sock, ep);
-    free(ep);
-
-    itest_step("posting %d sends of %d bytes, then closing at once", N_FLUSH,
-               FLUSH_LEN);
-    for (uint32_t k = 0; k < N_FLUSH; k++) {
-        buf[k] = malloc(FLUSH_LEN);
-        ITEST_ASSERT(buf[k] != NULL, "out of memory");
-        itest_fill(buf[k], FLUSH_LEN, seed_of(k));
-        s[k] = itest_request(4);
-        pscom_req_prepare(s[k], con, buf[k], FLUSH_LEN, &k, 4);
-        pscom_post_send(s[k]);
-    }
+    sock = post_flush_sends(link, &con, s, buf);
+    itest_step("closing at once");
     t0 = itest_now();
     pscom_close_connection(con);
     itest_note("pscom_close_connection returned after %.3f s",
@@ -177,29 +189,13 @@ static int flush_sender(itest_link_t *link, void *arg)
 
 static int exit_sender(itest_link_t *link, void *arg)
 {
+    static pscom_request_t *s[N_FLUSH];
     static uint8_t *buf[N_FLUSH];
-    pscom_socket_t *sock;
     pscom_connection_t *con;
-    char *ep;
 
     (void)arg;
-    itest_pscom_init();
-    sock = itest_open_socket("sender", 0);
-    ep = itest_link_recv_str(link);
-    con = itest_connect(sock, ep);
-    free(ep);
-
-    itest_step("posting %d sends of %d bytes, then exit(0)", N_FLUSH,
-               FLUSH_LEN);
-    for (uint32_t k = 0; k < N_FLUSH; k++) {
-        pscom_request_t *r = itest_request(4);
-
-        buf[k] = malloc(FLUSH_LEN);
-        ITEST_ASSERT(buf[k] != NULL, "out of memory");
-        itest_fill(buf[k], FLUSH_LEN, seed_of(k));
-        pscom_req_prepare(r, con, buf[k], FLUSH_LEN, &k, 4);
-        pscom_post_send(r);
-    }
+    post_flush_sends(link, &con, s, buf);
+    itest_step("exit(0) without closing");
     itest_link_send_u64(link, 1);
     exit(0);
 }
