@@ -66,6 +66,8 @@ int psc_header_check(const pscom_header_net_t *hdr, const char **why)
         }
         return 0;
     case PSC_MSG_RMA_PUT ... PSC_MSG_RMA_READ:
+    case PSC_MSG_RMA_PUT_DONE:
+    case PSC_MSG_RMA_GET_DONE:
         return psc_rma_header_check(hdr, why);
     case PSC_MSG_BCAST:
     case PSC_MSG_BARRIER:
@@ -185,6 +187,8 @@ int pscom_plugin_tx_peek(pscom_plugin_con_t *con, struct iovec *iov,
 
     psc_list_for_each(pos, &con->sendq) {
         struct psc_req *req = psc_list_entry(pos, struct psc_req, next);
+        /* Waits for a plugin's one-sided operation; order is kept. */
+        if (req->tx_hold) break;
         size_t skip = req->iov[0].iov_len + req->iov[1].iov_len - req->tx_left;
         /* Handed to the transport: no cancel from here on. */
         if (!(req->pub.state & PSCOM_REQ_STATE_IO_STARTED))
@@ -561,6 +565,8 @@ static int rx_dispatch(struct psc_con *con)
         psc_con_fail(con, PSCOM_OP_READ, PSCOM_ERR_EOF);
         return -1;
     case PSC_MSG_RMA_PUT ... PSC_MSG_RMA_READ:
+    case PSC_MSG_RMA_PUT_DONE:
+    case PSC_MSG_RMA_GET_DONE:
         return rx_ext(con, hdr, psc_rma_rx);
     case PSC_MSG_BCAST:
     case PSC_MSG_BARRIER:
@@ -704,6 +710,7 @@ static void fail_queue(struct psc_list *queue)
     while (!psc_list_empty(queue)) {
         struct psc_req *req = psc_list_first(queue, struct psc_req, next);
         psc_list_del(&req->next);
+        if (req->tx_hold) psc_rma_hold_drop(req);
         if (req->kind == PSC_REQ_CONTROL)
             psc_req_release(req);
         else
