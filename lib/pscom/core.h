@@ -144,6 +144,11 @@ struct psc_req {
 
     uint64_t seq; /* posting order (receives) or arrival order (generated) */
     uint64_t id;  /* rendezvous id, unique per process */
+    /* Rendezvous send: the receiver's answer (enum psc_msg_type, RNDV_CTS
+     * or RNDV_FIN; 0: none yet) when it came before the transport reported
+     * the announcement written, and the CTS's receiver id. */
+    uint8_t rndv_answer;
+    uint64_t rndv_receiver_id;
 
     /* Send side: the frame as at most two pieces, and what is written. */
     struct iovec iov[2];

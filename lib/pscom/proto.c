@@ -144,6 +144,7 @@ void psc_proto_send(struct psc_con *con, struct psc_req *req)
             info.blob_len = n <= PSC_RNDV_BLOB_MAX ? (uint32_t)n : 0;
         }
         req->id = info.sender_id;
+        req->rndv_answer = 0;
         memcpy(x + info.blob_len, &info, sizeof(info));
         size_t xlen = r->xheader_len + info.blob_len + sizeof(info);
         set_header(&r->header, PSC_MSG_RNDV_REQ, xlen, 0);
@@ -158,11 +159,20 @@ void psc_proto_send(struct psc_con *con, struct psc_req *req)
     psc_con_enqueue(con, req);
 }
 
+static void rndv_send_data(struct psc_con *con, struct psc_req *req,
+                           uint64_t receiver_id);
+
 void psc_proto_frame_sent(struct psc_con *con, struct psc_req *req)
 {
     switch (req->frame) {
     case PSC_FRAME_RNDV_REQ:
-        psc_list_add_tail(&req->next, &con->rndv_sendq);
+        /* The receiver may have answered already (rx_rndv_answered). */
+        if (req->rndv_answer == PSC_MSG_RNDV_CTS)
+            rndv_send_data(con, req, req->rndv_receiver_id);
+        else if (req->rndv_answer == PSC_MSG_RNDV_FIN)
+            psc_req_done(req, 0);
+        else
+            psc_list_add_tail(&req->next, &con->rndv_sendq);
         break;
     case PSC_FRAME_CONTROL:
         psc_req_release(req);
@@ -472,6 +482,40 @@ static int rx_rndv_req(struct psc_con *con, pscom_header_net_t *hdr)
     return con->failed || con->zombie ? -1 : 0;
 }
 
+/* Queue the body of a rendezvous send the receiver is ready for. */
+static void rndv_send_data(struct psc_con *con, struct psc_req *req,
+                           uint64_t receiver_id)
+{
+    pscom_header_net_t *h = (pscom_header_net_t *)req->ctrl;
+    struct psc_rndv_data_hdr dh = {.receiver_id = receiver_id};
+    set_header(h, PSC_MSG_RNDV_DATA, sizeof(dh), req->pub.data_len);
+    memcpy(req->ctrl + PSC_HDR_LEN, &dh, sizeof(dh));
+    frame_init(req, PSC_FRAME_RNDV_DATA, req->ctrl, PSC_HDR_LEN + sizeof(dh),
+               req->pub.data, req->pub.data_len);
+    psc_con_enqueue(con, req);
+}
+
+/* An answer to an announcement that is still in the send queue: the
+ * transport has sent it (I/O started) but not yet reported it written,
+ * which a transport that reports frames in queue order does when an
+ * earlier frame is still in flight. The answer is kept for
+ * psc_proto_frame_sent. NULL when no such announcement waits for one. */
+static struct psc_req *rx_rndv_answered(struct psc_con *con, uint64_t id,
+                                        uint8_t type)
+{
+    struct psc_list *pos;
+    psc_list_for_each(pos, &con->sendq) {
+        struct psc_req *req = psc_list_entry(pos, struct psc_req, next);
+        if (req->frame != PSC_FRAME_RNDV_REQ || req->id != id) continue;
+        if (!(req->pub.state & PSCOM_REQ_STATE_IO_STARTED) ||
+            req->rndv_answer)
+            return NULL;
+        req->rndv_answer = type;
+        return req;
+    }
+    return NULL;
+}
+
 static int rx_rndv_cts(struct psc_con *con, pscom_header_net_t *hdr)
 {
     struct psc_rndv_cts cts;
@@ -479,16 +523,14 @@ static int rx_rndv_cts(struct psc_con *con, pscom_header_net_t *hdr)
     rx_next_message(&con->rx);
 
     struct psc_req *req = find_by_id(&con->rndv_sendq, cts.sender_id);
-    if (!req) return rx_protocol_error(con, "clear-to-send for no send");
+    if (!req) {
+        req = rx_rndv_answered(con, cts.sender_id, PSC_MSG_RNDV_CTS);
+        if (!req) return rx_protocol_error(con, "clear-to-send for no send");
+        req->rndv_receiver_id = cts.receiver_id;
+        return 0;
+    }
     psc_list_del(&req->next);
-
-    pscom_header_net_t *h = (pscom_header_net_t *)req->ctrl;
-    struct psc_rndv_data_hdr dh = {.receiver_id = cts.receiver_id};
-    set_header(h, PSC_MSG_RNDV_DATA, sizeof(dh), req->pub.data_len);
-    memcpy(req->ctrl + PSC_HDR_LEN, &dh, sizeof(dh));
-    frame_init(req, PSC_FRAME_RNDV_DATA, req->ctrl, PSC_HDR_LEN + sizeof(dh),
-               req->pub.data, req->pub.data_len);
-    psc_con_enqueue(con, req);
+    rndv_send_data(con, req, cts.receiver_id);
     return con->failed || con->zombie ? -1 : 0;
 }
 
@@ -499,7 +541,11 @@ static int rx_rndv_fin(struct psc_con *con, pscom_header_net_t *hdr)
     rx_next_message(&con->rx);
 
     struct psc_req *req = find_by_id(&con->rndv_sendq, fin.sender_id);
-    if (!req) return rx_protocol_error(con, "rendezvous completion for no send");
+    if (!req) {
+        if (!rx_rndv_answered(con, fin.sender_id, PSC_MSG_RNDV_FIN))
+            return rx_protocol_error(con, "rendezvous completion for no send");
+        return 0;
+    }
     psc_list_del(&req->next);
     psc_req_done(req, 0);
     return con->failed || con->zombie ? -1 : 0;
