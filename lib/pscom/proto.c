@@ -223,7 +223,8 @@ int pscom_plugin_tx_done(pscom_plugin_con_t *con, size_t n)
             break;
         }
         size_t take = n < req->tx_left ? n : req->tx_left;
-        psc_req_state_add(req, PSCOM_REQ_STATE_IO_STARTED);
+        if (!(req->pub.state & PSCOM_REQ_STATE_IO_STARTED))
+            psc_req_state_add(req, PSCOM_REQ_STATE_IO_STARTED);
         req->tx_left -= take;
         n -= take;
         if (req->tx_left) break;
