@@ -137,6 +137,12 @@ struct psc_req {
     /* Send side: the frame as at most two pieces, and what is written. */
     struct iovec iov[2];
     size_t tx_left; /* bytes of the frame not yet written */
+    /* A rendezvous announcement that the receiver answered before the
+     * transport reported it written (message plugins report completions in
+     * queue order, behind large bodies): PSC_MSG_RNDV_CTS or _FIN, acted
+     * on once it is; 0 otherwise. For a CTS, the receiver's id. */
+    uint8_t early_answer;
+    uint64_t early_receiver_id;
     uint8_t ctrl[PSC_CTRL_FRAME_LEN] __attribute__((aligned(8)));
 
     /* Receive side. */

@@ -130,6 +130,7 @@ void psc_proto_send(struct psc_con *con, struct psc_req *req)
             return;
         }
     }
+    req->early_answer = 0;
     if (r->data_len >= con->rndv_threshold) {
         struct psc_rndv_info info = {.sender_id = ++psc_ctx.next_id,
                                      .data_len = r->data_len};
@@ -156,11 +157,32 @@ void psc_proto_send(struct psc_con *con, struct psc_req *req)
     psc_con_enqueue(con, req);
 }
 
+/* The receiver is ready for the body of req: send it as RNDV_DATA. */
+static void rndv_send_body(struct psc_con *con, struct psc_req *req,
+                           uint64_t receiver_id)
+{
+    pscom_header_net_t *h = (pscom_header_net_t *)req->ctrl;
+    struct psc_rndv_data_hdr dh = {.receiver_id = receiver_id};
+    set_header(h, PSC_MSG_RNDV_DATA, sizeof(dh), req->pub.data_len);
+    memcpy(req->ctrl + PSC_HDR_LEN, &dh, sizeof(dh));
+    frame_init(req, PSC_FRAME_RNDV_DATA, req->ctrl, PSC_HDR_LEN + sizeof(dh),
+               req->pub.data, req->pub.data_len);
+    psc_con_enqueue(con, req);
+}
+
 void psc_proto_frame_sent(struct psc_con *con, struct psc_req *req)
 {
     switch (req->frame) {
     case PSC_FRAME_RNDV_REQ:
-        psc_list_add_tail(&req->next, &con->rndv_sendq);
+        if (req->early_answer == PSC_MSG_RNDV_CTS) {
+            req->early_answer = 0;
+            rndv_send_body(con, req, req->early_receiver_id);
+        } else if (req->early_answer == PSC_MSG_RNDV_FIN) {
+            req->early_answer = 0;
+            psc_req_done(req, 0);
+        } else {
+            psc_list_add_tail(&req->next, &con->rndv_sendq);
+        }
         break;
     case PSC_FRAME_CONTROL:
         psc_req_release(req);
@@ -469,6 +491,22 @@ static int rx_rndv_req(struct psc_con *con, pscom_header_net_t *hdr)
     return con->failed || con->zombie ? -1 : 0;
 }
 
+/* An announcement the transport has not reported written yet (it may have
+ * reached the receiver before frames ahead of it were done), not answered
+ * before. */
+static struct psc_req *unreported_announcement(struct psc_con *con,
+                                               uint64_t id)
+{
+    struct psc_list *pos;
+    psc_list_for_each(pos, &con->sendq) {
+        struct psc_req *req = psc_list_entry(pos, struct psc_req, next);
+        if (req->frame == PSC_FRAME_RNDV_REQ && req->id == id &&
+            (req->pub.state & PSCOM_REQ_STATE_IO_STARTED) && !req->early_answer)
+            return req;
+    }
+    return NULL;
+}
+
 static int rx_rndv_cts(struct psc_con *con, pscom_header_net_t *hdr)
 {
     struct psc_rndv_cts cts;
@@ -476,16 +514,15 @@ static int rx_rndv_cts(struct psc_con *con, pscom_header_net_t *hdr)
     rx_next_message(&con->rx);
 
     struct psc_req *req = find_by_id(&con->rndv_sendq, cts.sender_id);
-    if (!req) return rx_protocol_error(con, "clear-to-send for no send");
+    if (!req) {
+        req = unreported_announcement(con, cts.sender_id);
+        if (!req) return rx_protocol_error(con, "clear-to-send for no send");
+        req->early_answer = PSC_MSG_RNDV_CTS;
+        req->early_receiver_id = cts.receiver_id;
+        return 0;
+    }
     psc_list_del(&req->next);
-
-    pscom_header_net_t *h = (pscom_header_net_t *)req->ctrl;
-    struct psc_rndv_data_hdr dh = {.receiver_id = cts.receiver_id};
-    set_header(h, PSC_MSG_RNDV_DATA, sizeof(dh), req->pub.data_len);
-    memcpy(req->ctrl + PSC_HDR_LEN, &dh, sizeof(dh));
-    frame_init(req, PSC_FRAME_RNDV_DATA, req->ctrl, PSC_HDR_LEN + sizeof(dh),
-               req->pub.data, req->pub.data_len);
-    psc_con_enqueue(con, req);
+    rndv_send_body(con, req, cts.receiver_id);
     return con->failed || con->zombie ? -1 : 0;
 }
 
@@ -496,7 +533,13 @@ static int rx_rndv_fin(struct psc_con *con, pscom_header_net_t *hdr)
     rx_next_message(&con->rx);
 
     struct psc_req *req = find_by_id(&con->rndv_sendq, fin.sender_id);
-    if (!req) return rx_protocol_error(con, "rendezvous completion for no send");
+    if (!req) {
+        req = unreported_announcement(con, fin.sender_id);
+        if (!req)
+            return rx_protocol_error(con, "rendezvous completion for no send");
+        req->early_answer = PSC_MSG_RNDV_FIN;
+        return 0;
+    }
     psc_list_del(&req->next);
     psc_req_done(req, 0);
     return con->failed || con->zombie ? -1 : 0;
