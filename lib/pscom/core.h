@@ -125,8 +125,8 @@ struct psc_req {
     bool rndv_gen;  /* generated: a rendezvous announcement (no body yet) */
 
     /* The one queue the request is in: con->sendq, con->recvq_user,
-     * sock->recvq_any, psc_ctx.recvq_any, con->net_recvq, con->rndv_sendq
-     * or con->rndv_recvq. */
+     * sock->recvq_any, psc_ctx.recvq_any, con->net_recvq, con->rndv_sendq,
+     * con->rndv_recvq or con->rx_deferq. */
     struct psc_list next;
     /* Generated requests only: sock->genrecvq_any (arrival order). */
     struct psc_list next_any;
@@ -218,6 +218,9 @@ struct psc_rx {
     char *dst;
     size_t dst_left;
     bool truncated;
+    /* The body goes whole into a matched receive's own buffer: a plugin
+     * may take it out of line (pscom_plugin_rx_defer). */
+    bool defer_ok;
 };
 
 struct psc_precon;
@@ -231,6 +234,10 @@ struct psc_con {
     struct psc_list net_recvq;  /* psc_req.next: unexpected messages, in order */
     struct psc_list rndv_sendq; /* psc_req.next: sends waiting for CTS */
     struct psc_list rndv_recvq; /* psc_req.next: receives waiting for data */
+    /* psc_req.next: receives whose body the plugin moves out of line
+     * (pscom_plugin_rx_defer), in any order; they end when the plugin says
+     * so, or fail after its close(). */
+    struct psc_list rx_deferq;
 
     struct psc_rx rx;
 
@@ -247,6 +254,8 @@ struct psc_con {
     bool plugin_open;  /* plugin->ops.open succeeded, close not yet called */
     bool zombie;       /* waiting to be freed */
     bool got_eof;      /* the peer sent EOF */
+    bool eof_pending;  /* ... while bodies before it were still arriving out
+                        * of line: acted on once rx_deferq is empty */
     pscom_err_t error; /* the error that ended it */
 
     char peer_addr[64]; /* "a.b.c.d:port" of the peer, for messages */
@@ -331,6 +340,9 @@ void psc_proto_post_recv(struct psc_req *req);
 void psc_proto_fail_receives(struct psc_con *con);
 void psc_proto_fail_sends(struct psc_con *con);
 void psc_proto_fail_requests(struct psc_con *con);
+/* The plugin was closed: fail the sends it held and the receives whose
+ * bodies it was moving out of line. */
+void psc_proto_plugin_closed(struct psc_con *con);
 /* A queued frame was written completely. */
 void psc_proto_frame_sent(struct psc_con *con, struct psc_req *req);
 /* Send an EOF frame. */
