@@ -346,6 +346,8 @@ static int sink(itest_link_t *link, void *arg)
                                      "stream message %u", expect[i]);
                 if (++received == STREAM_NOTE)
                     itest_link_send_str(link, "streaming");
+                itest_substep("receiving the stream (%u messages so far)",
+                              received);
                 post_stream_recv(req[i], buf[i]);
                 expect[i] = posted++;
                 pending = 1;
