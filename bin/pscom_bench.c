@@ -59,6 +59,8 @@
 #define PARAMS_MAGIC   0x5053424eu /* "PSBN" */
 #define PARAMS_VERSION 1
 #define PARAMS_F_THREADED 0x1u /* wire_params.flags: pscom_init_thread */
+#define PARAMS_F_ONE_BUF  0x2u /* ... a window's receives share one buffer */
+#define PARAMS_F_KNOWN    (PARAMS_F_THREADED | PARAMS_F_ONE_BUF)
 
 enum mode { MODE_PINGPONG = 0, MODE_BW = 1, MODE_BIDIR = 2 };
 
@@ -78,6 +80,7 @@ struct opts {
     int json;
     int ondemand;
     int threaded; /* pscom_init_thread instead of pscom_init */
+    int one_buffer; /* --bw/--bidir: the window's receives share a buffer */
     size_t xheader;
     int has_con_type;
     pscom_con_type_t con_type;
@@ -557,6 +560,9 @@ static void usage(FILE *out)
 "  --warmup N          untimed iterations first (default iters/10, at least 2)\n"
 "  --bw                streaming: windows of %d sends, then one small ack\n"
 "  --bidir             as --bw, both sides send a window at the same time\n"
+"  --one-buffer        with --bw/--bidir: receive every message of a window\n"
+"                      into the same buffer, as ucx_perftest -t tag_bw does\n"
+"                      (default: a buffer per message; not with --verify)\n"
 "  --verify            fill every message with a pattern and check each byte\n"
 "  --xheader N         extended header bytes per message (default 0)\n"
 "  --ondemand          connect on first use (default with PSP_ONDEMAND=1)\n"
@@ -630,7 +636,7 @@ static void parse_options(struct opts *o, int argc, char **argv)
     enum {
         OPT_SIZES = 256, OPT_MIN, OPT_MAX, OPT_ITERS, OPT_WARMUP, OPT_BW,
         OPT_BIDIR, OPT_VERIFY, OPT_TRANSPORT, OPT_ONDEMAND, OPT_THREADED,
-        OPT_JSON,
+        OPT_JSON, OPT_ONE_BUFFER,
         OPT_XHEADER, OPT_TIMEOUT, OPT_CPU, OPT_PAIRS,
     };
     static const struct option longopts[] = {
@@ -641,6 +647,7 @@ static void parse_options(struct opts *o, int argc, char **argv)
         {"warmup", required_argument, NULL, OPT_WARMUP},
         {"bw", no_argument, NULL, OPT_BW},
         {"bidir", no_argument, NULL, OPT_BIDIR},
+        {"one-buffer", no_argument, NULL, OPT_ONE_BUFFER},
         {"verify", no_argument, NULL, OPT_VERIFY},
         {"transport", required_argument, NULL, OPT_TRANSPORT},
         {"ondemand", no_argument, NULL, OPT_ONDEMAND},
@@ -692,6 +699,9 @@ static void parse_options(struct opts *o, int argc, char **argv)
             break;
         case OPT_BIDIR:
             o->mode = MODE_BIDIR;
+            break;
+        case OPT_ONE_BUFFER:
+            o->one_buffer = 1;
             break;
         case OPT_VERIFY:
             o->verify = 1;
@@ -780,6 +790,12 @@ static void parse_options(struct opts *o, int argc, char **argv)
         fprintf(stderr, "pscom_bench: use either --sizes or --minsize/--maxsize\n");
         exit(1);
     }
+    if (o->one_buffer && (o->mode == MODE_PINGPONG || o->verify)) {
+        fprintf(stderr, "pscom_bench: --one-buffer goes with --bw or --bidir, "
+                        "and not with --verify (the messages of a window "
+                        "overwrite each other)\n");
+        exit(1);
+    }
     if (sizes)
         parse_sizes(o, sizes);
     else
@@ -837,7 +853,7 @@ static void bench_alloc(struct bench *b)
             maxiters = b->p.step[i].iters;
     }
     b->sbuf  = alloc_buf(b->maxsize);
-    b->nrbuf = recv_window ? WINDOW : 1;
+    b->nrbuf = recv_window && !(b->p.flags & PARAMS_F_ONE_BUF) ? WINDOW : 1;
     for (i = 0; i < b->nrbuf; i++)
         b->rbuf[i] = alloc_buf(b->maxsize);
     for (i = 0; i < (streaming ? WINDOW : 1u); i++) {
@@ -949,7 +965,8 @@ static void post_window_recvs(struct bench *b, size_t size)
     unsigned k;
 
     for (k = 0; k < WINDOW; k++)
-        post_recv(b->rreq[k], b->con, b->rbuf[k], size, b->p.xheader);
+        post_recv(b->rreq[k], b->con, b->rbuf[k % b->nrbuf], size,
+                  b->p.xheader);
 }
 
 static void wait_window(struct bench *b, pscom_request_t **reqs, size_t size,
@@ -1045,6 +1062,8 @@ static void print_header(const struct bench *b, const char *transport)
            transport, (unsigned)b->p.xheader);
     if (b->p.mode != MODE_PINGPONG)
         printf(", window %d", WINDOW);
+    if (b->p.flags & PARAMS_F_ONE_BUF)
+        printf(", one receive buffer");
     if (b->p.flags & PARAMS_F_THREADED)
         printf(", threaded (pscom_init_thread)");
     putchar('\n');
@@ -1087,8 +1106,10 @@ static void print_result(const struct bench *b, int json, size_t size,
                "\"lat_us_p99\": %.3f, \"bw_MBps\": %.2f, \"transport\": ",
                size, iters, med, p99, bw);
         print_json_str(transport);
-        printf(", \"mode\": \"%s\", \"threaded\": %s", mode_names[b->p.mode],
-               b->p.flags & PARAMS_F_THREADED ? "true" : "false");
+        printf(", \"mode\": \"%s\", \"threaded\": %s, \"one_buffer\": %s",
+               mode_names[b->p.mode],
+               b->p.flags & PARAMS_F_THREADED ? "true" : "false",
+               b->p.flags & PARAMS_F_ONE_BUF ? "true" : "false");
         if (g_pair[0] >= 0)
             printf(", \"ranks\": [%d, %d]", g_pair[0], g_pair[1]);
         printf("}\n");
@@ -1114,7 +1135,8 @@ static void build_params(const struct opts *o, struct wire_params *p)
     p->xheader = (uint32_t)o->xheader;
     p->window  = WINDOW;
     p->nsizes  = o->nsizes;
-    p->flags   = o->threaded ? PARAMS_F_THREADED : 0;
+    p->flags   = (o->threaded ? PARAMS_F_THREADED : 0) |
+                 (o->one_buffer ? PARAMS_F_ONE_BUF : 0);
     for (i = 0; i < o->nsizes; i++) {
         unsigned iters = o->iters > 0 ? (unsigned)o->iters :
                          default_iters(o->sizes[i], o->mode);
@@ -1273,7 +1295,8 @@ static int server(const struct opts *o, pscom_socket_t *sock,
              "pscom_bench version?)", pscom_con_str(b.con));
     if (b.p.nsizes == 0 || b.p.nsizes > MAX_SIZES || b.p.mode > MODE_BIDIR ||
         b.p.window != WINDOW || b.p.xheader > MAX_XHEADER ||
-        (b.p.flags & ~PARAMS_F_THREADED))
+        (b.p.flags & ~PARAMS_F_KNOWN) ||
+        ((b.p.flags & PARAMS_F_ONE_BUF) && b.p.verify))
         reply.status = -EINVAL;
     for (i = 0; i < b.p.nsizes && i < MAX_SIZES; i++)
         if (b.p.step[i].size > MAX_MSG_SIZE || !b.p.step[i].iters)
