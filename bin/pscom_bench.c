@@ -53,11 +53,14 @@
 #define PARAMS_MAGIC   0x5053424eu /* "PSBN" */
 #define PARAMS_VERSION 1
 #define PARAMS_F_THREADED 0x1u /* wire_params.flags: pscom_init_thread */
+#define PARAMS_F_ONE_BUF  0x2u /* ... a window's receives share one buffer */
+#define PARAMS_F_KNOWN    (PARAMS_F_THREADED | PARAMS_F_ONE_BUF)
 
 struct opts {
     struct bench_opts c; /* the options shared with raw_pingpong */
     int ondemand;
     int threaded; /* pscom_init_thread instead of pscom_init */
+    int one_buffer; /* --bw/--bidir: the window's receives share a buffer */
     size_t xheader;
     int has_con_type;
     pscom_con_type_t con_type;
@@ -229,6 +232,9 @@ static void usage(FILE *out)
 "  --warmup N          untimed iterations first (default iters/10, at least 2)\n"
 "  --bw                streaming: windows of %d sends, then one small ack\n"
 "  --bidir             as --bw, both sides send a window at the same time\n"
+"  --one-buffer        with --bw/--bidir: receive every message of a window\n"
+"                      into the same buffer, as ucx_perftest -t tag_bw does\n"
+"                      (default: a buffer per message; not with --verify)\n"
 "  --verify            fill every message with a pattern and check each byte\n"
 "  --xheader N         extended header bytes per message (default 0)\n"
 "  --ondemand          connect on first use (default with PSP_ONDEMAND=1)\n"
@@ -252,10 +258,11 @@ static void parse_options(struct opts *o, int argc, char **argv)
 {
     enum {
         OPT_TRANSPORT = BOPT_NEXT, OPT_ONDEMAND, OPT_THREADED, OPT_XHEADER,
-        OPT_PAIRS,
+        OPT_PAIRS, OPT_ONE_BUFFER,
     };
     static const struct option longopts[] = {
         BENCH_LONGOPTS,
+        {"one-buffer", no_argument, NULL, OPT_ONE_BUFFER},
         {"transport", required_argument, NULL, OPT_TRANSPORT},
         {"ondemand", no_argument, NULL, OPT_ONDEMAND},
         {"threaded", no_argument, NULL, OPT_THREADED},
@@ -277,6 +284,9 @@ static void parse_options(struct opts *o, int argc, char **argv)
         if (bench_opt(&o->c, c, optarg))
             continue;
         switch (c) {
+        case OPT_ONE_BUFFER:
+            o->one_buffer = 1;
+            break;
         case OPT_TRANSPORT:
             for (i = 0; i < sizeof(transports) / sizeof(transports[0]); i++)
                 if (!strcmp(optarg, transports[i].name))
@@ -333,6 +343,12 @@ static void parse_options(struct opts *o, int argc, char **argv)
         exit(1);
     }
     bench_opts_done(&o->c);
+    if (o->one_buffer && (o->c.mode == MODE_PINGPONG || o->c.verify)) {
+        fprintf(stderr, "pscom_bench: --one-buffer goes with --bw or --bidir, "
+                        "and not with --verify (the messages of a window "
+                        "overwrite each other)\n");
+        exit(1);
+    }
 }
 
 /* ---------------------------------------------------------------------- */
@@ -385,7 +401,7 @@ static void bench_alloc(struct bench *b)
             maxiters = b->p.step[i].iters;
     }
     b->sbuf  = alloc_buf(b->maxsize);
-    b->nrbuf = recv_window ? WINDOW : 1;
+    b->nrbuf = recv_window && !(b->p.flags & PARAMS_F_ONE_BUF) ? WINDOW : 1;
     for (i = 0; i < b->nrbuf; i++)
         b->rbuf[i] = alloc_buf(b->maxsize);
     for (i = 0; i < (streaming ? WINDOW : 1u); i++) {
@@ -497,7 +513,8 @@ static void post_window_recvs(struct bench *b, size_t size)
     unsigned k;
 
     for (k = 0; k < WINDOW; k++)
-        post_recv(b->rreq[k], b->con, b->rbuf[k], size, b->p.xheader);
+        post_recv(b->rreq[k], b->con, b->rbuf[k % b->nrbuf], size,
+                  b->p.xheader);
 }
 
 static void wait_window(struct bench *b, pscom_request_t **reqs, size_t size,
@@ -593,6 +610,8 @@ static void print_header(const struct bench *b, const char *transport)
            transport, (unsigned)b->p.xheader);
     if (b->p.mode != MODE_PINGPONG)
         printf(", window %d", WINDOW);
+    if (b->p.flags & PARAMS_F_ONE_BUF)
+        printf(", one receive buffer");
     if (b->p.flags & PARAMS_F_THREADED)
         printf(", threaded (pscom_init_thread)");
     putchar('\n');
@@ -635,8 +654,10 @@ static void print_result(const struct bench *b, int json, size_t size,
                "\"lat_us_p99\": %.3f, \"bw_MBps\": %.2f, \"transport\": ",
                size, iters, med, p99, bw);
         print_json_str(transport);
-        printf(", \"mode\": \"%s\", \"threaded\": %s", mode_names[b->p.mode],
-               b->p.flags & PARAMS_F_THREADED ? "true" : "false");
+        printf(", \"mode\": \"%s\", \"threaded\": %s, \"one_buffer\": %s",
+               mode_names[b->p.mode],
+               b->p.flags & PARAMS_F_THREADED ? "true" : "false",
+               b->p.flags & PARAMS_F_ONE_BUF ? "true" : "false");
         if (g_pair[0] >= 0)
             printf(", \"ranks\": [%d, %d]", g_pair[0], g_pair[1]);
         printf("}\n");
@@ -662,7 +683,8 @@ static void build_params(const struct opts *o, struct wire_params *p)
     p->xheader = (uint32_t)o->xheader;
     p->window  = WINDOW;
     p->nsizes  = o->c.nsizes;
-    p->flags   = o->threaded ? PARAMS_F_THREADED : 0;
+    p->flags   = (o->threaded ? PARAMS_F_THREADED : 0) |
+                 (o->one_buffer ? PARAMS_F_ONE_BUF : 0);
     for (i = 0; i < o->c.nsizes; i++) {
         unsigned iters, warm;
 
@@ -818,7 +840,8 @@ static int server(const struct opts *o, pscom_socket_t *sock,
              "pscom_bench version?)", pscom_con_str(b.con));
     if (b.p.nsizes == 0 || b.p.nsizes > MAX_SIZES || b.p.mode > MODE_BIDIR ||
         b.p.window != WINDOW || b.p.xheader > MAX_XHEADER ||
-        (b.p.flags & ~PARAMS_F_THREADED))
+        (b.p.flags & ~PARAMS_F_KNOWN) ||
+        ((b.p.flags & PARAMS_F_ONE_BUF) && b.p.verify))
         reply.status = -EINVAL;
     for (i = 0; i < b.p.nsizes && i < MAX_SIZES; i++)
         if (b.p.step[i].size > MAX_MSG_SIZE || !b.p.step[i].iters)

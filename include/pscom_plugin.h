@@ -249,6 +249,27 @@ int pscom_plugin_rx_push(pscom_plugin_con_t *con, const void *buf, size_t len);
 size_t pscom_plugin_rx_direct(pscom_plugin_con_t *con, void **buf);
 /* n bytes were written to the buffer rx_direct returned. 0 or -1 as above. */
 int pscom_plugin_rx_direct_done(pscom_plugin_con_t *con, size_t n);
+/* Take the body of the current message out of line (for plugins that
+ * receive a body asynchronously, e.g. a UCX or RDMA rendezvous). When the
+ * whole body goes into a buffer that stays the plugin's until it says the
+ * body is complete — a rendezvous body for a matched receive that is not
+ * truncated, and none of it delivered yet — returns a handle, sets *buf and
+ * *len (the whole body), and the core expects the next message at once: so
+ * several bodies may move at the same time and complete in any order.
+ * Otherwise returns NULL: deliver the body as usual (rx_direct, rx_push).
+ * Added in library 6.1 (API 1.1); a plugin that calls it does not load
+ * into an older library. */
+void *pscom_plugin_rx_defer(pscom_plugin_con_t *con, void **buf, size_t *len);
+/* The body of `handle` is complete (err 0: all *len bytes are in *buf) or
+ * failed (err a negative errno: the receive ends with an error; report the
+ * connection's failure with pscom_plugin_con_error as usual). Call it at
+ * most once per handle, from the progress op, and never after ops.close()
+ * began: a body not finished by then fails when close() returns, and from
+ * then on the plugin must not write its buffer. An EOF of the peer that
+ * arrives while bodies are deferred takes effect after the last of them.
+ * Returns 0, or -1 when the connection failed or is closing (deliver no
+ * more messages; outstanding bodies may still be finished until close()). */
+int pscom_plugin_rx_defer_done(pscom_plugin_con_t *con, void *handle, int err);
 
 /* The connection broke (EOF, reset, ...). The core fails its requests and
  * calls socket->ops.con_error; ops.close() follows later, outside of the

@@ -30,6 +30,7 @@ struct psc_con *psc_con_create(struct psc_sock *sock)
     psc_list_init(&con->rndv_sendq);
     psc_list_init(&con->rndv_recvq);
     psc_list_init(&con->rkeys);
+    psc_list_init(&con->rx_deferq);
     psc_rx_init(&con->rx);
     con->rndv_threshold = psc_settings.rendezvous;
 
@@ -188,7 +189,7 @@ void psc_con_reap(void)
         psc_plugin_con_closed(con->plugin);
         psc_rma_con_release(con);
         con->plugin->desc->ops->close(con, con->plugin_priv);
-        psc_proto_fail_sends(con);
+        psc_proto_plugin_closed(con);
     }
     while (!psc_list_empty(&psc_ctx.zombies)) {
         struct psc_con *con =

@@ -135,8 +135,8 @@ struct psc_req {
                      * neither it nor the frames behind it are written */
 
     /* The one queue the request is in: con->sendq, con->recvq_user,
-     * sock->recvq_any, psc_ctx.recvq_any, con->net_recvq, con->rndv_sendq
-     * or con->rndv_recvq. */
+     * sock->recvq_any, psc_ctx.recvq_any, con->net_recvq, con->rndv_sendq,
+     * con->rndv_recvq or con->rx_deferq. */
     struct psc_list next;
     /* Generated requests: sock->genrecvq_any (arrival order). Held frames
      * (tx_hold): rma.c's table of operations a plugin has started. */
@@ -228,6 +228,9 @@ struct psc_rx {
     char *dst;
     size_t dst_left;
     bool truncated;
+    /* The body goes whole into a matched receive's own buffer: a plugin
+     * may take it out of line (pscom_plugin_rx_defer). */
+    bool defer_ok;
 };
 
 struct psc_precon;
@@ -243,6 +246,10 @@ struct psc_con {
     struct psc_list rndv_recvq; /* psc_req.next: receives waiting for data */
     struct psc_list rkeys;      /* PSCOM_rkey.next_con: keys with a plugin
                                  * key (prkey) on this connection */
+    /* psc_req.next: receives whose body the plugin moves out of line
+     * (pscom_plugin_rx_defer), in any order; they end when the plugin says
+     * so, or fail after its close(). */
+    struct psc_list rx_deferq;
 
     struct psc_rx rx;
 
@@ -263,6 +270,8 @@ struct psc_con {
     bool plugin_open;  /* plugin->ops.open succeeded, close not yet called */
     bool zombie;       /* waiting to be freed */
     bool got_eof;      /* the peer sent EOF */
+    bool eof_pending;  /* ... while bodies before it were still arriving out
+                        * of line: acted on once rx_deferq is empty */
     pscom_err_t error; /* the error that ended it */
 
     char peer_addr[64]; /* "a.b.c.d:port" of the peer, for messages */
@@ -347,6 +356,9 @@ void psc_proto_post_recv(struct psc_req *req);
 void psc_proto_fail_receives(struct psc_con *con);
 void psc_proto_fail_sends(struct psc_con *con);
 void psc_proto_fail_requests(struct psc_con *con);
+/* The plugin was closed: fail the sends it held and the receives whose
+ * bodies it was moving out of line. */
+void psc_proto_plugin_closed(struct psc_con *con);
 /* A queued frame was written completely. */
 void psc_proto_frame_sent(struct psc_con *con, struct psc_req *req);
 /* Send an EOF frame. */
@@ -485,11 +497,13 @@ static inline void psc_lock_handoff(void)
         sched_yield();
 }
 
-/* Add state bits to a posted request (its owner may read the state without
- * the lock). */
+/* Add state bits to a posted request. Its owner may read the state without
+ * the lock, so the new value is one untorn store; only the lock holder
+ * writes it, so no locked read-modify-write is needed (that one costs about
+ * as much as the rest of a small message's receive path). */
 static inline void psc_req_state_add(struct psc_req *req, pscom_req_state_t bits)
 {
-    __atomic_fetch_or(&req->pub.state, bits, __ATOMIC_RELAXED);
+    __atomic_store_n(&req->pub.state, req->pub.state | bits, __ATOMIC_RELAXED);
 }
 
 /* Node identity (util.c). */

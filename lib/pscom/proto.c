@@ -10,6 +10,11 @@
  * body as RNDV_DATA straight into the receiver's buffer. Announcements are
  * matched in arrival order, so matching order is the sending order also
  * when eager and rendezvous messages mix.
+ *
+ * A message plugin may take a RNDV_DATA body out of line
+ * (pscom_plugin_rx_defer): its receive waits on con->rx_deferq while the
+ * messages behind it are handled, so that several bodies move at once and
+ * complete in any order. An EOF that arrives meanwhile waits for them.
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -237,7 +242,8 @@ int pscom_plugin_tx_done(pscom_plugin_con_t *con, size_t n)
             break;
         }
         size_t take = n < req->tx_left ? n : req->tx_left;
-        psc_req_state_add(req, PSCOM_REQ_STATE_IO_STARTED);
+        if (!(req->pub.state & PSCOM_REQ_STATE_IO_STARTED))
+            psc_req_state_add(req, PSCOM_REQ_STATE_IO_STARTED);
         req->tx_left -= take;
         n -= take;
         if (req->tx_left) break;
@@ -276,6 +282,7 @@ static void rx_next_message(struct psc_rx *rx)
     rx->dst = NULL;
     rx->dst_left = 0;
     rx->truncated = false;
+    rx->defer_ok = false;
 }
 
 /* A protocol violation: the peer is broken or not a pscom peer. */
@@ -565,6 +572,8 @@ static int rx_rndv_data(struct psc_con *con, pscom_header_net_t *hdr)
     psc_list_del(&req->next);
     rx_body_to(&con->rx, req, len);
     if (!len) return rx_body_done(con);
+    /* A matched receive's own buffer, which stays until the receive ends. */
+    con->rx.defer_ok = !con->rx.truncated;
     return 0;
 }
 
@@ -589,10 +598,21 @@ static int rx_ext(struct psc_con *con, pscom_header_net_t *hdr,
     return 0;
 }
 
+static int rx_eof(struct psc_con *con)
+{
+    con->got_eof = true;
+    psc_debug("%s: the peer closed the connection", psc_con_str(con));
+    psc_con_fail(con, PSCOM_OP_READ, PSCOM_ERR_EOF);
+    return -1;
+}
+
 static int rx_dispatch(struct psc_con *con)
 {
     pscom_header_net_t *hdr = (pscom_header_net_t *)con->rx.hbuf;
 
+    if (con->eof_pending)
+        return rx_protocol_error(con, "a message after the end of the "
+                                      "connection");
     switch (hdr->msg_type) {
     case PSC_MSG_USER:
         return rx_user(con, hdr);
@@ -606,10 +626,9 @@ static int rx_dispatch(struct psc_con *con)
         return rx_rndv_fin(con, hdr);
     case PSC_MSG_EOF:
         rx_next_message(&con->rx);
-        con->got_eof = true;
-        psc_debug("%s: the peer closed the connection", psc_con_str(con));
-        psc_con_fail(con, PSCOM_OP_READ, PSCOM_ERR_EOF);
-        return -1;
+        con->eof_pending = true;
+        /* Bodies sent before the EOF may still be arriving out of line. */
+        return psc_list_empty(&con->rx_deferq) ? rx_eof(con) : 0;
     case PSC_MSG_RMA_PUT ... PSC_MSG_RMA_READ:
     case PSC_MSG_RMA_PUT_DONE:
     case PSC_MSG_RMA_GET_DONE:
@@ -697,8 +716,40 @@ int pscom_plugin_rx_direct_done(pscom_plugin_con_t *con, size_t n)
     rx->dst_left -= n;
     rx->left -= n;
     rx->req->received += n;
+    rx->defer_ok = false;
     if (!rx->left) return rx_body_done(con);
     return 0;
+}
+
+void *pscom_plugin_rx_defer(pscom_plugin_con_t *con, void **buf, size_t *len)
+{
+    struct psc_rx *rx = &con->rx;
+    if (con->failed || con->zombie || rx->phase != PSC_RX_DATA ||
+        !rx->defer_ok || !rx->left || rx->req->received)
+        return NULL;
+    struct psc_req *req = rx->req;
+    *buf = rx->dst;
+    *len = rx->left;
+    req->received = rx->left; /* what it has once the plugin says done */
+    psc_list_add_tail(&req->next, &con->rx_deferq);
+    rx_next_message(rx);
+    return req;
+}
+
+int pscom_plugin_rx_defer_done(pscom_plugin_con_t *con, void *handle, int err)
+{
+    struct psc_req *req = handle;
+    if (!req || req->magic != PSC_REQ_MAGIC) {
+        psc_err("%s: internal error: the transport finished a deferred "
+                "message body that is not one", psc_con_str(con));
+        return -1;
+    }
+    psc_list_del(&req->next);
+    /* After con_error no receive of the connection succeeds. */
+    psc_req_done(req, err || con->failed ? PSCOM_REQ_STATE_ERROR : 0);
+    if (con->eof_pending && !con->failed && psc_list_empty(&con->rx_deferq))
+        return rx_eof(con);
+    return con->failed || con->zombie ? -1 : 0;
 }
 
 /* ---------------------------------------------------------------------- */
@@ -818,5 +869,11 @@ void psc_proto_fail_sends(struct psc_con *con)
 void psc_proto_fail_requests(struct psc_con *con)
 {
     psc_proto_fail_receives(con);
+    psc_proto_plugin_closed(con);
+}
+
+void psc_proto_plugin_closed(struct psc_con *con)
+{
     psc_proto_fail_sends(con);
+    fail_queue(&con->rx_deferq);
 }

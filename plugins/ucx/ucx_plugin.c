@@ -125,12 +125,14 @@ struct ux_rx {
     uint8_t buf[];
 };
 
-/* A rendezvous body under way. */
+/* A message body UCX is receiving (its rendezvous, uxw_am_recv). */
 struct ux_rop {
-    struct ux_con *uc; /* NULL once its connection closed (orphan) */
-    struct ux_sock *us; /* counts it in inflight; NULL for an orphan */
-    void *buf;         /* the user's buffer (direct) or our own */
+    struct ux_rop *next; /* ux_con.deferred */
+    struct ux_con *uc;   /* NULL once its connection closed (orphan) */
+    struct ux_sock *us;  /* counts it in inflight; NULL for an orphan */
+    void *buf;           /* the receive buffer (direct) or our own */
     size_t len;
+    void *handle;        /* the core's handle of a deferred body, or NULL */
     bool direct;
     bool done;
     int status;
@@ -158,7 +160,10 @@ struct ux_con {
     uint64_t hup_at;     /* ... at this time (ms) */
     struct ux_txe *txq, **txq_tail;
     struct ux_rx *rxq, **rxq_tail;
+    /* The body being received in line: the messages behind it wait. */
     struct ux_rop *rop;
+    /* Bodies received out of line (pscom_plugin_rx_defer), any order. */
+    struct ux_rop *deferred;
 };
 
 struct ux_sock {
@@ -399,6 +404,12 @@ static void tx_cb(void *user, int status)
     mark_pending(e->uc);
 }
 
+static void rop_free(struct ux_rop *rop)
+{
+    if (!rop->direct) free(rop->buf);
+    free(rop);
+}
+
 static void rop_cb(void *user, int status, size_t len)
 {
     struct ux_rop *rop = user;
@@ -407,8 +418,7 @@ static void rop_cb(void *user, int status, size_t len)
     rop->done = true;
     rop->status = status;
     if (!rop->uc) {
-        if (!rop->direct) free(rop->buf);
-        free(rop);
+        rop_free(rop);
         return;
     }
     mark_pending(rop->uc);
@@ -701,17 +711,36 @@ static int flush_tx(struct ux_con *uc)
 /* Receiving                                                              */
 /* ---------------------------------------------------------------------- */
 
-/* Receive a rendezvous body: into the user's buffer when the core has one
- * for all of it and the body is, by its size, a rendezvous body of the core
- * (whose receive is posted and matched, so the buffer stays until we say
- * it is full); else into a buffer of ours that is pushed afterwards. */
+/* Receive a rendezvous body. Out of line when the core lets us
+ * (pscom_plugin_rx_defer: a body for a matched receive, whose buffer stays
+ * ours until we say it is full): then the messages behind it go on at once.
+ * Else in line, while the messages behind it wait: into the user's buffer
+ * when the core offers one for all of it and the body is, by its size, a
+ * rendezvous body of the core (rx_direct may offer the core's own buffer
+ * of an unexpected message, which must not be written asynchronously);
+ * otherwise into a buffer of ours that is pushed afterwards. */
 static int start_rop(struct ux_con *uc, void *desc, size_t len, bool may_direct)
 {
     struct ux_sock *us = uc->us;
     struct ux_rop *rop = calloc(1, sizeof(*rop));
-    if (rop && may_direct && len >= uc->peer_rndv) {
+    if (rop && may_direct) {
+        size_t blen;
+        rop->handle = pscom_plugin_rx_defer(uc->con, &rop->buf, &blen);
+        if (rop->handle && blen != len) {
+            /* The head we pushed announced len: the core disagrees. */
+            pscom_plugin_rx_defer_done(uc->con, rop->handle, -EPROTO);
+            free(rop);
+            uxw_am_release(us->w, desc);
+            set_error(uc, PSCOM_OP_READ, PSCOM_ERR_IOERROR,
+                      "receive (internal error: body of %zu bytes, the "
+                      "core expects %zu)", len, blen);
+            return -1;
+        }
         void *dst;
-        if (pscom_plugin_rx_direct(uc->con, &dst) == len) {
+        if (rop->handle) {
+            rop->direct = true;
+        } else if (len >= uc->peer_rndv &&
+                   pscom_plugin_rx_direct(uc->con, &dst) == len) {
             rop->buf = dst;
             rop->direct = true;
         }
@@ -730,17 +759,24 @@ static int start_rop(struct ux_con *uc, void *desc, size_t len, bool may_direct)
     rop->uc = uc;
     rop->us = us;
     rop->len = len;
-    uc->rop = rop;
+    if (rop->handle) {
+        rop->next = uc->deferred;
+        uc->deferred = rop;
+    } else {
+        uc->rop = rop;
+    }
     int rc = uxw_am_recv(us->w, desc, rop->buf, len, rop_cb, rop);
-    if (rc == UXW_PENDING) us->inflight++;
-    if (rc != UXW_PENDING) {
+    if (rc == UXW_PENDING) {
+        us->inflight++;
+    } else {
         rop->done = true;
         rop->status = rc;
+        mark_pending(uc);
     }
     return 0;
 }
 
-/* The rendezvous body arrived: give it to the core. */
+/* The in-line body arrived: give it to the core. */
 static int finish_rop(struct ux_con *uc)
 {
     struct ux_rop *rop = uc->rop;
@@ -754,9 +790,32 @@ static int finish_rop(struct ux_con *uc)
     } else {
         rc = pscom_plugin_rx_push(uc->con, rop->buf, rop->len);
     }
-    if (!rop->direct) free(rop->buf);
-    free(rop);
+    rop_free(rop);
     return rc;
+}
+
+/* Tell the core of the out-of-line bodies that arrived, in any order. 0, or
+ * -1 when the connection is closing. */
+static int finish_deferred(struct ux_con *uc)
+{
+    struct ux_rop **pp = &uc->deferred;
+    while (*pp) {
+        struct ux_rop *rop = *pp;
+        if (!rop->done) {
+            pp = &rop->next;
+            continue;
+        }
+        *pp = rop->next;
+        int err = 0;
+        if (rop->status) {
+            set_ucx_error(uc, PSCOM_OP_READ, "UCX receive", rop->status);
+            err = -EIO;
+        }
+        int rc = pscom_plugin_rx_defer_done(uc->con, rop->handle, err);
+        rop_free(rop);
+        if (rc) return -1;
+    }
+    return 0;
 }
 
 static void rx_release(struct ux_sock *us, struct ux_rx *rx)
@@ -845,7 +904,10 @@ static void check_hup(struct ux_con *uc)
 static void dispatch(struct ux_con *uc)
 {
     if (!uc->open || uc->err_reported) return;
-    if (flush_tx(uc) || deliver_rx(uc)) return;
+    /* Bodies that arrived out of line came before what is queued now. */
+    if (flush_tx(uc) || finish_deferred(uc) || deliver_rx(uc) ||
+        finish_deferred(uc))
+        return;
     check_hup(uc);
     if (uc->err && !uc->err_reported && !uc->rx_busy) report_error(uc);
 }
@@ -975,10 +1037,26 @@ static void sock_destroy(struct ux_sock *us)
 /* Connections                                                            */
 /* ---------------------------------------------------------------------- */
 
-static bool rop_done(void *arg)
+/* UCX is done with every receive buffer of the core it had for uc. */
+static bool bodies_done(void *arg)
 {
     struct ux_con *uc = arg;
-    return !uc->rop || uc->rop->done;
+    if (uc->rop && uc->rop->direct && !uc->rop->done) return false;
+    for (struct ux_rop *rop = uc->deferred; rop; rop = rop->next)
+        if (!rop->done) return false;
+    return true;
+}
+
+/* Forget rop: free it, or leave it to rop_cb when UCX still has it. */
+static void rop_drop(struct ux_sock *us, struct ux_rop *rop)
+{
+    if (rop->done) {
+        rop_free(rop);
+        return;
+    }
+    rop->uc = NULL; /* rop_cb frees it; it no longer counts */
+    rop->us = NULL;
+    us->inflight--;
 }
 
 /* Undo everything of uc: after hs_abort, close, or a failed handshake. */
@@ -1014,14 +1092,15 @@ static void con_release(struct ux_con *uc)
             !broken)
             us->closing++;
     }
-    /* A body on its way into a user buffer: the core hands the buffer back
-     * once we return, so let it arrive first (the peer is alive and sends
-     * it). Sends need no wait: closing waits until they are done, and after
-     * a failure nobody reads their buffers any more. */
-    if (!broken && uc->rop && uc->rop->direct &&
-        !wait_for(us, rop_done, uc, CLOSE_WAIT_MS))
-        pscom_plugin_log(2, "ucx: %s: a message body was still arriving %u ms "
-                         "after the connection closed",
+    /* Bodies on their way into receive buffers: the core hands the
+     * buffers back once we return, so UCX must be done with them first (a
+     * live peer sends them; for a dropped endpoint UCX ends them). Sends
+     * need no wait: closing waits until they are done, and after a failure
+     * nobody reads their buffers any more. */
+    if (!wait_for(us, bodies_done, uc, CLOSE_WAIT_MS))
+        pscom_plugin_log(1, "ucx: %s: UCX was still receiving message bodies "
+                         "%u ms after the connection closed; their receives "
+                         "fail, and UCX may still write their buffers",
                          pscom_plugin_con_str(uc->con), CLOSE_WAIT_MS);
     while (uc->txq) {
         struct ux_txe *e = uc->txq;
@@ -1035,16 +1114,12 @@ static void con_release(struct ux_con *uc)
         }
     }
     uc->txq_tail = &uc->txq;
-    if (uc->rop) {
-        if (uc->rop->done) {
-            if (!uc->rop->direct) free(uc->rop->buf);
-            free(uc->rop);
-        } else { /* rop_cb frees it; it no longer counts */
-            uc->rop->uc = NULL;
-            uc->rop->us = NULL;
-            us->inflight--;
-        }
-        uc->rop = NULL;
+    if (uc->rop) rop_drop(us, uc->rop);
+    uc->rop = NULL;
+    while (uc->deferred) {
+        struct ux_rop *rop = uc->deferred;
+        uc->deferred = rop->next;
+        rop_drop(us, rop);
     }
     uc->us = NULL;
     sock_put(us);

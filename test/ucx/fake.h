@@ -67,6 +67,9 @@ struct fake_wrap {
     int ep_peer_errors; /* the mode of the last endpoint */
     int ep_closes;
     int ep_close_force;
+    /* A forced close ends the receives under way with a status (UCX
+     * purges an endpoint's operations); 0: they stay pending. */
+    int force_close_status;
     int workers;    /* alive */
     int contexts;   /* alive, not taken by a worker */
 
@@ -123,6 +126,12 @@ struct psc_con {
         uint8_t body[1 << 16];
         size_t body_len; /* bytes that arrived (pushed or direct) */
         size_t direct;   /* of which straight into the direct buffer */
+        /* Taken out of line (pscom_plugin_rx_defer) into defer_buf. */
+        bool deferred;
+        bool defer_done; /* ... and finished (rx_defer_done) */
+        int defer_err;
+        void *defer_buf;
+        size_t defer_len;
     } msgs[FAKE_MAX_MSGS];
     int nmsgs;
     /* Receive state: header bytes collected, body bytes left. */
@@ -133,6 +142,11 @@ struct psc_con {
     /* A buffer for rx_direct (the posted receive), or NULL. */
     void *direct_buf;
     size_t direct_len;
+    /* Bodies that fit direct_buf may be deferred; each takes the next part
+     * of it. The order in which deferred messages were finished. */
+    bool defer;
+    int defer_order[FAKE_MAX_MSGS];
+    int ndefer_done;
 
     /* Errors reported. */
     int errors;

@@ -170,6 +170,43 @@ int pscom_plugin_rx_direct_done(pscom_plugin_con_t *c, size_t n)
     return c->closing ? -1 : 0;
 }
 
+void *pscom_plugin_rx_defer(pscom_plugin_con_t *c, void **buf, size_t *len)
+{
+    struct fake_msg *m = &c->msgs[c->nmsgs];
+    if (c->closing || !c->defer || !c->in_body || m->body_len ||
+        !c->direct_buf || c->direct_len < c->body_left)
+        return NULL;
+    m->deferred = true;
+    m->defer_buf = c->direct_buf;
+    m->defer_len = c->body_left;
+    *buf = c->direct_buf;
+    *len = c->body_left;
+    c->direct_buf = (char *)c->direct_buf + c->body_left;
+    c->direct_len -= c->body_left;
+    c->body_left = 0;
+    int idx = c->nmsgs;
+    msg_done(c);
+    return (void *)(uintptr_t)(idx + 1);
+}
+
+int pscom_plugin_rx_defer_done(pscom_plugin_con_t *c, void *handle, int err)
+{
+    int idx = (int)(uintptr_t)handle - 1;
+    assert(idx >= 0 && idx < c->nmsgs);
+    struct fake_msg *m = &c->msgs[idx];
+    assert(m->deferred && !m->defer_done); /* once per handle */
+    m->defer_done = true;
+    m->defer_err = err;
+    if (!err) {
+        size_t n = m->defer_len < sizeof(m->body) ? m->defer_len : sizeof(m->body);
+        memcpy(m->body, m->defer_buf, n);
+        m->body_len = m->defer_len;
+        m->direct = m->defer_len;
+    }
+    c->defer_order[c->ndefer_done++] = idx;
+    return c->closing ? -1 : 0;
+}
+
 void pscom_plugin_con_error(pscom_plugin_con_t *c, pscom_op_t op,
                             pscom_err_t err, const char *what, int sys_errno)
 {

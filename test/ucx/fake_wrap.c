@@ -116,6 +116,10 @@ int uxw_ep_close(uxw_worker_t *w, uxw_ep_t *ep, int force, uxw_done_cb_t cb,
     (void)ep;
     fw.ep_closes++;
     fw.ep_close_force += force != 0;
+    if (force && fw.force_close_status)
+        for (int i = 0; i < fw.nrecvs; i++)
+            if (fw.recvs[i].pending)
+                fake_recv_complete(i, NULL, fw.force_close_status);
     if (fw.close_result == UXW_PENDING) {
         fw.close_cb = cb;
         fw.close_user = user;

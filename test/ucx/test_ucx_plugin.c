@@ -539,6 +539,139 @@ static void rendezvous_done_at_once(void **state)
     tcon_close(t);
 }
 
+/* Bodies the core lets go out of line move at the same time, do not hold
+ * up the messages behind them, and are reported in the order they end. */
+static void rendezvous_bodies_out_of_line_in_any_order(void **state)
+{
+    struct tcon *t = tcon_open(RNDV);
+    static char src[3][RNDV], dst[3 * RNDV];
+    for (int i = 0; i < 3; i++) memset(src[i], 'a' + i, RNDV);
+    t->core.defer = true;
+    t->core.direct_buf = dst;
+    t->core.direct_len = sizeof(dst);
+    char desc[3];
+    for (int i = 0; i < 3; i++)
+        assert_int_equal(am_rndv(t->key, 0, &desc[i], RNDV, 1 + i),
+                         UXW_AM_KEEP);
+    char e[3] = "ok";
+    am_eager(t->key, 0, e, sizeof(e), 9);
+    progress();
+    assert_int_equal(fw.nrecvs, 3);
+    for (int i = 0; i < 3; i++) {
+        assert_ptr_equal(fw.recvs[i].buf, dst + i * RNDV);
+        assert_ptr_equal(fw.recvs[i].desc, &desc[i]);
+        assert_true(t->core.msgs[i].deferred);
+    }
+    assert_int_equal(t->core.nmsgs, 4);
+    assert_int_equal(t->core.msgs[3].body_len, sizeof(e));
+    assert_int_equal(t->core.ndefer_done, 0);
+    assert_int_equal(OPS->progress(), 1); /* data is moving */
+
+    fake_recv_complete(2, src[2], 0);
+    progress();
+    assert_int_equal(t->core.ndefer_done, 1);
+    assert_int_equal(t->core.defer_order[0], 2);
+    fake_recv_complete(0, src[0], 0);
+    fake_recv_complete(1, src[1], 0);
+    progress();
+    assert_int_equal(t->core.ndefer_done, 3);
+    for (int i = 0; i < 3; i++) {
+        assert_int_equal(t->core.msgs[i].defer_err, 0);
+        assert_memory_equal(dst + i * RNDV, src[i], RNDV);
+    }
+    assert_int_equal(OPS->progress(), 0);
+    assert_int_equal(t->core.errors, 0);
+    assert_int_equal(fw.releases, 0); /* the descriptors went to the recvs */
+    tcon_close(t);
+}
+
+/* A body the core does not let go out of line (here: no room in the
+ * receive buffer, as for a truncated message) is received in line and
+ * holds up what comes after it, not what went before. */
+static void body_in_line_after_bodies_out_of_line(void **state)
+{
+    struct tcon *t = tcon_open(RNDV);
+    static char src[RNDV], dst[RNDV + 10];
+    memset(src, 'z', sizeof(src));
+    t->core.defer = true;
+    t->core.direct_buf = dst;
+    t->core.direct_len = sizeof(dst);
+    char d1, d2;
+    am_rndv(t->key, 0, &d1, RNDV, 1);
+    am_rndv(t->key, 0, &d2, RNDV, 2); /* does not fit what is left */
+    char e[3] = "ee";
+    am_eager(t->key, 0, e, sizeof(e), 3);
+    progress();
+    assert_int_equal(fw.nrecvs, 2);
+    assert_true(t->core.msgs[0].deferred);
+    assert_ptr_not_equal(fw.recvs[1].buf, dst + RNDV); /* our own buffer */
+    assert_int_equal(t->core.nmsgs, 1);
+
+    fake_recv_complete(0, src, 0);
+    progress();
+    assert_int_equal(t->core.ndefer_done, 1);
+    assert_int_equal(t->core.nmsgs, 1); /* the eager one still waits */
+    fake_recv_complete(1, src, 0);
+    progress();
+    assert_int_equal(t->core.nmsgs, 3);
+    assert_false(t->core.msgs[1].deferred);
+    assert_int_equal(t->core.msgs[1].body_len, RNDV);
+    assert_int_equal(t->core.msgs[2].body_len, sizeof(e));
+    tcon_close(t);
+}
+
+/* A body that fails in UCX fails its receive and the connection. */
+static void failed_body_out_of_line(void **state)
+{
+    struct tcon *t = tcon_open(RNDV);
+    static char dst[2 * RNDV], src[RNDV];
+    t->core.defer = true;
+    t->core.direct_buf = dst;
+    t->core.direct_len = sizeof(dst);
+    char d1, d2;
+    am_rndv(t->key, 0, &d1, RNDV, 1);
+    am_rndv(t->key, 0, &d2, RNDV, 2);
+    progress();
+    fake_recv_complete(0, src, -25);
+    fake_recv_complete(1, src, 0);
+    progress();
+    assert_int_equal(t->core.ndefer_done, 2);
+    assert_int_not_equal(t->core.msgs[0].defer_err, 0);
+    assert_int_equal(t->core.msgs[1].defer_err, 0);
+    assert_int_equal(t->core.errors, 1);
+    assert_int_equal(t->core.err, PSCOM_ERR_EOF);
+    tcon_close(t);
+}
+
+/* The endpoint breaks with bodies out of line: the failure is reported at
+ * once; what UCX still has ends when the endpoint is dropped, and close()
+ * returns only then, without telling the core of them (it fails them). */
+static void endpoint_error_with_bodies_out_of_line(void **state)
+{
+    struct tcon *t = tcon_open(RNDV);
+    static char dst[3 * RNDV], src[RNDV];
+    memset(src, 's', sizeof(src));
+    t->core.defer = true;
+    t->core.direct_buf = dst;
+    t->core.direct_len = sizeof(dst);
+    char d[3];
+    for (int i = 0; i < 3; i++) am_rndv(t->key, 0, &d[i], RNDV, 1 + i);
+    progress();
+    fake_recv_complete(1, src, 0);
+    progress();
+    assert_int_equal(t->core.ndefer_done, 1);
+    fake_ep_error(fake_last_ep(), -25);
+    progress();
+    assert_int_equal(t->core.errors, 1);
+    assert_int_equal(t->core.ndefer_done, 1);
+
+    fw.force_close_status = -16; /* UCX ends them: cancelled */
+    tcon_close(t);
+    assert_int_equal(fw.ep_close_force, 1);
+    assert_false(fw.recvs[0].pending);
+    assert_false(fw.recvs[2].pending);
+}
+
 static void messages_before_open_wait_for_open(void **state)
 {
     struct psc_con *core = malloc(sizeof(*core));
@@ -760,6 +893,14 @@ int main(void)
             truncated_rendezvous_goes_through_a_buffer, setup, teardown),
         cmocka_unit_test_setup_teardown(rendezvous_done_at_once, setup,
                                         teardown),
+        cmocka_unit_test_setup_teardown(
+            rendezvous_bodies_out_of_line_in_any_order, setup, teardown),
+        cmocka_unit_test_setup_teardown(body_in_line_after_bodies_out_of_line,
+                                        setup, teardown),
+        cmocka_unit_test_setup_teardown(failed_body_out_of_line, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(
+            endpoint_error_with_bodies_out_of_line, setup, teardown),
         cmocka_unit_test_setup_teardown(messages_before_open_wait_for_open,
                                         setup, teardown),
         cmocka_unit_test_setup_teardown(unknown_and_stale_keys_are_dropped,
