@@ -608,10 +608,10 @@ static struct psc_con *origin_prepare(pscom_request_t *r, const char *fn,
  * connection and remembers the answer. */
 static bool fast_ready(struct psc_con *con, struct PSCOM_rkey *k)
 {
+    if (k->connection != &con->pub) return false; /* made for another */
     if (k->fast != FAST_UNTRIED) return k->fast == FAST_READY;
-    if (k->connection != &con->pub || !con->plugin_open || con->failed ||
-        con->closing)
-        return false; /* not yet, or never on this connection */
+    if (!con->plugin_open || con->failed || con->closing)
+        return false; /* not established yet */
 
     struct psc_plugin *p = con->plugin;
     const pscom_plugin_ops_t *ops = p->rma;

@@ -4,7 +4,7 @@
  *  - which path an operation takes: the plugin's key is asked for once per
  *    remote key and connection, a refusal is remembered, -ENOTSUP takes the
  *    core's path for one operation, a key without the plugin's entry never
- *    asks;
+ *    asks, nor does a key used on another connection than its own;
  *  - what goes on the wire: the notice (RMA_PUT_DONE with the length
  *    trailer, RMA_GET_DONE), or the core's message after a failure;
  *  - order: a started operation holds its notice's place in the send queue,
@@ -497,6 +497,29 @@ static void key_without_entry(void **state)
     close_con(c);
 }
 
+static void key_of_another_connection(void **state)
+{
+    /* A key made ready on its connection, used on another one of the same
+     * plugin: the plugin's key belongs to the first; the core's path. */
+    pscom_connection_t *c = open_on(&fake);
+    pscom_rkey_t k = key_for(c, true);
+    char src[16] = "0123456789abcde";
+    pscom_request_t *r = rma_req(c, k, src, 0, sizeof(src));
+    pscom_post_rma_put(r);
+    assert_string_equal(calls, "KP");
+    pscom_connection_t *other = pscom_open_connection(sock);
+    psc_con_established(con_of(other), &fake, calloc(1, 16));
+    r->connection = other;
+    pscom_post_rma_put(r);
+    assert_true(pscom_req_successful(r));
+    assert_string_equal(calls, "KP");
+    pscom_request_free(r);
+    pscom_rkey_destroy(k);
+    close_con(other);
+    close_con(c);
+    assert_string_equal(calls, "KPRCC");
+}
+
 static void old_plugin_is_not_asked(void **state)
 {
     assert_null(psc_plugin_rma_ops(&old_desc));
@@ -602,6 +625,7 @@ int main(void)
         cmocka_unit_test(gets),
         cmocka_unit_test(refused_key_is_remembered),
         cmocka_unit_test(key_without_entry),
+        cmocka_unit_test(key_of_another_connection),
         cmocka_unit_test(old_plugin_is_not_asked),
         cmocka_unit_test(broken_connection_fails_started),
         cmocka_unit_test(failed_before_close_then_done),

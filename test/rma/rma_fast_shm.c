@@ -319,6 +319,28 @@ static pscom_request_t *post(pscom_connection_t *con, pscom_rkey_t key,
     return post_op(con, key, base, kind_of(i), size_of(i), i, buf);
 }
 
+/* Wait until the target has handled everything posted before (a
+ * fetch-and-op is answered in order; no callback is registered for it).
+ * A completed put only says its notice is on its way: without this, the
+ * next round's put into the same slot could overwrite the bytes before the
+ * target's callback looked at them. */
+static void sync_target(pscom_connection_t *con, pscom_rkey_t key, char *base)
+{
+    uint64_t zero = 0, res;
+    pscom_request_t *r = itest_request(sizeof(pscom_xheader_rma_fetch_op_t));
+    r->connection = con;
+    r->data_len = sizeof(zero);
+    r->rma.rkey = key;
+    r->rma.origin_addr = &zero;
+    r->rma.result_addr = &res;
+    r->rma.target_addr = base + OFF_ACC + 1024;
+    r->ops.io_done = keep;
+    pscom_post_rma_fetch_op(r);
+    pscom_wait(r);
+    ITEST_ASSERT_REQ_OK(r, "fetch-and-op");
+    pscom_request_free(r);
+}
+
 static void check_done(pscom_request_t *r, unsigned i, char *buf)
 {
     pscom_wait(r);
@@ -421,6 +443,7 @@ static int origin_main(itest_link_t *link, void *arg)
             ops[s].req = post(con, key, base, round * WINDOW + s, ops[s].buf);
         for (unsigned s = 0; s < WINDOW; s++)
             check_done(ops[s].req, round * WINDOW + s, ops[s].buf);
+        sync_target(con, key, base);
     }
     unsigned long w = writev_calls, rd = readv_calls;
     itest_note("plugin copies: %lu writes, %lu reads", w, rd);
@@ -437,6 +460,7 @@ static int origin_main(itest_link_t *link, void *arg)
         unsigned s = i % WINDOW;
         ops[s].req = post(con, bare, base, i, ops[s].buf);
         check_done(ops[s].req, i, ops[s].buf);
+        sync_target(con, bare, base);
     }
     ITEST_ASSERT_EQ(writev_calls + readv_calls, w + rd,
                     "copies with a key that has no shm entry");
