@@ -8,6 +8,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
+#include <time.h>
+#include <unistd.h>
 
 #include <rdma/fabric.h>
 #include <rdma/fi_cm.h>
@@ -150,6 +153,34 @@ void ofw_unselect(void)
     chosen = NULL;
 }
 
+/* The shm provider names an endpoint's region in /dev/shm after the
+ * process id. A process killed with SIGKILL leaves its region behind, and a
+ * later process with the same id then cannot open an endpoint (the
+ * provider refuses a name whose owner lives: itself). A copy of info with
+ * a name that has a random part, or NULL when out of memory. */
+static struct fi_info *with_unique_name(const struct fi_info *info)
+{
+    uint32_t r;
+    if (getrandom(&r, sizeof(r), GRND_NONBLOCK) != sizeof(r)) {
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        r = (uint32_t)ts.tv_nsec ^ (uint32_t)ts.tv_sec << 20;
+    }
+    char name[64];
+    snprintf(name, sizeof(name), "fi_shm://pscom-%ld-%08x", (long)getpid(),
+             (unsigned)r);
+    struct fi_info *copy = fi_dupinfo(info);
+    if (!copy) return NULL;
+    free(copy->src_addr);
+    copy->src_addr = strdup(name);
+    copy->src_addrlen = strlen(name) + 1;
+    if (!copy->src_addr) {
+        fi_freeinfo(copy);
+        return NULL;
+    }
+    return copy;
+}
+
 int ofw_ep_open(ofw_ep_t **out, void *addr, size_t *addr_len, char *why,
                 size_t why_len)
 {
@@ -194,7 +225,14 @@ int ofw_ep_open(ofw_ep_t **out, void *addr, size_t *addr_len, char *why,
     if (rc) goto fail;
 
     what = "fi_endpoint";
-    rc = fi_endpoint(e->domain, chosen, &e->ep, NULL);
+    struct fi_info *ep_info = chosen;
+    if (prov_is_local(chosen->fabric_attr->prov_name)) {
+        ep_info = with_unique_name(chosen);
+        rc = -FI_ENOMEM;
+        if (!ep_info) goto fail;
+    }
+    rc = fi_endpoint(e->domain, ep_info, &e->ep, NULL);
+    if (ep_info != chosen) fi_freeinfo(ep_info);
     if (rc) goto fail;
 
     what = "fi_ep_bind(cq)";
@@ -328,3 +366,4 @@ const char *ofw_strerror(int err)
     if (err == OFW_CQ_ERROR) return "an error completion is waiting";
     return fi_strerror(err < 0 ? -err : err);
 }
+
