@@ -27,6 +27,14 @@
  * has matched a posted receive for it), which goes straight into the user's
  * buffer: zero copy where the provider has a rendezvous protocol.
  *
+ * Pull mode (PSP_OFI_PULL; by default with the shm provider, whose sends
+ * wait for their receivers in one queue): a frame larger than the inject
+ * size goes as its head and a descriptor of the rest; the receiver copies
+ * the rest from the sender's memory (process_vm_readv) and acknowledges
+ * by writing to a word of the sender's (process_vm_writev). No send then
+ * waits for a receiver inside the provider, so a killed peer cannot hold
+ * back the completions of sends to other peers.
+ *
  * Peer death: a failed send reports an error completion; a peer that only
  * sends to us is watched through the pre-connection's TCP socket, which the
  * plugin keeps. A peer closes it with a goodbye record that says how many
@@ -70,6 +78,7 @@ enum { L_ERR = 1, L_WARN = 2, L_INFO = 3, L_DEBUG = 4, L_VERBOSE = 5 };
 static char *cfg_provider, *cfg_domain;
 static size_t cfg_rendezvous, cfg_bounce, cfg_max_msg;
 static unsigned cfg_recvq, cfg_sendq, cfg_eof_grace, cfg_linger;
+static int cfg_pull;
 
 static const pscom_config_row_t ofi_rows[] = {
     {"PSP_OFI_PROVIDER", PSCOM_CONFIG_STR, NULL,
@@ -102,6 +111,10 @@ static const pscom_config_row_t ofi_rows[] = {
     {"PSP_OFI_LINGER", PSCOM_CONFIG_UINT, "2000",
      "ms during which messages to a closed ofi connection are drained", "ofi",
      NULL, &cfg_linger},
+    {"PSP_OFI_PULL", PSCOM_CONFIG_INT, "-1",
+     "1: receivers on this host copy frames larger than the inject size "
+     "from the sender's memory (no send waits on a dead peer); 0: they are "
+     "sent; -1: 1 with the shm provider", "ofi", NULL, &cfg_pull},
 };
 
 /* ---------------------------------------------------------------------- */
@@ -128,6 +141,11 @@ static void dl_add(struct dl *h, struct dl *n)
     n->prev = h;
     h->next->prev = n;
     h->next = n;
+}
+
+static void dl_add_tail(struct dl *h, struct dl *n)
+{
+    dl_add(h->prev, n);
 }
 
 static void dl_del(struct dl *n)
@@ -187,9 +205,11 @@ struct txe {
     const void *head; /* where its head is in the core's queue */
     size_t hl;        /* head bytes */
     uint64_t bytes;   /* head + body */
-    uint32_t pending; /* posted messages not yet completed */
+    uint32_t pending; /* posted messages (or an offer) not yet completed */
     bool posting;     /* not every message of it is posted yet */
     bool gone;        /* no longer queued (the send was canceled) */
+    bool offer;       /* pull mode: the peer copies its rest */
+    void *tmp;        /* offer: the rest of a long head and the body */
 };
 
 struct ofi_con {
@@ -201,6 +221,8 @@ struct ofi_con {
     bool dead;      /* failed or closing: no more upcalls */
     bool attn;      /* on the attention scan (counted in ofi.attn) */
     bool tx_blocked; /* a send found the queue full */
+    bool tx_report; /* frames completed: report them from progress */
+    bool pull;      /* pull mode (both sides asked for it) */
     int fd;         /* the pre-connection socket, or -1 */
 
     uint32_t conid;      /* peers tag messages to us with it */
@@ -225,6 +247,13 @@ struct ofi_con {
         uint64_t k;      /* chunks received */
         uint64_t left;   /* bytes still to receive */
     } body;
+
+    /* Pull mode, sending: fifo[f % nfifo] is acknowledged when
+     * acks[f % nfifo] is f + 1 (written by the peer). */
+    uint64_t *acks;
+    uint64_t ack_next;   /* the first frame not yet looked at */
+    unsigned offers;     /* frames the peer is to copy */
+    struct dl olink;     /* ofi.offering while offers */
 
     /* Sending. */
     struct txe *fifo;
@@ -268,6 +297,8 @@ static struct {
     struct dl cons;      /* open connections */
     struct dl orphans;   /* operations of closed connections */
     struct dl sinks;     /* OP_SINK operations, oldest last */
+    struct dl offering;  /* connections with frames for the peer to copy */
+    bool pull;           /* offer pull mode to peers */
     unsigned attn;       /* connections with attn set */
     unsigned rounds;
     unsigned in_progress; /* nesting of ofi_progress */
@@ -590,6 +621,76 @@ static bool hold_eof(struct ofi_con *oc)
     return true;
 }
 
+/* Pull mode: the peer's process is gone or its memory cannot be read. */
+static void fail_pull(struct ofi_con *oc, const char *what, int err)
+{
+    if (oc->dead) return;
+    if (err == -EPERM || err == -ENOSYS)
+        LOG(L_ERR, "%s: %s of the peer's memory is not allowed (%s); set "
+            "PSP_OFI_PULL=0", pscom_plugin_con_str(oc->con), what,
+            strerror(-err));
+    else
+        LOG(L_DEBUG, "%s: %s of the peer's memory failed: %s",
+            pscom_plugin_con_str(oc->con), what, strerror(-err));
+    fail_con(oc, PSCOM_OP_READ, err == -ESRCH ? PSCOM_ERR_EOF
+                                              : PSCOM_ERR_IOERROR,
+             what, -err);
+}
+
+/* Pull mode: copy the rest of the frame being received (described by d)
+ * from the peer's memory into the core's buffer where it offers one (any
+ * frame: the copy ends before the next upcall), else through a temporary
+ * buffer; acknowledge it before the last upcall. 0, or -1 when the
+ * connection failed or the core stopped it. */
+static int body_pull(struct ofi_con *oc, const ofi_pull_desc_t *d,
+                     uint64_t frame)
+{
+    uint64_t off = 0;
+    void *tmp = NULL;
+    while (off < d->len) {
+        void *b = NULL;
+        size_t avail = pscom_plugin_rx_direct(oc->con, &b);
+        bool direct = avail && b;
+        size_t n = min_size(d->len - off, direct ? avail : 1u << 20);
+        if (!direct) {
+            if (!tmp) tmp = malloc(min_size(d->len - off, 1u << 20));
+            if (!tmp) {
+                fail_con(oc, PSCOM_OP_READ, PSCOM_ERR_STDERROR,
+                         "allocating a buffer for a message body", ENOMEM);
+                return -1;
+            }
+            b = tmp;
+        }
+        int err = ofw_cma_read((pid_t)d->pid, b, d->addr + off, n);
+        if (!err && off + n == d->len) {
+            /* The peer may reuse its buffer: say so before the upcall. */
+            uint64_t v = frame + 1;
+            err = ofw_cma_write((pid_t)d->pid, &v, d->ack, sizeof(v));
+            if (err) {
+                free(tmp);
+                fail_pull(oc, "process_vm_writev", err);
+                return -1;
+            }
+        }
+        if (err) {
+            free(tmp);
+            fail_pull(oc, "process_vm_readv", err);
+            return -1;
+        }
+        off += n;
+        if (off == d->len) oc->body.active = false;
+        int rc = direct ? pscom_plugin_rx_direct_done(oc->con, n)
+                        : pscom_plugin_rx_push(oc->con, b, n);
+        if (rc) {
+            free(tmp);
+            oc->dead = true;
+            return -1;
+        }
+    }
+    free(tmp);
+    return 0;
+}
+
 /* Hand the frames that arrived in sequence to the core. */
 static void deliver(struct ofi_con *oc)
 {
@@ -612,6 +713,23 @@ static void deliver(struct ofi_con *oc)
             fail_proto(oc, "message longer than the frame it starts");
             return;
         }
+        /* Pull mode: a first message shorter than its frame ends with the
+         * descriptor of the rest. */
+        ofi_pull_desc_t pd = {0};
+        bool pull = oc->pull && len < total;
+        if (pull) {
+            if (len < OFI_PULL_DESC_LEN + 8) {
+                fail_proto(oc, "message shorter than a pull descriptor");
+                return;
+            }
+            len -= OFI_PULL_DESC_LEN;
+            ofi_pull_desc_decode(slot->buf + len, &pd);
+            if (pd.len != total - len || !pd.pid) {
+                fail_proto(oc, "pull descriptor that does not match its "
+                               "frame");
+                return;
+            }
+        }
         if (type == OFI_MSG_EOF && len == total && hold_eof(oc)) return;
         oc->eof_hold_at = 0;
         /* State first: the push may call back into this plugin. */
@@ -621,8 +739,9 @@ static void deliver(struct ofi_con *oc)
         oc->rx_idx = (oc->rx_idx + 1) % oc->nring;
         oc->rx_frames++;
         if (len < total) {
+            /* Until the rest is in, nested calls deliver nothing. */
             oc->body.active = true;
-            oc->body.need_post = true;
+            oc->body.need_post = !pull;
             oc->body.seq = seq;
             oc->body.k = 0;
             oc->body.left = total - len;
@@ -633,6 +752,7 @@ static void deliver(struct ofi_con *oc)
             return;
         }
         if (slot_post(oc, slot, seq + oc->nring)) return;
+        if (pull && body_pull(oc, &pd, oc->rx_frames - 1)) return;
     }
 }
 
@@ -687,6 +807,20 @@ static void fail_send(struct ofi_con *oc, const char *what, int err)
     fail_con(oc, PSCOM_OP_WRITE, err_of(err), what, err);
 }
 
+/* The result of a send call: 1 when sent, 0 when the queue is full (tried
+ * again from progress), -1 when the connection failed. */
+static int send_result(struct ofi_con *oc, ssize_t rc, const char *what)
+{
+    if (rc == 0) return 1;
+    if (rc == -EAGAIN) {
+        oc->tx_blocked = true;
+        set_attn(oc);
+        return 0;
+    }
+    fail_send(oc, what, (int)-rc);
+    return -1;
+}
+
 /* Post the messages of the partly posted frame. 1 when all are posted, 0
  * when the send queue is full, -1 when the connection failed. */
 static int txp_continue(struct ofi_con *oc)
@@ -736,16 +870,10 @@ static int txp_continue(struct ofi_con *oc)
                                 ofi_tag(oc->peer_conid, (uint32_t)op->frame,
                                         part),
                                 &op->ctx);
-        if (rc == -EAGAIN) {
+        int sent = send_result(oc, rc, "fi_tsendv");
+        if (sent <= 0) {
             op_free(op);
-            oc->tx_blocked = true;
-            set_attn(oc);
-            return 0;
-        }
-        if (rc) {
-            op_free(op);
-            fail_send(oc, "fi_tsendv", (int)-rc);
-            return -1;
+            return sent;
         }
         op->posted = true;
         dl_add(&oc->ops, &op->link);
@@ -764,6 +892,103 @@ static int txp_continue(struct ofi_con *oc)
     oc->fifo[oc->txp.frame % oc->nfifo].posting = false;
     oc->txp.active = false;
     return 1;
+}
+
+/* Pull mode: send a frame too large to inject as its head (or as much of
+ * it as fits) and a descriptor of the rest, which the peer copies from our
+ * memory; the frame is done when the peer acknowledges that (poll_acks).
+ * 1 when sent, 0 when the queue is full, -1 when the connection failed. */
+static int tx_offer(struct ofi_con *oc, uint64_t frame, const uint8_t *head,
+                    size_t hl, const uint8_t *body, size_t bl, uint64_t total)
+{
+    size_t first = ofi_pull_first_len(hl, min_size(ofi.inject_max,
+                                                   oc->peer_bounce));
+    size_t rest = (size_t)(total - first);
+    uint8_t *tmp = NULL;
+    const uint8_t *src = body;
+    if (first < hl) {
+        /* A head longer than a first message: its end and the body are
+         * copied as one piece, from a copy. */
+        tmp = malloc(rest);
+        if (!tmp) {
+            fail_send(oc, "malloc", ENOMEM);
+            return -1;
+        }
+        memcpy(tmp, head + first, hl - first);
+        if (bl) memcpy(tmp + (hl - first), body, bl);
+        src = tmp;
+    }
+    uint64_t *ack = &oc->acks[frame % oc->nfifo];
+    *ack = 0;
+    ofi_pull_desc_t d = {.addr = (uint64_t)(uintptr_t)src, .len = rest,
+                         .ack = (uint64_t)(uintptr_t)ack,
+                         .pid = (uint32_t)getpid()};
+    uint8_t buf[INJECT_MAX];
+    memcpy(buf, head, first);
+    ofi_pull_desc_encode(&d, buf + first);
+    ssize_t rc = ofw_tinject(ofi.ep, buf, first + OFI_PULL_DESC_LEN, oc->dest,
+                             ofi_tag(oc->peer_conid, (uint32_t)frame,
+                                     OFI_PART_FIRST));
+    int sent = send_result(oc, rc, "fi_tinject");
+    if (sent <= 0) {
+        free(tmp);
+        return sent;
+    }
+    oc->fifo[frame % oc->nfifo] = (struct txe){
+        .head = head, .hl = hl, .bytes = total, .pending = 1, .offer = true,
+        .tmp = tmp};
+    oc->tx_tail++;
+    if (!oc->offers++) dl_add_tail(&ofi.offering, &oc->olink);
+    return 1;
+}
+
+/* Pull mode: frames whose acknowledgement arrived are done; their
+ * connections report them from scan_attn (no upcalls here). */
+static void poll_acks(void)
+{
+    struct dl *p, *next;
+    for (p = ofi.offering.next; p != &ofi.offering; p = next) {
+        next = p->next;
+        struct ofi_con *oc = dl_entry(p, struct ofi_con, olink);
+        /* Frames before tx_head are reported: none waits for an ack. */
+        if (oc->ack_next < oc->tx_head) oc->ack_next = oc->tx_head;
+        for (; oc->ack_next != oc->tx_tail; oc->ack_next++) {
+            uint64_t f = oc->ack_next;
+            struct txe *e = &oc->fifo[f % oc->nfifo];
+            if (!e->offer || !e->pending) continue;
+            if (__atomic_load_n(&oc->acks[f % oc->nfifo], __ATOMIC_ACQUIRE) !=
+                f + 1)
+                break;
+            e->pending = 0;
+            free(e->tmp);
+            e->tmp = NULL;
+            oc->offers--;
+            oc->tx_report = true;
+            set_attn(oc);
+        }
+        if (!oc->offers) dl_del(&oc->olink);
+    }
+}
+
+/* Memory of closed connections that a peer may still copy from or write
+ * an acknowledgement to (it has not acknowledged everything): never freed,
+ * not even with the plugin, which may be initialised again. Only
+ * connections closed before their frames were taken leave it. */
+static struct {
+    void **p;
+    unsigned n, cap;
+} graves;
+
+static void bury(void *p)
+{
+    if (graves.n == graves.cap) {
+        unsigned cap = graves.cap ? 2 * graves.cap : 16;
+        void **g = realloc(graves.p, cap * sizeof(*g));
+        if (!g) return; /* lost, but not freed */
+        graves.p = g;
+        graves.cap = cap;
+    }
+    graves.p[graves.n++] = p;
 }
 
 #define IOV_PEEK (2 * 4096 + 4)
@@ -835,18 +1060,16 @@ static int tx_post(struct ofi_con *oc)
             ssize_t rc = ofw_tinject(ofi.ep, buf, (size_t)ftotal, oc->dest,
                                      ofi_tag(oc->peer_conid, (uint32_t)frame,
                                              OFI_PART_FIRST));
-            if (rc == -EAGAIN) {
-                oc->tx_blocked = true;
-                set_attn(oc);
-                return 0;
-            }
-            if (rc) {
-                fail_send(oc, "fi_tinject", (int)-rc);
-                return -1;
-            }
+            int sent = send_result(oc, rc, "fi_tinject");
+            if (sent <= 0) return sent;
             oc->fifo[frame % oc->nfifo] =
                 (struct txe){.head = head, .hl = hl, .bytes = ftotal};
             oc->tx_tail++;
+            continue;
+        }
+        if (oc->pull) {
+            int rc = tx_offer(oc, frame, head, hl, body, bl, ftotal);
+            if (rc <= 0) return rc;
             continue;
         }
         /* Too large for one message: post it piece by piece. */
@@ -1075,6 +1298,7 @@ static int ofi_init(void)
     dl_init(&ofi.cons);
     dl_init(&ofi.orphans);
     dl_init(&ofi.sinks);
+    dl_init(&ofi.offering);
     ofi.next_conid = (uint32_t)getpid() << 12;
 
     char why[512];
@@ -1091,15 +1315,34 @@ static int ofi_init(void)
         pscom_plugin_set_reason(why);
         return rc;
     }
+    if (cfg_pull > 0 || (cfg_pull < 0 && ofi.info.local_only)) {
+        char cma_why[128];
+        if (!ofi.info.local_only) {
+            snprintf(cma_why, sizeof(cma_why), "provider %s also reaches "
+                     "other hosts", ofi.info.prov);
+        } else if (min_size(ofi.info.inject_size, INJECT_MAX) <
+                   OFI_PULL_DESC_LEN + OFI_BOUNCE_MIN) {
+            snprintf(cma_why, sizeof(cma_why), "inject size %zu too small",
+                     ofi.info.inject_size);
+        } else if (ofw_cma_usable(cma_why, sizeof(cma_why)) == 0) {
+            ofi.pull = true;
+        }
+        if (!ofi.pull)
+            LOG(cfg_pull > 0 ? L_WARN : L_INFO, "receivers cannot copy "
+                "large messages from their senders (%s): they are sent, and "
+                "a killed peer may hold back sends to other peers",
+                cma_why);
+    }
     if (cfg_bounce > ofi.info.max_msg_size) cfg_bounce = ofi.info.max_msg_size;
     ofi.max_msg = min_size(cfg_max_msg, ofi.info.max_msg_size);
     if (ofi.max_msg < cfg_bounce) ofi.max_msg = cfg_bounce;
     ofi.inject_max = min_size(ofi.info.inject_size, INJECT_MAX);
     LOG(L_DEBUG, "provider %s, fabric %s, domain %s: inject %zu, largest "
-        "message %zu, iov %zu, queues tx %zu rx %zu%s", ofi.info.prov,
+        "message %zu, iov %zu, queues tx %zu rx %zu%s%s", ofi.info.prov,
         ofi.info.fabric, ofi.info.domain, ofi.info.inject_size,
         ofi.info.max_msg_size, ofi.info.iov_limit, ofi.info.tx_size,
-        ofi.info.rx_size, ofi.info.local_only ? "; this host only" : "");
+        ofi.info.rx_size, ofi.info.local_only ? "; this host only" : "",
+        ofi.pull ? "; receivers copy large messages" : "");
     return 0;
 }
 
@@ -1135,12 +1378,14 @@ static int ofi_hs_start(pscom_plugin_con_t *con, void *priv, void *blob,
     oc->fd = -1;
     dl_init(&oc->ops);
     dl_init(&oc->link);
+    dl_init(&oc->olink);
     if (++ofi.next_conid == 0) ofi.next_conid = 1;
     oc->conid = ofi.next_conid;
     oc->counted = true;
     ofi.refs++;
 
     ofi_blob_t b = {
+        .flags = ofi.pull ? OFI_BLOB_PULL : 0,
         .conid = oc->conid,
         .bounce = (uint32_t)cfg_bounce,
         .max_msg = ofi.max_msg,
@@ -1188,6 +1433,7 @@ static int ofi_hs_connect(pscom_plugin_con_t *con, void *priv,
     }
     oc->peer_conid = b->conid;
     oc->peer_bounce = b->bounce;
+    oc->pull = ofi.pull && (b->flags & OFI_BLOB_PULL);
     oc->chunk = min_size(ofi.max_msg, b->max_msg);
 
 out:
@@ -1220,6 +1466,22 @@ static void release(struct ofi_con *oc)
     }
     free(oc->ring);
     oc->ring = NULL;
+    /* Frames the peer has not acknowledged: it may still copy them and
+     * write their acknowledgements. */
+    for (uint64_t f = oc->tx_head; oc->fifo && f != oc->tx_tail; f++) {
+        struct txe *e = &oc->fifo[f % oc->nfifo];
+        if (e->tmp && e->pending)
+            bury(e->tmp);
+        else
+            free(e->tmp);
+    }
+    if (oc->offers)
+        bury(oc->acks);
+    else
+        free(oc->acks);
+    oc->acks = NULL;
+    oc->offers = 0;
+    dl_del(&oc->olink);
     free(oc->fifo);
     oc->fifo = NULL;
 }
@@ -1233,6 +1495,10 @@ static int ofi_open(pscom_plugin_con_t *con, void *priv, int fd)
     oc->ring = calloc(oc->nring, sizeof(*oc->ring));
     oc->fifo = calloc(oc->nfifo, sizeof(*oc->fifo));
     if (!oc->ring || !oc->fifo) goto nomem;
+    if (oc->pull) {
+        oc->acks = calloc(oc->nfifo, sizeof(*oc->acks));
+        if (!oc->acks) goto nomem;
+    }
     for (unsigned i = 0; i < oc->nring; i++) {
         struct op *op = op_new(OP_SLOT, cfg_bounce);
         if (!op) goto nomem;
@@ -1353,8 +1619,8 @@ static void scan_attn(void)
         if (oc->body.active && oc->body.need_post) {
             if (body_post(oc)) continue;
         }
-        if (oc->tx_blocked) {
-            oc->tx_blocked = false;
+        if (oc->tx_blocked || oc->tx_report) {
+            oc->tx_blocked = oc->tx_report = false;
             tx_run(oc);
         }
         if (oc->eof_hold_at && !oc->dead) deliver(oc);
@@ -1400,6 +1666,7 @@ static int ofi_progress(void)
                 ofw_strerror((int)n));
         break;
     }
+    if (!dl_empty(&ofi.offering)) poll_acks();
     if (ofi.attn) scan_attn();
     if (!dl_empty(&ofi.sinks) && (++ofi.rounds & 1023) == 0) expire_sinks();
     ofi.in_progress--;

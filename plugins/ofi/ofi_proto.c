@@ -5,7 +5,7 @@
  *
  *   off size
  *     0    4  magic "OFI" and version (1)
- *     4    2  flags, 0 (unknown bits are ignored)
+ *     4    2  flags: OFI_BLOB_PULL (unknown bits are ignored)
  *     6    2  addr_len, 1..OFW_ADDR_MAX
  *     8    4  conid
  *    12    4  bounce, OFI_BOUNCE_MIN..OFI_BOUNCE_MAX
@@ -70,7 +70,7 @@ size_t ofi_blob_encode(const ofi_blob_t *b, void *buf, size_t cap)
         return 0;
     memcpy(p, "OFI", 3);
     p[3] = OFI_BLOB_VERSION;
-    put16(p + 4, 0);
+    put16(p + 4, b->flags & OFI_BLOB_PULL);
     put16(p + 6, (uint16_t)b->addr_len);
     put32(p + 8, b->conid);
     put32(p + 12, b->bounce);
@@ -128,6 +128,7 @@ int ofi_blob_decode(const void *buf, size_t len, ofi_blob_t *b,
                "receive buffers";
         return -EPROTO;
     }
+    b->flags = get16(p + 4) & OFI_BLOB_PULL;
     b->conid = get32(p + 8);
     b->bounce = bounce;
     b->max_msg = max_msg;
@@ -149,4 +150,23 @@ int ofi_frame_parse(const void *msg, size_t len, size_t *head,
     *total = sizeof(h) + (uint64_t)h.xheader_len + (uint64_t)h.data_len;
     *type = h.msg_type;
     return 0;
+}
+
+void ofi_pull_desc_encode(const ofi_pull_desc_t *d, void *buf)
+{
+    uint8_t *p = buf;
+    put64(p, d->addr);
+    put64(p + 8, d->len);
+    put64(p + 16, d->ack);
+    put32(p + 24, d->pid);
+    put32(p + 28, 0);
+}
+
+void ofi_pull_desc_decode(const void *buf, ofi_pull_desc_t *d)
+{
+    const uint8_t *p = buf;
+    d->addr = get64(p);
+    d->len = get64(p + 8);
+    d->ack = get64(p + 16);
+    d->pid = get32(p + 24);
 }

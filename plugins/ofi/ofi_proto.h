@@ -16,6 +16,20 @@
  * frames of one direction of one connection; part 0 is the first message
  * of a frame (the whole frame, or its head), parts 1..255 carry the rest in
  * chunks (chunk k has part 1 + k % 255).
+ *
+ * Connections in pull mode (both blobs have OFI_BLOB_PULL; processes of
+ * one host) send no chunks: a first message shorter than its frame ends
+ * with a pull descriptor, which says where the rest lies in the sender's
+ * memory. The receiver copies the rest itself (process_vm_readv) and then
+ * writes the frame's number + 1 to the acknowledgement word the descriptor
+ * names (process_vm_writev); the sender's frame is done when it sees it.
+ * No send then waits for the receiver inside the provider, and the
+ * receiver holds none of the provider's locks of the sender while it
+ * copies.
+ *
+ * Receives are posted for exact tags, except the sink of a closed
+ * connection: the shm provider of libfabric 1.17 matches a receive against
+ * unexpected messages without the receive's ignore mask.
  */
 #ifndef OFI_PROTO_H_
 #define OFI_PROTO_H_
@@ -36,6 +50,7 @@ static inline uint64_t ofi_tag(uint32_t conid, uint32_t seq, unsigned part)
     return ((uint64_t)conid << 32) | ((uint64_t)(seq & OFI_SEQ_MASK) << 8) |
            (part & 0xffu);
 }
+
 
 /* The part number of remainder chunk k (0-based). */
 static inline unsigned ofi_chunk_part(uint64_t k)
@@ -61,6 +76,32 @@ static inline size_t ofi_first_len(size_t hl, size_t bl, size_t bounce)
 int ofi_frame_parse(const void *msg, size_t len, size_t *head,
                     uint64_t *total, uint8_t *type);
 
+/* ---------------------------------------------------------------------- */
+/* Pull mode                                                              */
+/* ---------------------------------------------------------------------- */
+
+/* Where the rest of a frame lies in the sender's memory. */
+typedef struct ofi_pull_desc {
+    uint64_t addr; /* the rest's address */
+    uint64_t len;  /* bytes of the rest */
+    uint64_t ack;  /* address of the 8-byte acknowledgement word */
+    uint32_t pid;  /* the sender's process id */
+} ofi_pull_desc_t;
+
+#define OFI_PULL_DESC_LEN 32
+
+/* Little endian, OFI_PULL_DESC_LEN bytes (the last 4 are 0). */
+void ofi_pull_desc_encode(const ofi_pull_desc_t *d, void *buf);
+void ofi_pull_desc_decode(const void *buf, ofi_pull_desc_t *d);
+
+/* Bytes of a frame's head that go in a first message with a pull
+ * descriptor, when first messages may be `max` bytes long (at least
+ * OFI_PULL_DESC_LEN + 8): the head, or as much of it as fits. */
+static inline size_t ofi_pull_first_len(size_t hl, size_t max)
+{
+    return hl + OFI_PULL_DESC_LEN <= max ? hl : max - OFI_PULL_DESC_LEN;
+}
+
 /* The message type of a rendezvous body (doc/wire-protocol.md): its
  * receive buffer is a posted request's, so the body may be received into
  * it directly. */
@@ -77,8 +118,14 @@ int ofi_frame_parse(const void *msg, size_t len, size_t *head,
 #define OFI_BOUNCE_MAX (1u << 30)
 #define OFI_PROV_MAX 63
 
+/* Flags of the blob. */
+#define OFI_BLOB_PULL 0x1 /* I read the rest of large frames from the
+                           * sender's memory, and let the peer read mine
+                           * (pull mode) */
+
 /* One side's description of its end, sent in the pre-connection. */
 typedef struct ofi_blob {
+    uint16_t flags;       /* OFI_BLOB_*; unknown bits are dropped */
     uint32_t conid;       /* put this in the tags of messages to me */
     uint32_t bounce;      /* largest first message of a frame I accept */
     uint64_t max_msg;     /* largest message I accept */

@@ -8,6 +8,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
+#include <sys/uio.h>
+#include <time.h>
+#include <unistd.h>
 
 #include <rdma/fabric.h>
 #include <rdma/fi_cm.h>
@@ -150,6 +154,34 @@ void ofw_unselect(void)
     chosen = NULL;
 }
 
+/* The shm provider names an endpoint's region in /dev/shm after the
+ * process id. A process killed with SIGKILL leaves its region behind, and a
+ * later process with the same id then cannot open an endpoint (the
+ * provider refuses a name whose owner lives: itself). A copy of info with
+ * a name that has a random part, or NULL when out of memory. */
+static struct fi_info *with_unique_name(const struct fi_info *info)
+{
+    uint32_t r;
+    if (getrandom(&r, sizeof(r), GRND_NONBLOCK) != sizeof(r)) {
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        r = (uint32_t)ts.tv_nsec ^ (uint32_t)ts.tv_sec << 20;
+    }
+    char name[64];
+    snprintf(name, sizeof(name), "fi_shm://pscom-%ld-%08x", (long)getpid(),
+             (unsigned)r);
+    struct fi_info *copy = fi_dupinfo(info);
+    if (!copy) return NULL;
+    free(copy->src_addr);
+    copy->src_addr = strdup(name);
+    copy->src_addrlen = strlen(name) + 1;
+    if (!copy->src_addr) {
+        fi_freeinfo(copy);
+        return NULL;
+    }
+    return copy;
+}
+
 int ofw_ep_open(ofw_ep_t **out, void *addr, size_t *addr_len, char *why,
                 size_t why_len)
 {
@@ -194,7 +226,14 @@ int ofw_ep_open(ofw_ep_t **out, void *addr, size_t *addr_len, char *why,
     if (rc) goto fail;
 
     what = "fi_endpoint";
-    rc = fi_endpoint(e->domain, chosen, &e->ep, NULL);
+    struct fi_info *ep_info = chosen;
+    if (prov_is_local(chosen->fabric_attr->prov_name)) {
+        ep_info = with_unique_name(chosen);
+        rc = -FI_ENOMEM;
+        if (!ep_info) goto fail;
+    }
+    rc = fi_endpoint(e->domain, ep_info, &e->ep, NULL);
+    if (ep_info != chosen) fi_freeinfo(ep_info);
     if (rc) goto fail;
 
     what = "fi_ep_bind(cq)";
@@ -327,4 +366,62 @@ const char *ofw_strerror(int err)
 {
     if (err == OFW_CQ_ERROR) return "an error completion is waiting";
     return fi_strerror(err < 0 ? -err : err);
+}
+
+/* ---------------------------------------------------------------------- */
+/* Cross-memory attach                                                    */
+
+int ofw_cma_usable(char *why, size_t why_len)
+{
+    /* Yama at 1 or more allows it only towards descendants (or processes
+     * that asked for it), not between the ranks of a job. */
+    FILE *f = fopen("/proc/sys/kernel/yama/ptrace_scope", "r");
+    if (f) {
+        int scope = 0;
+        int n = fscanf(f, "%d", &scope);
+        fclose(f);
+        if (n == 1 && scope != 0) {
+            snprintf(why, why_len, "kernel.yama.ptrace_scope is %d", scope);
+            return -EPERM;
+        }
+    }
+    /* A seccomp filter or an old kernel: try it on ourselves. */
+    static volatile uint64_t probe = 0x70756c6cull;
+    uint64_t got = 0;
+    int rc = ofw_cma_read(getpid(), &got, (uint64_t)(uintptr_t)&probe,
+                          sizeof(got));
+    if (rc || got != probe) {
+        snprintf(why, why_len, "process_vm_readv: %s",
+                 rc ? strerror(-rc) : "wrong bytes");
+        return rc ? rc : -EIO;
+    }
+    return 0;
+}
+
+/* process_vm_readv or _writev until all of len is copied. */
+static int cma_copy(pid_t pid, void *buf, uint64_t raddr, size_t len,
+                    int write)
+{
+    while (len) {
+        struct iovec l = {buf, len}, r = {(void *)(uintptr_t)raddr, len};
+        ssize_t n = write ? process_vm_writev(pid, &l, 1, &r, 1, 0)
+                          : process_vm_readv(pid, &l, 1, &r, 1, 0);
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0) return -errno;
+        if (n == 0) return -EFAULT;
+        buf = (char *)buf + n;
+        raddr += (uint64_t)n;
+        len -= (size_t)n;
+    }
+    return 0;
+}
+
+int ofw_cma_read(pid_t pid, void *buf, uint64_t raddr, size_t len)
+{
+    return cma_copy(pid, buf, raddr, len, 0);
+}
+
+int ofw_cma_write(pid_t pid, const void *buf, uint64_t raddr, size_t len)
+{
+    return cma_copy(pid, (void *)buf, raddr, len, 1);
 }

@@ -14,6 +14,10 @@
  * Threads: none of these functions is thread-safe on its own; the plugin
  * calls them with the library lock held (the domain is opened with
  * FI_THREAD_DOMAIN).
+ *
+ * The cross-memory attach calls at the end (process_vm_readv/writev) are
+ * not libfabric's: pull mode moves large frames between processes of one
+ * host with them, behind this layer so that the tests can fake them too.
  */
 #ifndef OFI_WRAP_H_
 #define OFI_WRAP_H_
@@ -116,5 +120,18 @@ int ofw_cq_readerr(ofw_ep_t *ep, ofw_cqerr_t *err);
 
 /* The text of a negative result of the functions above. */
 const char *ofw_strerror(int err);
+
+/* ---------------------------------------------------------------------- */
+/* Cross-memory attach (processes of this host)                           */
+
+/* 0 when this process may read and write the memory of other processes of
+ * its user on this host; otherwise a negative errno and the reason in why
+ * (kernel.yama.ptrace_scope, a seccomp filter, no such system call). */
+int ofw_cma_usable(char *why, size_t why_len);
+/* Copy len bytes at raddr in process pid to buf (read), or buf to raddr
+ * (write). 0, or a negative errno: -ESRCH (no such process), -EFAULT (not
+ * mapped there), -EPERM (not allowed), ... */
+int ofw_cma_read(pid_t pid, void *buf, uint64_t raddr, size_t len);
+int ofw_cma_write(pid_t pid, const void *buf, uint64_t raddr, size_t len);
 
 #endif /* OFI_WRAP_H_ */

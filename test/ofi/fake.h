@@ -21,6 +21,7 @@ struct fake_knobs {
     /* provider */
     char prov[64];
     size_t inject_size, max_msg_size, iov_limit;
+    int local_only;        /* the provider reaches this host only */
     int select_fails, ep_open_fails, av_fails;
     /* behaviour */
     unsigned send_eagain;  /* the next n sends return -EAGAIN */
@@ -29,10 +30,16 @@ struct fake_knobs {
     unsigned send_error_completion; /* the next n sends complete with an error */
     int hold_tx;           /* keep send completions until fake_release_held */
     int reverse_cq;        /* hand out each batch of completions reversed */
+    /* cross-memory attach (in this process: addresses are pointers) */
+    int cma_denied;        /* ofw_cma_usable says no */
+    int cma_read_error;    /* the next read fails with this -errno */
+    unsigned cma_hold_writes; /* keep the next n writes until
+                               * fake_release_cma_writes */
     /* counters */
     unsigned inject_calls, tsend_calls, trecv_calls, injects, eagains;
     unsigned msgs_sent, cancels, av_inserts;
-    size_t largest_msg;
+    unsigned cma_reads, cma_writes;
+    size_t largest_msg, cma_read_bytes;
 };
 extern struct fake_knobs fake;
 
@@ -42,6 +49,8 @@ void fake_release_held(int reverse);
 void fake_release_held_one(unsigned i);
 /* A message from nowhere (a broken peer) with this tag. */
 void fake_send_raw(const void *data, size_t len, uint64_t tag);
+/* Carry out the held cross-memory writes. */
+void fake_release_cma_writes(void);
 unsigned fake_posted_count(void);
 unsigned fake_unexpected_count(void);
 unsigned fake_held_count(void);

@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "fake.h"
 
@@ -44,11 +45,20 @@ static unsigned ncq;
 static struct cqe held[MAXQ]; /* send completions held back */
 static unsigned nheld;
 static int ep_open;
+/* Cross-memory writes held back (fake.cma_hold_writes). */
+struct held_write {
+    uint64_t raddr;
+    uint8_t data[8];
+    size_t len;
+};
+static struct held_write held_writes[16];
+static unsigned nheld_writes;
 
 void fake_reset(void)
 {
     for (unsigned i = 0; i < nunexp; i++) free(unexp[i].data);
     nposted = nunexp = ncq = nheld = 0;
+    nheld_writes = 0;
     memset(&fake, 0, sizeof(fake));
     fake.inject_size = 64;
     fake.max_msg_size = SIZE_MAX;
@@ -155,6 +165,7 @@ int ofw_select(const char *prov, const char *domain, ofw_info_t *info,
     info->max_msg_size = fake.max_msg_size;
     info->iov_limit = fake.iov_limit;
     info->tx_size = info->rx_size = 1024;
+    info->local_only = fake.local_only;
     return 0;
 }
 
@@ -331,4 +342,52 @@ int ofw_cq_readerr(ofw_ep_t *ep, ofw_cqerr_t *err)
 const char *ofw_strerror(int err)
 {
     return strerror(err < 0 ? -err : err);
+}
+
+/* ---------------------------------------------------------------------- */
+/* Cross-memory attach                                                    */
+
+int ofw_cma_usable(char *why, size_t why_len)
+{
+    if (!fake.cma_denied) return 0;
+    snprintf(why, why_len, "fake: kernel.yama.ptrace_scope is 1");
+    return -EPERM;
+}
+
+int ofw_cma_read(pid_t pid, void *buf, uint64_t raddr, size_t len)
+{
+    fake.cma_reads++;
+    if (pid != getpid()) return -ESRCH;
+    if (fake.cma_read_error) {
+        int e = fake.cma_read_error;
+        fake.cma_read_error = 0;
+        return e;
+    }
+    memcpy(buf, (const void *)(uintptr_t)raddr, len);
+    fake.cma_read_bytes += len;
+    return 0;
+}
+
+int ofw_cma_write(pid_t pid, const void *buf, uint64_t raddr, size_t len)
+{
+    fake.cma_writes++;
+    if (pid != getpid()) return -ESRCH;
+    if (fake.cma_hold_writes && len <= 8 && nheld_writes < 16) {
+        fake.cma_hold_writes--;
+        struct held_write *h = &held_writes[nheld_writes++];
+        h->raddr = raddr;
+        h->len = len;
+        memcpy(h->data, buf, len);
+        return 0;
+    }
+    memcpy((void *)(uintptr_t)raddr, buf, len);
+    return 0;
+}
+
+void fake_release_cma_writes(void)
+{
+    for (unsigned i = 0; i < nheld_writes; i++)
+        memcpy((void *)(uintptr_t)held_writes[i].raddr, held_writes[i].data,
+               held_writes[i].len);
+    nheld_writes = 0;
 }

@@ -2,7 +2,8 @@
  * Unit tests of the ofi plugin (plugins/ofi): its handshake blob, the send
  * FIFO that reports frames to the core in order, reassembly and ordering of
  * received frames, -EAGAIN from a full queue, error completions, the
- * zero-copy path for rendezvous data and closing with operations posted.
+ * zero-copy path for rendezvous data, closing with operations posted, and
+ * pull mode (receivers read large frames from the sender's memory).
  *
  * The plugin runs against fakes (fake.h): an in-memory libfabric endpoint
  * and a core whose connections are plain structs. Both ends of a
@@ -49,22 +50,26 @@ static int teardown(void **state)
     unsetenv("PSP_OFI_SENDQ");
     unsetenv("PSP_OFI_RECVQ");
     unsetenv("PSP_OFI_LINGER");
+    unsetenv("PSP_OFI_PULL");
     return 0;
 }
 
-static void pair_open(struct pair *p)
+/* Two new connections na and nb of the plugin, connected to each other;
+ * no_flags: as if neither blob had flags. */
+static void pair_connect(struct pair *p, const char *na, const char *nb,
+                         int no_flags)
 {
     uint8_t ba[4096], bb[4096];
     size_t la = sizeof(ba), lb = sizeof(bb);
     const char *why;
 
-    assert_int_equal(ops->init(), 0);
     p->pa = calloc(1, pscom_plugin_ofi.con_priv_size);
     p->pb = calloc(1, pscom_plugin_ofi.con_priv_size);
-    fake_con_init(&p->a, "A", p->pa);
-    fake_con_init(&p->b, "B", p->pb);
+    fake_con_init(&p->a, na, p->pa);
+    fake_con_init(&p->b, nb, p->pb);
     assert_int_equal(ops->hs_start(&p->a, p->pa, ba, &la), 0);
     assert_int_equal(ops->hs_start(&p->b, p->pb, bb, &lb), 0);
+    if (no_flags) ba[4] = ba[5] = bb[4] = bb[5] = 0;
     assert_int_equal(ofi_blob_decode(ba, la, &p->blob_a, &why), 0);
     assert_int_equal(ofi_blob_decode(bb, lb, &p->blob_b, &why), 0);
     assert_int_not_equal(p->blob_a.conid, p->blob_b.conid);
@@ -74,16 +79,28 @@ static void pair_open(struct pair *p)
     assert_int_equal(ops->open(&p->b, p->pb, -1), 0);
 }
 
-static void pair_close(struct pair *p)
+static void pair_open(struct pair *p)
+{
+    assert_int_equal(ops->init(), 0);
+    pair_connect(p, "A", "B", 0);
+}
+
+/* Close both connections and free them (the plugin stays). */
+static void pair_drop(struct pair *p)
 {
     ops->close(&p->a, p->pa);
     ops->close(&p->b, p->pb);
-    progress(4);
-    ops->destroy();
     free(p->pa);
     free(p->pb);
     fake_con_free(&p->a);
     fake_con_free(&p->b);
+}
+
+static void pair_close(struct pair *p)
+{
+    pair_drop(p);
+    progress(4);
+    ops->destroy();
 }
 
 /* Queue frames on `from`, kick, and drive progress until they arrived. */
@@ -105,6 +122,7 @@ static size_t send_frames(struct pair *p, struct psc_con *from,
 static size_t valid_blob(uint8_t *buf, size_t cap, ofi_blob_t *b)
 {
     memset(b, 0, sizeof(*b));
+    b->flags = OFI_BLOB_PULL;
     b->conid = 0x01020304;
     b->bounce = 16384;
     b->max_msg = 1u << 20;
@@ -123,6 +141,7 @@ static void test_blob_roundtrip(void **state)
     size_t n = valid_blob(buf, sizeof(buf), &in);
     assert_int_equal(n, 29 + strlen("tcp;ofi_rxm") + 16);
     assert_int_equal(ofi_blob_decode(buf, n, &out, &why), 0);
+    assert_int_equal(out.flags, OFI_BLOB_PULL);
     assert_int_equal(out.conid, in.conid);
     assert_int_equal(out.bounce, in.bounce);
     assert_int_equal(out.max_msg, in.max_msg);
@@ -132,6 +151,12 @@ static void test_blob_roundtrip(void **state)
     assert_memory_equal(out.addr, in.addr, in.addr_len);
     /* Does not fit: 0, nothing promised about buf. */
     assert_int_equal(ofi_blob_encode(&in, buf, n - 1), 0);
+    /* Unknown flags are dropped, not refused. */
+    n = ofi_blob_encode(&in, buf, sizeof(buf));
+    buf[4] |= 0x40;
+    buf[5] = 0x80;
+    assert_int_equal(ofi_blob_decode(buf, n, &out, &why), 0);
+    assert_int_equal(out.flags, OFI_BLOB_PULL);
 }
 
 static void test_blob_malformed(void **state)
@@ -307,6 +332,28 @@ static void check_stream(struct psc_con *to, const uint8_t *expect,
 /* Frames of every shape arrive whole and in order: empty bodies, injected
  * ones, one-message ones, head + body, a head larger than the receive
  * buffers, bodies in chunks. */
+/* Frames of n shapes {xheader, body} from A to B: they arrive whole and in
+ * order, are reported, and nothing stays unexpected. */
+static void send_shapes(struct pair *p, const size_t (*shapes)[2], unsigned n)
+{
+    struct fake_frame **f = calloc(n, sizeof(*f));
+    size_t cap = 0;
+    for (unsigned i = 0; i < n; i++) {
+        f[i] = fake_frame_new(i % 2 ? 0 : 1, shapes[i][0], shapes[i][1], i);
+        cap += f[i]->hl + f[i]->bl;
+    }
+    uint8_t *expect = malloc(cap);
+    size_t total = send_frames(p, &p->a, f, n, expect);
+    progress(200);
+
+    check_stream(&p->b, expect, total, n);
+    assert_int_equal(p->a.qdone, n);
+    assert_int_equal(p->a.tx_done_bytes, total);
+    assert_int_equal(fake_unexpected_count(), 0);
+    free(expect);
+    free(f);
+}
+
 static void test_stream_shapes(void **state)
 {
     setenv("PSP_OFI_BOUNCE", "256", 1);
@@ -319,30 +366,16 @@ static void test_stream_shapes(void **state)
         {0, 1000}, {8, 4096}, {200, 0},  {250, 10}, {255, 3000}, {0, 2500},
         {3, 1},    {0, 999},  {0, 1001}, {64, 100000},
     };
-    enum { N = sizeof(shapes) / sizeof(shapes[0]) };
-    struct fake_frame *f[N];
-    size_t cap = 0;
-    for (unsigned i = 0; i < N; i++) {
-        f[i] = fake_frame_new(i % 2 ? 0 : 1, shapes[i][0], shapes[i][1], i);
-        cap += f[i]->hl + f[i]->bl;
-    }
-    uint8_t *expect = malloc(cap);
-    size_t total = send_frames(&p, &p.a, f, N, expect);
-    progress(200);
-
-    check_stream(&p.b, expect, total, N);
-    assert_int_equal(p.a.qdone, N);
-    assert_int_equal(p.a.tx_done_bytes, total);
+    send_shapes(&p, shapes, sizeof(shapes) / sizeof(shapes[0]));
     assert_true(fake.largest_msg <= 1000);
     assert_true(fake.injects > 0);
-    assert_int_equal(fake_unexpected_count(), 0);
-    free(expect);
     pair_close(&p);
 }
 
-/* Both directions at once, many frames, completions handed out in reverse
- * order within each batch: the order of frames is the order of sending. */
-static void test_order_reversed_completions(void **state)
+/* n frames of all sizes up to 40000 bytes each way at once, 4 receives
+ * posted and 8 frames in flight per connection, completions reversed in
+ * each batch: every frame arrives, in order, and is reported. */
+static void both_ways_reversed(unsigned n, uint32_t seed)
 {
     setenv("PSP_OFI_RECVQ", "4", 1);
     setenv("PSP_OFI_SENDQ", "8", 1);
@@ -350,27 +383,34 @@ static void test_order_reversed_completions(void **state)
     struct pair p;
     pair_open(&p);
 
-    enum { N = 300 };
-    struct fake_frame *fa[N], *fb[N];
+    struct fake_frame **fa = calloc(n, sizeof(*fa));
+    struct fake_frame **fb = calloc(n, sizeof(*fb));
     size_t cap = 0;
-    for (unsigned i = 0; i < N; i++) {
+    for (unsigned i = 0; i < n; i++) {
         size_t bl = (i * 7919) % 40000;
-        fa[i] = fake_frame_new(0, i % 17, bl, 1000 + i);
-        fb[i] = fake_frame_new(0, i % 5, bl / 3, 5000 + i);
+        fa[i] = fake_frame_new(0, i % 17, bl, seed + i);
+        fb[i] = fake_frame_new(0, i % 5, bl / 3, seed + n + i);
         cap += fa[i]->hl + fa[i]->bl;
     }
     uint8_t *ea = malloc(cap), *eb = malloc(cap);
-    size_t ta = send_frames(&p, &p.a, fa, N, ea);
-    size_t tb = send_frames(&p, &p.b, fb, N, eb);
+    size_t ta = send_frames(&p, &p.a, fa, n, ea);
+    size_t tb = send_frames(&p, &p.b, fb, n, eb);
     progress(5000);
 
-    check_stream(&p.b, ea, ta, N);
-    check_stream(&p.a, eb, tb, N);
+    check_stream(&p.b, ea, ta, n);
+    check_stream(&p.a, eb, tb, n);
     assert_int_equal(p.a.tx_done_bytes, ta);
     assert_int_equal(p.b.tx_done_bytes, tb);
     free(ea);
     free(eb);
+    free(fa);
+    free(fb);
     pair_close(&p);
+}
+
+static void test_order_reversed_completions(void **state)
+{
+    both_ways_reversed(300, 1000);
 }
 
 /* The send FIFO: a frame is reported to the core only when it and every
@@ -474,9 +514,9 @@ static void test_recv_eagain(void **state)
     pair_close(&p);
 }
 
-/* Rendezvous data goes straight into the core's buffer; other large bodies
- * are copied. */
-static void test_direct_rendezvous_data(void **state)
+/* A rendezvous body and an eager one of 100000 bytes: the core offers its
+ * buffer for the first only, which gets it directly. */
+static void direct_and_eager(void)
 {
     struct pair p;
     pair_open(&p);
@@ -492,6 +532,13 @@ static void test_direct_rendezvous_data(void **state)
     assert_int_equal(p.b.direct_bytes, 100000);
     free(expect);
     pair_close(&p);
+}
+
+/* Rendezvous data goes straight into the core's buffer; other large bodies
+ * are copied. */
+static void test_direct_rendezvous_data(void **state)
+{
+    direct_and_eager();
 }
 
 /* ---------------------------------------------------------------------- */
@@ -613,6 +660,229 @@ static void test_close_cancels_and_drains(void **state)
     fake_con_free(&p.b);
 }
 
+
+/* ---------------------------------------------------------------------- */
+/* Pull mode                                                              */
+
+/* A provider for this host with the shm provider's inject size: pull
+ * mode by default. */
+static void pull_setup(void)
+{
+    fake.local_only = 1;
+    fake.inject_size = 4096;
+}
+
+/* Frames of every shape arrive whole and in order; what does not fit an
+ * inject is copied by the receiver (no sends with completions at all) and
+ * acknowledged once per frame. */
+static void test_pull_stream_shapes(void **state)
+{
+    pull_setup();
+    setenv("PSP_OFI_BOUNCE", "256", 1);
+    struct pair p;
+    pair_open(&p);
+    assert_int_equal(p.blob_a.flags & OFI_BLOB_PULL, OFI_BLOB_PULL);
+
+    static const size_t shapes[][2] = {
+        {0, 0},     {0, 8},    {16, 200},  {0, 248},    {0, 249},
+        {8, 4096},  {200, 0},  {220, 100}, {250, 10},   {255, 3000},
+        {232, 100}, {3, 1},    {0, 5000},  {64, 100000}, {255, 0},
+    };
+    enum { N = sizeof(shapes) / sizeof(shapes[0]) };
+    unsigned pulled = 0;
+    for (unsigned i = 0; i < N; i++)
+        if (8 + shapes[i][0] + shapes[i][1] > 256) pulled++;
+    send_shapes(&p, shapes, N);
+    assert_int_equal(fake.tsend_calls, 0);
+    assert_int_equal(fake.injects, N);
+    assert_int_equal(fake.cma_writes, pulled);
+    assert_true(fake.cma_reads >= pulled);
+    pair_close(&p);
+}
+
+/* The same in pull mode: copies and acknowledgements interleave with
+ * everything else. */
+static void test_pull_order_both_ways(void **state)
+{
+    pull_setup();
+    both_ways_reversed(200, 300);
+}
+
+/* A frame is done when the receiver acknowledges having copied it, not
+ * before; another connection's frames complete meanwhile. */
+static void test_pull_done_when_acknowledged(void **state)
+{
+    pull_setup();
+    struct pair p, q;
+    pair_open(&p);
+    pair_connect(&q, "C", "D", 0);
+
+    fake.cma_hold_writes = 1; /* B's acknowledgement does not arrive */
+    struct fake_frame *f1 = fake_frame_new(0, 0, 60000, 1);
+    struct fake_frame *f2 = fake_frame_new(0, 0, 60000, 2);
+    uint8_t e1[70000], e2[70000];
+    size_t t1 = send_frames(&p, &p.a, &f1, 1, e1);
+    progress(20);
+    check_stream(&p.b, e1, t1, 1); /* B has it */
+    assert_int_equal(p.a.tx_done_calls, 0);
+
+    size_t t2 = send_frames(&q, &q.a, &f2, 1, e2);
+    progress(20);
+    check_stream(&q.b, e2, t2, 1);
+    assert_int_equal(q.a.tx_done_bytes, t2);
+    assert_int_equal(p.a.tx_done_calls, 0);
+
+    fake_release_cma_writes();
+    progress(5);
+    assert_int_equal(p.a.tx_done_bytes, t1);
+
+    pair_drop(&q);
+    pair_close(&p);
+}
+
+/* Full queues when offering: retried from progress, nothing lost. */
+static void test_pull_eagain(void **state)
+{
+    pull_setup();
+    struct pair p;
+    pair_open(&p);
+    struct fake_frame *f[6];
+    uint8_t expect[6 * 10000];
+    for (unsigned i = 0; i < 6; i++) f[i] = fake_frame_new(0, 4, 9000, 40 + i);
+    fake.send_eagain = 4;
+    size_t total = send_frames(&p, &p.a, f, 6, expect);
+    progress(100);
+    check_stream(&p.b, expect, total, 6);
+    assert_int_equal(p.a.tx_done_bytes, total);
+    assert_int_equal(fake.eagains, 4);
+    pair_close(&p);
+}
+
+/* Bodies are copied straight into the core's buffer where it offers one,
+ * else through a buffer of the plugin. */
+static void test_pull_direct(void **state)
+{
+    pull_setup();
+    direct_and_eager();
+    assert_int_equal(fake.cma_read_bytes, 200000);
+}
+
+/* The sender's process is gone (or its memory not readable) when the
+ * receiver copies: the receiver's connection fails once, with EOF for a
+ * missing process; the sender's frame stays unacknowledged. */
+static void test_pull_copy_fails(void **state)
+{
+    static const struct {
+        int err;
+        pscom_err_t want;
+    } cases[] = {{-ESRCH, PSCOM_ERR_EOF}, {-EPERM, PSCOM_ERR_IOERROR},
+                 {-EFAULT, PSCOM_ERR_IOERROR}};
+    for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++) {
+        fake_reset();
+        pull_setup();
+        struct pair p;
+        pair_open(&p);
+        struct fake_frame *f[2];
+        uint8_t expect[2 * 10000];
+        f[0] = fake_frame_new(0, 0, 9000, 1);
+        f[1] = fake_frame_new(0, 0, 9000, 2);
+        fake.cma_read_error = cases[c].err;
+        send_frames(&p, &p.a, f, 2, expect);
+        progress(20);
+        assert_int_equal(p.b.errors, 1);
+        assert_int_equal(p.b.err_op, PSCOM_OP_READ);
+        assert_int_equal(p.b.err, cases[c].want);
+        assert_int_equal(p.b.frames_in, 0);
+        assert_int_equal(p.a.errors, 0);
+        assert_int_equal(p.a.tx_done_calls, 0);
+        progress(20);
+        assert_int_equal(p.b.errors, 1);
+        /* A closes with its frames unacknowledged: what B might still
+         * copy or write is kept until the plugin goes (no leak). */
+        pair_close(&p);
+    }
+}
+
+/* Malformed pull messages: a descriptor of another length than the rest
+ * of its frame, one without a process, a message too short for one. Each
+ * fails the connection once. */
+static void test_pull_bad_descriptors(void **state)
+{
+    for (int c = 0; c < 3; c++) {
+        fake_reset();
+        pull_setup();
+        struct pair p;
+        pair_open(&p);
+        uint8_t msg[64] = {0};
+        pscom_header_net_t h = {.msg_type = 0, .data_len = 1000};
+        memcpy(msg, &h, 8);
+        ofi_pull_desc_t d = {.addr = 1, .len = 1000 + 8 - 16, .ack = 2,
+                             .pid = 3};
+        size_t len = 16 + OFI_PULL_DESC_LEN;
+        if (c == 0) d.len -= 1;
+        if (c == 1) d.pid = 0;
+        if (c == 2) len = 20;
+        ofi_pull_desc_encode(&d, msg + 16);
+        fake_send_raw(msg, len, ofi_tag(p.blob_b.conid, 0, OFI_PART_FIRST));
+        progress(5);
+        assert_int_equal(p.b.errors, 1);
+        assert_int_equal(p.b.err, PSCOM_ERR_IOERROR);
+        assert_int_equal(p.b.frames_in, 0);
+        assert_int_equal(fake.cma_reads, 0);
+        pair_close(&p);
+    }
+}
+
+/* No cross-memory attach here, or not wanted, or a provider that reaches
+ * other hosts: frames are sent. */
+static void test_pull_unavailable(void **state)
+{
+    pull_setup();
+    fake.cma_denied = 1;
+    struct pair p;
+    pair_open(&p);
+    assert_int_equal(p.blob_a.flags & OFI_BLOB_PULL, 0);
+    pair_close(&p);
+
+    fake_reset();
+    pull_setup();
+    setenv("PSP_OFI_PULL", "0", 1);
+    pair_open(&p);
+    assert_int_equal(p.blob_a.flags & OFI_BLOB_PULL, 0);
+    pair_close(&p);
+
+    fake_reset();
+    setenv("PSP_OFI_PULL", "1", 1);
+    fake.inject_size = 4096;
+    pair_open(&p);
+    assert_int_equal(p.blob_a.flags & OFI_BLOB_PULL, 0);
+    struct fake_frame *f = fake_frame_new(0, 0, 9000, 1);
+    uint8_t expect[10000];
+    size_t total = send_frames(&p, &p.a, &f, 1, expect);
+    progress(10);
+    check_stream(&p.b, expect, total, 1);
+    assert_int_equal(fake.cma_reads, 0);
+    assert_true(fake.tsend_calls > 0);
+    pair_close(&p);
+}
+
+/* One side without pull mode (its blob lacks the flag): neither side
+ * pulls. */
+static void test_pull_needs_both(void **state)
+{
+    pull_setup();
+    struct pair p;
+    assert_int_equal(ops->init(), 0);
+    pair_connect(&p, "A", "B", 1);
+    struct fake_frame *f = fake_frame_new(0, 0, 9000, 1);
+    uint8_t expect[10000];
+    size_t total = send_frames(&p, &p.a, &f, 1, expect);
+    progress(10);
+    check_stream(&p.b, expect, total, 1);
+    assert_int_equal(fake.cma_reads, 0);
+    pair_close(&p);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -639,6 +909,22 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_stop_after_closing, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_close_cancels_and_drains, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_pull_stream_shapes, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_pull_order_both_ways, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_pull_done_when_acknowledged,
+                                        setup, teardown),
+        cmocka_unit_test_setup_teardown(test_pull_eagain, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_pull_direct, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_pull_copy_fails, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_pull_bad_descriptors, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_pull_unavailable, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_pull_needs_both, setup,
                                         teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
