@@ -59,7 +59,11 @@
 #define KEY_LEN       8    /* connection key in front of every AM header */
 #define HDR_INLINE    88   /* frames (packed) or heads up to this long live
                             * in the entry */
-#define RX_INLINE     232  /* arrivals up to this long are copied, pooled */
+/* Arrivals up to this long are copied into pooled entries (4 KiB each).
+ * Keeping UCX's descriptor instead costs more up to a few KiB: UCX then
+ * replaces the descriptor of its receive FIFO (1 KiB ping-pong over posix:
+ * 0.85 us copied, 0.90 us kept; 2 KiB: 1.07 against 1.18 us). */
+#define RX_INLINE     4048
 #define PEEK_IOV      128  /* so at most 64 frames per connection in UCX */
 #define CLOSE_WAIT_MS 2000 /* longest wait for UCX to let go of buffers */
 #define POOL_MAX      256  /* free entries kept for reuse */
