@@ -43,52 +43,30 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "bench_util.h"
 #include "pscom.h"
 #ifdef PSCOM_BENCH_PMIX
 #include "pscom_bench_pmix.h"
 #endif
 
-#define WINDOW         16
-#define MAX_SIZES      64
-#define MAX_MSG_SIZE   ((size_t)1 << 30)
 #define MAX_XHEADER    65535
-#define DEFAULT_MAX    ((size_t)4 << 20)
-#define ITER_BYTES     200e6 /* adaptive iterations: about this many bytes */
-#define ITERS_MIN      20
-#define ITERS_MAX      1000
 #define PARAMS_MAGIC   0x5053424eu /* "PSBN" */
 #define PARAMS_VERSION 1
 #define PARAMS_F_THREADED 0x1u /* wire_params.flags: pscom_init_thread */
 #define PARAMS_F_ONE_BUF  0x2u /* ... a window's receives share one buffer */
 #define PARAMS_F_KNOWN    (PARAMS_F_THREADED | PARAMS_F_ONE_BUF)
 
-enum mode { MODE_PINGPONG = 0, MODE_BW = 1, MODE_BIDIR = 2 };
-
-/* Direction of a message, part of the verify pattern. */
-enum dir { DIR_C2S = 0, DIR_S2C = 1, DIR_ACK = 2 };
-
-static const char *const mode_names[] = {"pingpong", "bw", "bidir"};
-
 struct opts {
-    size_t sizes[MAX_SIZES];
-    unsigned nsizes;
-    size_t minsize, maxsize;
-    long iters;  /* -1: adaptive */
-    long warmup; /* -1: iters / 10, at least 2 */
-    enum mode mode;
-    int verify;
-    int json;
+    struct bench_opts c; /* the options shared with raw_pingpong */
     int ondemand;
     int threaded; /* pscom_init_thread instead of pscom_init */
     int one_buffer; /* --bw/--bidir: the window's receives share a buffer */
     size_t xheader;
     int has_con_type;
     pscom_con_type_t con_type;
-    unsigned timeout;
-    int cpu_server, cpu_client; /* -1: no pinning */
-    int listen_port;            /* -l PORT, or -1 */
-    const char *connect_to;     /* -c HOST:PORT, or NULL */
-    int all_pairs;              /* PMIx mode: --pairs all */
+    int listen_port;        /* -l PORT, or -1 */
+    const char *connect_to; /* -c HOST:PORT, or NULL */
+    int all_pairs;          /* PMIx mode: --pairs all */
 };
 
 /* The first message, client to server. Both run on the same byte order
@@ -137,135 +115,8 @@ struct bench {
 /* State for the signal handlers                                          */
 /* ---------------------------------------------------------------------- */
 
-static const char *g_role = "pscom_bench";
-static const char *volatile g_phase = "startup";
-static volatile size_t g_size = SIZE_MAX; /* SIZE_MAX: not inside a size */
-static volatile unsigned g_iter;
-static volatile pid_t g_child = -1;
-static volatile sig_atomic_t g_child_reaped;
-static volatile int g_child_status;
 static volatile sig_atomic_t g_closing;
 static int g_pair[2] = {-1, -1}; /* PMIx mode: client and server rank */
-static unsigned g_timeout = 300;
-
-/* A tiny async-signal-safe string builder. */
-struct sbuf {
-    char buf[320];
-    size_t len;
-};
-
-static void sb_str(struct sbuf *b, const char *s)
-{
-    while (*s && b->len < sizeof(b->buf) - 1)
-        b->buf[b->len++] = *s++;
-}
-
-static void sb_uint(struct sbuf *b, uint64_t v)
-{
-    char tmp[24];
-    int n = 0;
-
-    do {
-        tmp[n++] = (char)('0' + v % 10);
-        v /= 10;
-    } while (v);
-    while (n && b->len < sizeof(b->buf) - 1)
-        b->buf[b->len++] = tmp[--n];
-}
-
-static void sb_where(struct sbuf *b)
-{
-    sb_str(b, g_phase);
-    if (g_size != SIZE_MAX) {
-        sb_str(b, " at size ");
-        sb_uint(b, g_size);
-        sb_str(b, " B, iteration ");
-        sb_uint(b, g_iter);
-    }
-}
-
-static void sb_flush(struct sbuf *b)
-{
-    ssize_t rc;
-
-    sb_str(b, "\n");
-    rc = write(STDERR_FILENO, b->buf, b->len);
-    (void)rc;
-}
-
-static void on_alarm(int sig)
-{
-    struct sbuf b = {.len = 0};
-
-    (void)sig;
-    sb_str(&b, "pscom_bench (");
-    sb_str(&b, g_role);
-    sb_str(&b, "): timeout after ");
-    sb_uint(&b, g_timeout);
-    sb_str(&b, " s while ");
-    sb_where(&b);
-    sb_str(&b, " (raise it with --timeout SEC)");
-    sb_flush(&b);
-    if (g_child > 0)
-        kill(g_child, SIGTERM);
-    _exit(1);
-}
-
-static void on_sigchld(int sig)
-{
-    int saved_errno = errno;
-    int st;
-    struct sbuf b = {.len = 0};
-
-    (void)sig;
-    if (g_child <= 0 || waitpid(g_child, &st, WNOHANG) != g_child) {
-        errno = saved_errno;
-        return;
-    }
-    g_child_status = st;
-    g_child_reaped = 1;
-    if (WIFEXITED(st) && WEXITSTATUS(st) == 0) {
-        errno = saved_errno;
-        return;
-    }
-    sb_str(&b, "pscom_bench (server): the client process failed (");
-    if (WIFEXITED(st)) {
-        sb_str(&b, "exit status ");
-        sb_uint(&b, (unsigned)WEXITSTATUS(st));
-    } else {
-        sb_str(&b, "killed by signal ");
-        sb_uint(&b, (unsigned)WTERMSIG(st));
-    }
-    sb_str(&b, ") while the server was ");
-    sb_where(&b);
-    sb_flush(&b);
-    _exit(1);
-}
-
-static void arm_timeout(const char *phase)
-{
-    g_phase = phase;
-    if (g_timeout)
-        alarm(g_timeout);
-}
-
-/* Leave at once: pscom's own cleanup could wait on a broken peer. */
-static void die(void)
-{
-    fflush(stdout);
-    fflush(stderr);
-    if (g_child > 0)
-        kill(g_child, SIGTERM);
-    _exit(1);
-}
-
-#define fail(...)                                                              \
-    do {                                                                       \
-        fprintf(stderr, "pscom_bench (%s): ", g_role);                         \
-        fprintf(stderr, __VA_ARGS__);                                          \
-        fputc('\n', stderr);                                                   \
-        die();                                                                 \
-    } while (0)
 
 static void req_failed(pscom_request_t *req, const char *what)
 {
@@ -294,93 +145,8 @@ static void on_con_error(pscom_connection_t *con, pscom_op_t op,
 /* Helpers                                                                */
 /* ---------------------------------------------------------------------- */
 
-static inline uint64_t now_ns(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
 /* The verify pattern: a Weyl sequence of 64-bit words from a seed that
  * depends on size, iteration and direction. */
-#define PAT_STEP 0x9e3779b97f4a7c15ull
-
-static uint64_t pat_seed(uint64_t size, uint64_t iter, unsigned dir)
-{
-    uint64_t x = size * 0xc2b2ae3d27d4eb4full ^ (iter + 1) * PAT_STEP ^
-                 ((uint64_t)dir + 1) * 0x165667b19e3779f9ull;
-
-    x ^= x >> 30;
-    x *= 0xbf58476d1ce4e5b9ull;
-    x ^= x >> 27;
-    x *= 0x94d049bb133111ebull;
-    x ^= x >> 31;
-    return x;
-}
-
-static void pat_fill(unsigned char *p, size_t len, uint64_t seed)
-{
-    size_t i, n = len / 8;
-    uint64_t w = seed;
-
-    for (i = 0; i < n; i++, w += PAT_STEP)
-        memcpy(p + 8 * i, &w, 8);
-    if (len % 8)
-        memcpy(p + 8 * n, &w, len % 8);
-}
-
-/* 0 when p holds the pattern, else 1 with the first wrong byte. */
-static int pat_check(const unsigned char *p, size_t len, uint64_t seed,
-                     size_t *off, unsigned *expected, unsigned *got)
-{
-    size_t i, n = (len + 7) / 8;
-    uint64_t w = seed;
-
-    for (i = 0; i < n; i++, w += PAT_STEP) {
-        size_t k, chunk = len - 8 * i < 8 ? len - 8 * i : 8;
-        unsigned char e[8];
-
-        memcpy(e, &w, 8);
-        if (memcmp(p + 8 * i, e, chunk) == 0)
-            continue;
-        for (k = 0; k < chunk; k++) {
-            if (p[8 * i + k] != e[k]) {
-                *off = 8 * i + k;
-                *expected = e[k];
-                *got = p[8 * i + k];
-                return 1;
-            }
-        }
-    }
-    return 0;
-}
-
-#define NO_SLOT UINT_MAX /* a ping-pong message, not part of a window */
-
-static const char *dir_name(unsigned dir)
-{
-    return dir == DIR_C2S ? "client->server" :
-           dir == DIR_S2C ? "server->client" : "ack";
-}
-
-static void verify_or_die(const unsigned char *p, size_t len, size_t size,
-                          unsigned iter, unsigned dir, unsigned slot,
-                          const char *what)
-{
-    size_t off;
-    unsigned e, g;
-
-    char where[48] = "";
-
-    if (!pat_check(p, len, pat_seed(size, iter, dir), &off, &e, &g))
-        return;
-    if (slot != NO_SLOT)
-        snprintf(where, sizeof(where), "message %u of the window, ", slot);
-    fail("verify failed: size %zu, iteration %u, offset %zu%s (%s%s): "
-         "expected 0x%02x, got 0x%02x",
-         size, iter, off, what, where, dir_name(dir), e, g);
-}
 
 /* The extended header of a request (max_xheader_len bytes). */
 static unsigned char *req_xheader(pscom_request_t *req)
@@ -436,100 +202,6 @@ static inline void wait_recv(pscom_request_t *req, size_t len,
     check_recv(req, len, what);
 }
 
-static void *alloc_buf(size_t len)
-{
-    void *p = NULL;
-    size_t n = len < 4096 ? 4096 : len;
-
-    if (posix_memalign(&p, 4096, n))
-        fail("out of memory allocating a %zu byte buffer", n);
-    memset(p, 0xa5, n); /* touch every page before timing */
-    return p;
-}
-
-static int parse_size(const char *s, size_t *out)
-{
-    char *end;
-    unsigned long long v, mul = 1;
-
-    errno = 0;
-    if (*s < '0' || *s > '9')
-        return -1;
-    v = strtoull(s, &end, 10);
-    if (errno)
-        return -1;
-    switch (*end) {
-    case 'k': case 'K': mul = 1ull << 10; end++; break;
-    case 'm': case 'M': mul = 1ull << 20; end++; break;
-    case 'g': case 'G': mul = 1ull << 30; end++; break;
-    default: break;
-    }
-    if (mul > 1 && *end == 'i')
-        end++;
-    if (*end == 'B' || *end == 'b')
-        end++;
-    if (*end || v > MAX_MSG_SIZE / mul)
-        return -1;
-    *out = (size_t)(v * mul);
-    return 0;
-}
-
-static long parse_long(const char *s, const char *opt, long min, long max)
-{
-    char *end;
-    long v;
-
-    errno = 0;
-    v = strtol(s, &end, 10);
-    if (errno || end == s || *end || v < min || v > max) {
-        fprintf(stderr, "pscom_bench: %s needs a number from %ld to %ld, not "
-                        "'%s'\n", opt, min, max, s);
-        exit(1);
-    }
-    return v;
-}
-
-static unsigned default_iters(size_t size, enum mode mode)
-{
-    double bytes = (double)size * (mode == MODE_PINGPONG ? 1 : WINDOW);
-    double it = bytes > 0 ? ITER_BYTES / bytes : ITERS_MAX;
-
-    if (it > ITERS_MAX)
-        it = ITERS_MAX;
-    if (it < ITERS_MIN)
-        it = ITERS_MIN;
-    return (unsigned)it;
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-
-    return x < y ? -1 : x > y;
-}
-
-static void stats(double *t, unsigned n, double *median, double *p99)
-{
-    size_t idx;
-
-    qsort(t, n, sizeof(*t), cmp_double);
-    *median = n % 2 ? t[n / 2] : (t[n / 2 - 1] + t[n / 2]) / 2;
-    idx = (size_t)ceil(0.99 * n);
-    *p99 = t[idx ? idx - 1 : 0];
-}
-
-static void pin_cpu(int cpu)
-{
-    cpu_set_t set;
-
-    if (cpu < 0)
-        return;
-    CPU_ZERO(&set);
-    CPU_SET(cpu, &set);
-    if (sched_setaffinity(0, sizeof(set), &set))
-        fail("cannot pin to cpu %d: %s", cpu, strerror(errno));
-}
-
 /* ---------------------------------------------------------------------- */
 /* Options                                                                */
 /* ---------------------------------------------------------------------- */
@@ -582,129 +254,38 @@ static void usage(FILE *out)
             ITERS_MIN, ITERS_MAX, WINDOW);
 }
 
-static void add_size(struct opts *o, size_t s)
-{
-    if (o->nsizes >= MAX_SIZES) {
-        fprintf(stderr, "pscom_bench: at most %d sizes\n", MAX_SIZES);
-        exit(1);
-    }
-    o->sizes[o->nsizes++] = s;
-}
-
-static void parse_sizes(struct opts *o, const char *list)
-{
-    char *copy = strdup(list), *save = NULL, *tok;
-
-    if (!copy)
-        exit(1);
-    o->nsizes = 0;
-    for (tok = strtok_r(copy, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
-        size_t s;
-
-        if (parse_size(tok, &s)) {
-            fprintf(stderr, "pscom_bench: bad size '%s' in --sizes (a number "
-                            "up to 1G, optional k/M/G suffix)\n", tok);
-            exit(1);
-        }
-        add_size(o, s);
-    }
-    free(copy);
-    if (!o->nsizes) {
-        fprintf(stderr, "pscom_bench: --sizes needs at least one size\n");
-        exit(1);
-    }
-}
-
-static void range_sizes(struct opts *o)
-{
-    size_t s = o->minsize;
-
-    if (o->minsize > o->maxsize) {
-        fprintf(stderr, "pscom_bench: --minsize is larger than --maxsize\n");
-        exit(1);
-    }
-    add_size(o, s);
-    /* The next power of two above s, then doubling. */
-    for (s = 1; s <= o->minsize; s *= 2)
-        ;
-    for (; s <= o->maxsize; s *= 2)
-        add_size(o, s);
-}
-
 static void parse_options(struct opts *o, int argc, char **argv)
 {
     enum {
-        OPT_SIZES = 256, OPT_MIN, OPT_MAX, OPT_ITERS, OPT_WARMUP, OPT_BW,
-        OPT_BIDIR, OPT_VERIFY, OPT_TRANSPORT, OPT_ONDEMAND, OPT_THREADED,
-        OPT_JSON, OPT_ONE_BUFFER,
-        OPT_XHEADER, OPT_TIMEOUT, OPT_CPU, OPT_PAIRS,
+        OPT_TRANSPORT = BOPT_NEXT, OPT_ONDEMAND, OPT_THREADED, OPT_XHEADER,
+        OPT_PAIRS, OPT_ONE_BUFFER,
     };
     static const struct option longopts[] = {
-        {"sizes", required_argument, NULL, OPT_SIZES},
-        {"minsize", required_argument, NULL, OPT_MIN},
-        {"maxsize", required_argument, NULL, OPT_MAX},
-        {"iters", required_argument, NULL, OPT_ITERS},
-        {"warmup", required_argument, NULL, OPT_WARMUP},
-        {"bw", no_argument, NULL, OPT_BW},
-        {"bidir", no_argument, NULL, OPT_BIDIR},
+        BENCH_LONGOPTS,
         {"one-buffer", no_argument, NULL, OPT_ONE_BUFFER},
-        {"verify", no_argument, NULL, OPT_VERIFY},
         {"transport", required_argument, NULL, OPT_TRANSPORT},
         {"ondemand", no_argument, NULL, OPT_ONDEMAND},
         {"threaded", no_argument, NULL, OPT_THREADED},
-        {"json", no_argument, NULL, OPT_JSON},
         {"xheader", required_argument, NULL, OPT_XHEADER},
-        {"timeout", required_argument, NULL, OPT_TIMEOUT},
-        {"cpu", required_argument, NULL, OPT_CPU},
         {"pairs", required_argument, NULL, OPT_PAIRS},
         {"listen", required_argument, NULL, 'l'},
         {"connect", required_argument, NULL, 'c'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
-    const char *sizes = NULL;
-    int range = 0, c;
+    int c;
     size_t i;
 
     memset(o, 0, sizeof(*o));
-    o->maxsize     = DEFAULT_MAX;
-    o->iters       = -1;
-    o->warmup      = -1;
-    o->timeout     = 300;
-    o->cpu_server  = -1;
-    o->cpu_client  = -1;
+    bench_opts_init(&o->c);
     o->listen_port = -1;
 
     while ((c = getopt_long(argc, argv, "hl:c:", longopts, NULL)) != -1) {
+        if (bench_opt(&o->c, c, optarg))
+            continue;
         switch (c) {
-        case OPT_SIZES:
-            sizes = optarg;
-            break;
-        case OPT_MIN:
-        case OPT_MAX:
-            if (parse_size(optarg, c == OPT_MIN ? &o->minsize : &o->maxsize)) {
-                fprintf(stderr, "pscom_bench: bad size '%s'\n", optarg);
-                exit(1);
-            }
-            range = 1;
-            break;
-        case OPT_ITERS:
-            o->iters = parse_long(optarg, "--iters", 1, 100000000);
-            break;
-        case OPT_WARMUP:
-            o->warmup = parse_long(optarg, "--warmup", 0, 100000000);
-            break;
-        case OPT_BW:
-            o->mode = MODE_BW;
-            break;
-        case OPT_BIDIR:
-            o->mode = MODE_BIDIR;
-            break;
         case OPT_ONE_BUFFER:
             o->one_buffer = 1;
-            break;
-        case OPT_VERIFY:
-            o->verify = 1;
             break;
         case OPT_TRANSPORT:
             for (i = 0; i < sizeof(transports) / sizeof(transports[0]); i++)
@@ -727,34 +308,9 @@ static void parse_options(struct opts *o, int argc, char **argv)
         case OPT_THREADED:
             o->threaded = 1;
             break;
-        case OPT_JSON:
-            o->json = 1;
-            break;
         case OPT_XHEADER:
             o->xheader = (size_t)parse_long(optarg, "--xheader", 0, MAX_XHEADER);
             break;
-        case OPT_TIMEOUT:
-            o->timeout = (unsigned)parse_long(optarg, "--timeout", 0, 86400 * 7);
-            break;
-        case OPT_CPU: {
-            char *end;
-            long a = strtol(optarg, &end, 10), b = -1;
-
-            if (end != optarg && *end == ',') {
-                char *s = end + 1;
-                b = strtol(s, &end, 10);
-                if (end == s)
-                    b = -1;
-            }
-            if (*end || a < 0 || b < 0 || a >= CPU_SETSIZE || b >= CPU_SETSIZE) {
-                fprintf(stderr, "pscom_bench: --cpu needs two core numbers A,B, "
-                                "not '%s'\n", optarg);
-                exit(1);
-            }
-            o->cpu_server = (int)a;
-            o->cpu_client = (int)b;
-            break;
-        }
         case OPT_PAIRS:
             if (strcmp(optarg, "first") && strcmp(optarg, "all")) {
                 fprintf(stderr, "pscom_bench: --pairs is first or all, not "
@@ -786,21 +342,13 @@ static void parse_options(struct opts *o, int argc, char **argv)
         fprintf(stderr, "pscom_bench: -l and -c exclude each other\n");
         exit(1);
     }
-    if (sizes && range) {
-        fprintf(stderr, "pscom_bench: use either --sizes or --minsize/--maxsize\n");
-        exit(1);
-    }
-    if (o->one_buffer && (o->mode == MODE_PINGPONG || o->verify)) {
+    bench_opts_done(&o->c);
+    if (o->one_buffer && (o->c.mode == MODE_PINGPONG || o->c.verify)) {
         fprintf(stderr, "pscom_bench: --one-buffer goes with --bw or --bidir, "
                         "and not with --verify (the messages of a window "
                         "overwrite each other)\n");
         exit(1);
     }
-    if (sizes)
-        parse_sizes(o, sizes);
-    else
-        range_sizes(o);
-    g_timeout = o->timeout;
 }
 
 /* ---------------------------------------------------------------------- */
@@ -1130,21 +678,18 @@ static void build_params(const struct opts *o, struct wire_params *p)
     memset(p, 0, sizeof(*p));
     p->magic   = PARAMS_MAGIC;
     p->version = PARAMS_VERSION;
-    p->mode    = o->mode;
-    p->verify  = (uint32_t)o->verify;
+    p->mode    = o->c.mode;
+    p->verify  = (uint32_t)o->c.verify;
     p->xheader = (uint32_t)o->xheader;
     p->window  = WINDOW;
-    p->nsizes  = o->nsizes;
+    p->nsizes  = o->c.nsizes;
     p->flags   = (o->threaded ? PARAMS_F_THREADED : 0) |
                  (o->one_buffer ? PARAMS_F_ONE_BUF : 0);
-    for (i = 0; i < o->nsizes; i++) {
-        unsigned iters = o->iters > 0 ? (unsigned)o->iters :
-                         default_iters(o->sizes[i], o->mode);
-        long warm = o->warmup >= 0 ? o->warmup : iters / 10;
+    for (i = 0; i < o->c.nsizes; i++) {
+        unsigned iters, warm;
 
-        if (o->warmup < 0 && warm < 2)
-            warm = 2;
-        p->step[i].size   = o->sizes[i];
+        bench_iters(&o->c, o->c.sizes[i], &iters, &warm);
+        p->step[i].size   = o->c.sizes[i];
         p->step[i].iters  = iters;
         p->step[i].warmup = (uint32_t)warm;
     }
@@ -1224,7 +769,7 @@ connected:
 
     transport = pscom_con_type_str(b.con->type);
     bench_alloc(&b);
-    if (!o->json) {
+    if (!o->c.json) {
         print_header(&b, transport);
         /* The cost of connecting: for --ondemand the first round trip
          * carries the whole connection setup. */
@@ -1246,7 +791,7 @@ connected:
         else
             client_window(&b, size, warm + iters, warm);
         stats(b.times, iters, &med, &p99);
-        print_result(&b, o->json, size, iters, med, p99, transport);
+        print_result(&b, o->c.json, size, iters, med, p99, transport);
     }
     g_size = SIZE_MAX;
 
@@ -1364,7 +909,7 @@ static int forked_client(const struct opts *o, int fd)
     prctl(PR_SET_PDEATHSIG, SIGTERM);
     if (getppid() == 1)
         fail("the server process is gone");
-    pin_cpu(o->cpu_client);
+    pin_cpu(o->c.cpu_client);
     arm_timeout("waiting for the server to listen");
     for (;;) {
         ssize_t n = read(fd, ep + len, sizeof(ep) - 1 - len);
@@ -1405,7 +950,7 @@ static int run_forked(const struct opts *o)
     fflush(stderr);
 
     memset(&sa, 0, sizeof(sa));
-    sa.sa_handler = on_sigchld;
+    sa.sa_handler = bench_on_sigchld;
     sa.sa_flags   = SA_RESTART | SA_NOCLDSTOP;
     sigemptyset(&sa.sa_mask);
     sigaction(SIGCHLD, &sa, NULL);
@@ -1425,7 +970,7 @@ static int run_forked(const struct opts *o)
     g_role = "server";
     close(pfd[0]);
     signal(SIGPIPE, SIG_IGN);
-    pin_cpu(o->cpu_server);
+    pin_cpu(o->c.cpu_server);
     arm_timeout("starting to listen");
     sock = open_socket(o);
     rc = pscom_listen(sock, PSCOM_ANYPORT);
@@ -1477,7 +1022,7 @@ static int run_listen(const struct opts *o)
 
     g_role = "server";
     signal(SIGPIPE, SIG_IGN);
-    pin_cpu(o->cpu_server);
+    pin_cpu(o->c.cpu_server);
     sock = open_socket(o);
     rc = pscom_listen(sock, o->listen_port);
     if (rc != PSCOM_SUCCESS)
@@ -1539,8 +1084,11 @@ int main(int argc, char **argv)
 {
     struct opts o;
 
+    bench_prog = "pscom_bench";
+    g_role = "pscom_bench";
+    bench_timeout_hint = " (raise it with --timeout SEC)";
     parse_options(&o, argc, argv);
-    signal(SIGALRM, on_alarm);
+    signal(SIGALRM, bench_on_alarm);
 #ifdef PSCOM_BENCH_PMIX
     if (pscom_bench_pmix_present() && o.listen_port < 0 && !o.connect_to)
         return run_pmix(&o);
@@ -1551,7 +1099,7 @@ int main(int argc, char **argv)
     if (o.connect_to) {
         g_role = "client";
         signal(SIGPIPE, SIG_IGN);
-        pin_cpu(o.cpu_client);
+        pin_cpu(o.c.cpu_client);
         return client(&o, o.connect_to, NULL, NULL);
     }
     if (o.all_pairs) {

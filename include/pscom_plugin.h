@@ -142,7 +142,9 @@ typedef struct pscom_plugin_ops {
      * core. With them the plugin moves the bytes of a put or get itself and
      * the core then sends a short notice on the connection, on which the
      * target checks the range and runs its callback, in order with the
-     * connection's other messages. Atomics always take the core's path. */
+     * connection's other messages. Atomics always take the core's path.
+     * The fast path needs rma_register (on the target's side), rma_rkey and
+     * rma_put and/or rma_get (on the origin's side). */
 
     /* Make [addr, addr+len) of this socket's process reachable for peers
      * (addr NULL and len 0: the whole address space, if the plugin can).
@@ -150,27 +152,48 @@ typedef struct pscom_plugin_ops {
      * set *rkey_len (0 is fine when the peer needs nothing); keep what
      * rma_deregister needs in *handle. 0, or -errno: no fast path for this
      * region on this plugin. Called when the region's key is packed, for
-     * every plugin that is initialised at that moment. */
+     * every plugin that is initialised at that moment, once per region and
+     * plugin (a key packed before a plugin was initialised has no entry of
+     * it; packing again later adds one). socket is what the application
+     * passed to pscom_mem_register (it may be NULL). */
     int (*rma_register)(pscom_socket_t *socket, void *addr, size_t len,
                         void *rkey, size_t *rkey_len, void **handle);
-    /* Undo rma_register (the region is deregistered). */
+    /* Undo rma_register (the region is deregistered). The socket may have
+     * been closed meanwhile: use it as a key only. */
     void (*rma_deregister)(pscom_socket_t *socket, void *handle);
     /* On an open connection of this plugin: prepare access to the peer's
-     * region that its rma_register described with rkey. 0 and *prkey, or
-     * -errno: this key takes the core's path on this connection. */
+     * region that its rma_register described with rkey (the peer of this
+     * connection packed the key; check that it is, where a mix-up could do
+     * harm). Called at the first put or get with the key on the
+     * established connection. 0 and *prkey (NULL is a valid prkey), or
+     * -errno: this key takes the core's path on this connection, for
+     * good. */
     int (*rma_rkey)(pscom_plugin_con_t *con, void *priv, const void *rkey,
                     size_t len, void **prkey);
     /* Release what rma_rkey made (the remote key is destroyed, or the
-     * connection closes: then before ops.close). */
+     * connection closes: then before ops.close, possibly while operations
+     * with it are still started). */
     void (*rma_rkey_release)(pscom_plugin_con_t *con, void *priv,
                              void *prkey);
     /* Write len bytes at src to the peer's address raddr (put), or read len
-     * bytes at raddr into dst (get). Return 0 when done, 1 when started:
-     * then pscom_plugin_rma_done(token, err) follows from the plugin's
-     * progress op (never from inside this call); or -errno to let the core
-     * carry this operation. "Done" for a put means the bytes are in the
-     * target's memory before any later message of this connection arrives
-     * there (flush first where the transport does not order them). */
+     * bytes at raddr into dst (get); len > 0, and the range lies in the
+     * region the key names. Return 0 when done, 1 when started: then
+     * pscom_plugin_rma_done(token, err) follows from the plugin's progress
+     * op (never from inside this call); or -errno to let the core carry
+     * this operation. "Done" for a put means the bytes are in the target's
+     * memory before any later message of this connection arrives there
+     * (flush first where the transport does not order them).
+     *
+     * -ENOTSUP or -EAGAIN say "not this one" (e.g. below the plugin's own
+     * size threshold: small operations are often cheaper as one message
+     * through the core) and are not logged; other errors are logged at
+     * debug level. The core remembers nothing of either: a plugin that
+     * learns that it can never reach the peer (EPERM) remembers that itself
+     * and answers quickly from then on.
+     *
+     * While an operation is started, the core holds its notice's place in
+     * the connection's send queue: pscom_plugin_tx_peek() hands out nothing
+     * behind it until pscom_plugin_rma_done. */
     int (*rma_put)(pscom_plugin_con_t *con, void *priv, void *prkey,
                    const void *src, uint64_t raddr, size_t len, void *token);
     int (*rma_get)(pscom_plugin_con_t *con, void *priv, void *prkey,
@@ -206,7 +229,9 @@ typedef struct pscom_plugin {
 
 /* Send side. Describe the bytes to write next: up to iov_max entries
  * covering the queued frames in order. Returns the number of entries, 0 when
- * nothing is queued; *total gets their byte count. */
+ * nothing can be written now (nothing queued, or the first frame waits for
+ * a started one-sided operation, see rma_put); *total gets their byte
+ * count. */
 int pscom_plugin_tx_peek(pscom_plugin_con_t *con, struct iovec *iov,
                          int iov_max, size_t *total);
 /* n bytes of what tx_peek described were written (completes requests).
@@ -272,7 +297,13 @@ void pscom_plugin_fd_del(int fd);
 /* A one-sided operation that rma_put/rma_get started (returned 1) ended:
  * err 0, or a negative errno. On an error the core carries the operation
  * again on its own path while the connection is up (a put writes the same
- * bytes again), and fails the request when the connection broke. */
+ * bytes again), and fails the request when the connection broke. Call it
+ * at most once per token, from the progress op. When a connection closes or
+ * fails, the core fails the operations still started on it right after
+ * ops.close() returns (the application may then reuse their buffers, so
+ * close must end the transfers first), and forgets their tokens: do not
+ * call this for them after ops.close(); a token the core does not know is
+ * ignored. */
 void pscom_plugin_rma_done(void *token, int err);
 
 /* From a plugin's init op: the reason it is about to fail, in words for a

@@ -29,6 +29,7 @@ struct psc_con *psc_con_create(struct psc_sock *sock)
     psc_list_init(&con->net_recvq);
     psc_list_init(&con->rndv_sendq);
     psc_list_init(&con->rndv_recvq);
+    psc_list_init(&con->rkeys);
     psc_list_init(&con->rx_deferq);
     psc_rx_init(&con->rx);
     con->rndv_threshold = psc_settings.rendezvous;
@@ -186,6 +187,7 @@ void psc_con_reap(void)
         if (!con->plugin_open) continue;
         con->plugin_open = false;
         psc_plugin_con_closed(con->plugin);
+        psc_rma_con_release(con);
         con->plugin->desc->ops->close(con, con->plugin_priv);
         psc_proto_plugin_closed(con);
     }

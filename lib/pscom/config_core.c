@@ -46,7 +46,8 @@ static const pscom_config_row_t core_rows[] = {
     CORE_ROW("PSP_SHUTDOWN_TIMEOUT", PSCOM_CONFIG_UINT, "0",
              shutdown_timeout_ms,
              "Milliseconds to wait for pending sends when closing; 0 waits "
-             "without limit."),
+             "without limit (at exit, where the library closes what is still "
+             "open: 10 s)."),
     CORE_ROW("PSP_NETWORK", PSCOM_CONFIG_STR, NULL, network,
              "Network address (like 192.168.1.0) choosing the interface "
              "whose address goes into the endpoint string and the node id."),

@@ -53,7 +53,10 @@ enum psc_msg_type {
     /* Groups (group.c). */
     PSC_MSG_BCAST     = 15, /* pscom_xheader_bcast_t + user xheader; data */
     PSC_MSG_BARRIER   = 16, /* pscom_xheader_bcast_t; no body */
-    PSC_MSG_TYPE_MAX  = 16,
+    /* One-sided notices: a plugin moved the bytes (rma.c). */
+    PSC_MSG_RMA_PUT_DONE = 17, /* xheader rma_put + user + psc_rma_notice */
+    PSC_MSG_RMA_GET_DONE = 18, /* xheader rma_get + user; no body */
+    PSC_MSG_TYPE_MAX  = 18,
 };
 
 /* The answer to RMA_GET, _GACC, _FOP, _CAS and _READ. */
@@ -61,6 +64,11 @@ struct psc_rma_reply {
     uint64_t id;      /* the origin's request id, from the request's xheader */
     int32_t status;   /* 0, or the pscom_err_t the target refused with */
     uint32_t reserved;
+};
+
+/* Ends the xheader of RMA_PUT_DONE: the length the plugin wrote. */
+struct psc_rma_notice {
+    uint64_t len;
 };
 
 /* Largest plugin description of a send buffer (zero-copy rendezvous). */
@@ -123,26 +131,28 @@ struct psc_req {
     bool self_free; /* free after io_done (pscom_send, control frames) */
     bool got_all;   /* generated: the whole body has arrived */
     bool rndv_gen;  /* generated: a rendezvous announcement (no body yet) */
+    bool tx_hold;   /* in con->sendq, but waits for pscom_plugin_rma_done:
+                     * neither it nor the frames behind it are written */
 
     /* The one queue the request is in: con->sendq, con->recvq_user,
      * sock->recvq_any, psc_ctx.recvq_any, con->net_recvq, con->rndv_sendq,
      * con->rndv_recvq or con->rx_deferq. */
     struct psc_list next;
-    /* Generated requests only: sock->genrecvq_any (arrival order). */
+    /* Generated requests: sock->genrecvq_any (arrival order). Held frames
+     * (tx_hold): rma.c's table of operations a plugin has started. */
     struct psc_list next_any;
 
     uint64_t seq; /* posting order (receives) or arrival order (generated) */
     uint64_t id;  /* rendezvous id, unique per process */
+    /* Rendezvous send: the receiver's answer (enum psc_msg_type, RNDV_CTS
+     * or RNDV_FIN; 0: none yet) when it came before the transport reported
+     * the announcement written, and the CTS's receiver id. */
+    uint8_t rndv_answer;
+    uint64_t rndv_receiver_id;
 
     /* Send side: the frame as at most two pieces, and what is written. */
     struct iovec iov[2];
     size_t tx_left; /* bytes of the frame not yet written */
-    /* A rendezvous announcement that the receiver answered before the
-     * transport reported it written (message plugins report completions in
-     * queue order, behind large bodies): PSC_MSG_RNDV_CTS or _FIN, acted
-     * on once it is; 0 otherwise. For a CTS, the receiver's id. */
-    uint8_t early_answer;
-    uint64_t early_receiver_id;
     uint8_t ctrl[PSC_CTRL_FRAME_LEN] __attribute__((aligned(8)));
 
     /* Receive side. */
@@ -234,6 +244,8 @@ struct psc_con {
     struct psc_list net_recvq;  /* psc_req.next: unexpected messages, in order */
     struct psc_list rndv_sendq; /* psc_req.next: sends waiting for CTS */
     struct psc_list rndv_recvq; /* psc_req.next: receives waiting for data */
+    struct psc_list rkeys;      /* PSCOM_rkey.next_con: keys with a plugin
+                                 * key (prkey) on this connection */
     /* psc_req.next: receives whose body the plugin moves out of line
      * (pscom_plugin_rx_defer), in any order; they end when the plugin says
      * so, or fail after its close(). */
@@ -247,6 +259,10 @@ struct psc_con {
     size_t rndv_threshold;     /* bodies of at least this size use rendezvous */
 
     struct psc_list next_dead; /* psc_ctx.dead: plugin to be closed */
+    /* The request whose body was arriving when the connection failed: the
+     * plugin may still write into its buffer until its close(), so it is
+     * failed (or released) only then. */
+    struct psc_req *rx_failed;
 
     bool visible;      /* in sock->cons */
     bool failed;       /* error reported; requests failed */
@@ -370,6 +386,12 @@ int psc_group_rx(struct psc_con *con, pscom_header_net_t *hdr,
 /* The connection failed or closes: fail what rma.c and group.c hold for it. */
 void psc_rma_con_fail(struct psc_con *con);
 void psc_group_con_fail(struct psc_con *con);
+/* The plugin of con is about to be closed: release the plugin keys
+ * (rma_rkey_release) of the remote keys used on it. */
+void psc_rma_con_release(struct psc_con *con);
+/* A held frame (tx_hold) is failed: forget its plugin token, so a late
+ * pscom_plugin_rma_done finds nothing. */
+void psc_rma_hold_drop(struct psc_req *req);
 
 /* Queue req on con as one message: the network header at `head` (filled in
  * here with type, xlen and body_len), xlen bytes of xheader right behind

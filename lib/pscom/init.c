@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <unistd.h>
 
 #include "core.h"
 #include "psc_build.h"
@@ -65,6 +66,30 @@ static void raise_fd_limit(void)
                   (unsigned long long)old, (unsigned long long)rl.rlim_max);
 }
 
+static pid_t init_pid;
+
+/* How long exit() waits for queued sends when PSP_SHUTDOWN_TIMEOUT is 0
+ * (unlimited for explicit closes): a program must not hang at exit. */
+#define EXIT_FLUSH_MS 10000
+
+/* At exit, as ParaStation pscom does: close every socket (flushing what is
+ * queued, within PSP_SHUTDOWN_TIMEOUT or EXIT_FLUSH_MS) and let the plugins
+ * release their resources. Not in a forked child (the connections are its
+ * parent's), not from inside the library (exit() in a callback), and not
+ * while another thread holds the library. */
+static void at_exit(void)
+{
+    if (getpid() != init_pid) return;
+    if (psc_ctx.threaded && pthread_mutex_trylock(&psc_ctx.lock)) return;
+    if (psc_ctx.depth == 0) {
+        if (!psc_settings.shutdown_timeout_ms)
+            psc_settings.shutdown_timeout_ms = EXIT_FLUSH_MS;
+        pscom_close_socket(NULL);
+        psc_plugins_unload();
+    }
+    psc_unlock();
+}
+
 static pscom_err_t init(int version, bool threaded)
 {
     pscom_err_t ret = version_check(version);
@@ -75,6 +100,8 @@ static pscom_err_t init(int version, bool threaded)
     }
     psc_ctx.initialised = true;
     if (threaded) enable_threads();
+    init_pid = getpid();
+    atexit(at_exit);
 
     psc_config_core_register();
     raise_fd_limit();

@@ -156,11 +156,19 @@ static void init_plugin(struct slot *s, const pscom_plugin_t *d)
         return;
     }
     s->p.state = PSC_PLUGIN_LOADED;
+    s->p.rma = psc_plugin_rma_ops(d);
     /* Built-in plugins start now; a loadable one when it is first tried
      * (psc_plugin_ensure_init): vendor start-up can take a good part of a
      * second (libfabric probes all its providers) and is wasted when, say,
      * shared memory carries every connection. */
     if (!s->dl) psc_plugin_ensure_init(&s->p);
+}
+
+const pscom_plugin_ops_t *psc_plugin_rma_ops(const pscom_plugin_t *d)
+{
+    if (!d || !d->ops || PSCOM_PLUGIN_API_MINOR(d->api_version) < 1)
+        return NULL;
+    return d->ops;
 }
 
 int psc_plugin_ensure_init(struct psc_plugin *p)

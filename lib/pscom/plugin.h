@@ -25,7 +25,14 @@ struct psc_plugin {
     int user_priority;  /* PSP_<NAME> */
     bool initialised;
     unsigned open_cons; /* connections currently open on it */
+    /* The ops table when the descriptor is of interface 1.1 or later, so
+     * that the one-sided ops may be read; NULL for 1.0 plugins, whose
+     * tables end before them. */
+    const pscom_plugin_ops_t *rma;
 };
+
+/* d->ops if d is of interface minor 1 or later, else NULL. */
+const pscom_plugin_ops_t *psc_plugin_rma_ops(const pscom_plugin_t *d);
 
 /* Register the built-in plugins and the names of the loadable ones
  * (idempotent). Modules are not opened yet: vendor libraries are heavy

@@ -71,6 +71,8 @@ int psc_header_check(const pscom_header_net_t *hdr, const char **why)
         }
         return 0;
     case PSC_MSG_RMA_PUT ... PSC_MSG_RMA_READ:
+    case PSC_MSG_RMA_PUT_DONE:
+    case PSC_MSG_RMA_GET_DONE:
         return psc_rma_header_check(hdr, why);
     case PSC_MSG_BCAST:
     case PSC_MSG_BARRIER:
@@ -135,7 +137,6 @@ void psc_proto_send(struct psc_con *con, struct psc_req *req)
             return;
         }
     }
-    req->early_answer = 0;
     if (r->data_len >= con->rndv_threshold) {
         struct psc_rndv_info info = {.sender_id = ++psc_ctx.next_id,
                                      .data_len = r->data_len};
@@ -148,6 +149,7 @@ void psc_proto_send(struct psc_con *con, struct psc_req *req)
             info.blob_len = n <= PSC_RNDV_BLOB_MAX ? (uint32_t)n : 0;
         }
         req->id = info.sender_id;
+        req->rndv_answer = 0;
         memcpy(x + info.blob_len, &info, sizeof(info));
         size_t xlen = r->xheader_len + info.blob_len + sizeof(info);
         set_header(&r->header, PSC_MSG_RNDV_REQ, xlen, 0);
@@ -162,32 +164,20 @@ void psc_proto_send(struct psc_con *con, struct psc_req *req)
     psc_con_enqueue(con, req);
 }
 
-/* The receiver is ready for the body of req: send it as RNDV_DATA. */
-static void rndv_send_body(struct psc_con *con, struct psc_req *req,
-                           uint64_t receiver_id)
-{
-    pscom_header_net_t *h = (pscom_header_net_t *)req->ctrl;
-    struct psc_rndv_data_hdr dh = {.receiver_id = receiver_id};
-    set_header(h, PSC_MSG_RNDV_DATA, sizeof(dh), req->pub.data_len);
-    memcpy(req->ctrl + PSC_HDR_LEN, &dh, sizeof(dh));
-    frame_init(req, PSC_FRAME_RNDV_DATA, req->ctrl, PSC_HDR_LEN + sizeof(dh),
-               req->pub.data, req->pub.data_len);
-    psc_con_enqueue(con, req);
-}
+static void rndv_send_data(struct psc_con *con, struct psc_req *req,
+                           uint64_t receiver_id);
 
 void psc_proto_frame_sent(struct psc_con *con, struct psc_req *req)
 {
     switch (req->frame) {
     case PSC_FRAME_RNDV_REQ:
-        if (req->early_answer == PSC_MSG_RNDV_CTS) {
-            req->early_answer = 0;
-            rndv_send_body(con, req, req->early_receiver_id);
-        } else if (req->early_answer == PSC_MSG_RNDV_FIN) {
-            req->early_answer = 0;
+        /* The receiver may have answered already (rx_rndv_answered). */
+        if (req->rndv_answer == PSC_MSG_RNDV_CTS)
+            rndv_send_data(con, req, req->rndv_receiver_id);
+        else if (req->rndv_answer == PSC_MSG_RNDV_FIN)
             psc_req_done(req, 0);
-        } else {
+        else
             psc_list_add_tail(&req->next, &con->rndv_sendq);
-        }
         break;
     case PSC_FRAME_CONTROL:
         psc_req_release(req);
@@ -212,6 +202,8 @@ int pscom_plugin_tx_peek(pscom_plugin_con_t *con, struct iovec *iov,
 
     psc_list_for_each(pos, &con->sendq) {
         struct psc_req *req = psc_list_entry(pos, struct psc_req, next);
+        /* Waits for a plugin's one-sided operation; order is kept. */
+        if (req->tx_hold) break;
         size_t skip = req->iov[0].iov_len + req->iov[1].iov_len - req->tx_left;
         /* Handed to the transport: no cancel from here on. */
         if (!(req->pub.state & PSCOM_REQ_STATE_IO_STARTED))
@@ -497,18 +489,36 @@ static int rx_rndv_req(struct psc_con *con, pscom_header_net_t *hdr)
     return con->failed || con->zombie ? -1 : 0;
 }
 
-/* An announcement the transport has not reported written yet (it may have
- * reached the receiver before frames ahead of it were done), not answered
- * before. */
-static struct psc_req *unreported_announcement(struct psc_con *con,
-                                               uint64_t id)
+/* Queue the body of a rendezvous send the receiver is ready for. */
+static void rndv_send_data(struct psc_con *con, struct psc_req *req,
+                           uint64_t receiver_id)
+{
+    pscom_header_net_t *h = (pscom_header_net_t *)req->ctrl;
+    struct psc_rndv_data_hdr dh = {.receiver_id = receiver_id};
+    set_header(h, PSC_MSG_RNDV_DATA, sizeof(dh), req->pub.data_len);
+    memcpy(req->ctrl + PSC_HDR_LEN, &dh, sizeof(dh));
+    frame_init(req, PSC_FRAME_RNDV_DATA, req->ctrl, PSC_HDR_LEN + sizeof(dh),
+               req->pub.data, req->pub.data_len);
+    psc_con_enqueue(con, req);
+}
+
+/* An answer to an announcement that is still in the send queue: the
+ * transport has sent it (I/O started) but not yet reported it written,
+ * which a transport that reports frames in queue order does when an
+ * earlier frame is still in flight. The answer is kept for
+ * psc_proto_frame_sent. NULL when no such announcement waits for one. */
+static struct psc_req *rx_rndv_answered(struct psc_con *con, uint64_t id,
+                                        uint8_t type)
 {
     struct psc_list *pos;
     psc_list_for_each(pos, &con->sendq) {
         struct psc_req *req = psc_list_entry(pos, struct psc_req, next);
-        if (req->frame == PSC_FRAME_RNDV_REQ && req->id == id &&
-            (req->pub.state & PSCOM_REQ_STATE_IO_STARTED) && !req->early_answer)
-            return req;
+        if (req->frame != PSC_FRAME_RNDV_REQ || req->id != id) continue;
+        if (!(req->pub.state & PSCOM_REQ_STATE_IO_STARTED) ||
+            req->rndv_answer)
+            return NULL;
+        req->rndv_answer = type;
+        return req;
     }
     return NULL;
 }
@@ -521,14 +531,13 @@ static int rx_rndv_cts(struct psc_con *con, pscom_header_net_t *hdr)
 
     struct psc_req *req = find_by_id(&con->rndv_sendq, cts.sender_id);
     if (!req) {
-        req = unreported_announcement(con, cts.sender_id);
+        req = rx_rndv_answered(con, cts.sender_id, PSC_MSG_RNDV_CTS);
         if (!req) return rx_protocol_error(con, "clear-to-send for no send");
-        req->early_answer = PSC_MSG_RNDV_CTS;
-        req->early_receiver_id = cts.receiver_id;
+        req->rndv_receiver_id = cts.receiver_id;
         return 0;
     }
     psc_list_del(&req->next);
-    rndv_send_body(con, req, cts.receiver_id);
+    rndv_send_data(con, req, cts.receiver_id);
     return con->failed || con->zombie ? -1 : 0;
 }
 
@@ -540,10 +549,8 @@ static int rx_rndv_fin(struct psc_con *con, pscom_header_net_t *hdr)
 
     struct psc_req *req = find_by_id(&con->rndv_sendq, fin.sender_id);
     if (!req) {
-        req = unreported_announcement(con, fin.sender_id);
-        if (!req)
+        if (!rx_rndv_answered(con, fin.sender_id, PSC_MSG_RNDV_FIN))
             return rx_protocol_error(con, "rendezvous completion for no send");
-        req->early_answer = PSC_MSG_RNDV_FIN;
         return 0;
     }
     psc_list_del(&req->next);
@@ -623,6 +630,8 @@ static int rx_dispatch(struct psc_con *con)
         /* Bodies sent before the EOF may still be arriving out of line. */
         return psc_list_empty(&con->rx_deferq) ? rx_eof(con) : 0;
     case PSC_MSG_RMA_PUT ... PSC_MSG_RMA_READ:
+    case PSC_MSG_RMA_PUT_DONE:
+    case PSC_MSG_RMA_GET_DONE:
         return rx_ext(con, hdr, psc_rma_rx);
     case PSC_MSG_BCAST:
     case PSC_MSG_BARRIER:
@@ -798,10 +807,27 @@ static void fail_queue(struct psc_list *queue)
     while (!psc_list_empty(queue)) {
         struct psc_req *req = psc_list_first(queue, struct psc_req, next);
         psc_list_del(&req->next);
+        if (req->tx_hold) psc_rma_hold_drop(req);
         if (req->kind == PSC_REQ_CONTROL)
             psc_req_release(req);
         else
             psc_req_done(req, PSCOM_REQ_STATE_ERROR);
+    }
+}
+
+/* End the request that was receiving a body when its connection failed. */
+static void fail_current_receive(struct psc_req *cur)
+{
+    if (cur->kind == PSC_REQ_GENERATED) {
+        /* An unexpected message: its buffer goes, and the receive that
+         * took it over while it arrived fails. */
+        struct psc_req *u = cur->merged_into;
+        psc_list_del(&cur->next); /* harmless when matched already */
+        psc_list_del(&cur->next_any);
+        psc_req_release(cur);
+        if (u) psc_req_done(u, PSCOM_REQ_STATE_ERROR);
+    } else {
+        psc_req_done(cur, PSCOM_REQ_STATE_ERROR);
     }
 }
 
@@ -810,22 +836,20 @@ void psc_proto_fail_receives(struct psc_con *con)
     struct psc_req *cur = con->rx.req;
     rx_next_message(&con->rx);
 
-    /* Unexpected messages that arrived whole stay receivable; the rest go. */
+    /* Unexpected messages that arrived whole stay receivable; the rest go
+     * (but the one arriving now only with `cur`). */
     struct psc_list *pos, *tmp;
     psc_list_for_each_safe(pos, tmp, &con->net_recvq) {
         struct psc_req *g = psc_list_entry(pos, struct psc_req, next);
-        if (g->got_all && !g->rndv_gen) continue;
+        if ((g->got_all && !g->rndv_gen) || g == cur) continue;
         psc_list_del(&g->next);
         psc_list_del(&g->next_any);
         psc_req_release(g);
     }
-    if (cur && cur->kind == PSC_REQ_GENERATED && cur->merged_into) {
-        struct psc_req *u = cur->merged_into;
-        psc_req_release(cur);
-        psc_req_done(u, PSCOM_REQ_STATE_ERROR);
-    } else if (cur && cur->kind != PSC_REQ_GENERATED) {
-        psc_req_done(cur, PSCOM_REQ_STATE_ERROR);
-    }
+    if (cur && con->plugin_open)
+        con->rx_failed = cur; /* after the plugin's close (psc_proto_fail_sends) */
+    else if (cur)
+        fail_current_receive(cur);
 
     fail_queue(&con->rndv_recvq);
     fail_queue(&con->recvq_user);
@@ -835,6 +859,9 @@ void psc_proto_fail_receives(struct psc_con *con)
 
 void psc_proto_fail_sends(struct psc_con *con)
 {
+    struct psc_req *cur = con->rx_failed;
+    con->rx_failed = NULL;
+    if (cur) fail_current_receive(cur);
     fail_queue(&con->sendq);
     fail_queue(&con->rndv_sendq);
 }

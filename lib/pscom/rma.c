@@ -3,23 +3,34 @@
  * requests (put, get, accumulate, get-accumulate, fetch-and-op,
  * compare-and-swap, and the older rma_write/rma_read).
  *
- * Every operation is carried by the two-sided protocol of the connection,
- * so it works on every transport. The target handles each message in its
- * progress engine: a put is written straight into the target memory, a get
- * is answered with the target's bytes. The accumulate family moves only
- * bytes: the operand arrives in a buffer of the target's request, and the
- * callback the application registered for the region (for MPI: the window)
- * applies the operation; for get-accumulate, fetch-and-op and
+ * Every operation can be carried by the two-sided protocol of the
+ * connection, so it works on every transport. The target handles each
+ * message in its progress engine: a put is written straight into the target
+ * memory, a get is answered with the target's bytes. The accumulate family
+ * moves only bytes: the operand arrives in a buffer of the target's request,
+ * and the callback the application registered for the region (for MPI: the
+ * window) applies the operation; for get-accumulate, fetch-and-op and
  * compare-and-swap the target first takes a copy of the target bytes, which
  * is the answer. Compare-and-swap compares and copies here. All of it runs
  * under the library lock within one progress step, so these operations are
- * atomic with respect to each other at the target. doc/rma.md has the
- * details and the hook for plugin fast paths.
+ * atomic with respect to each other at the target.
+ *
+ * Plugin fast paths (interface 1.1): a packed key carries what each plugin
+ * that registered the region needs; on a connection whose plugin can reach
+ * the peer's memory, put and get move their bytes through the plugin and
+ * the core then sends a notice (RMA_PUT_DONE, RMA_GET_DONE) on which the
+ * target checks the range and runs its callback, in order with the
+ * connection's other messages: the notice frame takes its place in the send
+ * queue when the operation is posted and is held there until the plugin
+ * reports the bytes moved. doc/rma.md has the details.
  */
+#include <errno.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "core.h"
+#include "rkey_codec.h"
 
 _Static_assert(PSC_HDR_LEN + sizeof(struct psc_rma_reply) <= PSC_CTRL_FRAME_LEN,
                "an RMA reply header fits a request's control frame");
@@ -27,8 +38,16 @@ _Static_assert(PSC_HDR_LEN + sizeof(struct psc_rma_reply) <= PSC_CTRL_FRAME_LEN,
 #define MEMH_MAGIC    0x6d656d68u /* "memh" */
 #define MEMH_FREED    0x64656164u /* "dead" */
 #define RKEY_MAGIC    0x726b6579u /* "rkey" */
-#define RKEYBUF_MAGIC 0x70524b42u /* "BKRp" */
-#define RKEYBUF_VERSION 1
+
+/* One plugin's registration of a region (rma_register), made when the
+ * region's key is first packed while the plugin is initialised. */
+struct memh_reg {
+    struct psc_plugin *plugin;
+    int rc;       /* 0: registered; -errno: the plugin declined */
+    void *handle; /* for rma_deregister */
+    size_t key_len;
+    uint8_t key[PSCOM_PLUGIN_RKEY_MAX];
+};
 
 /* A registered region. addr NULL with length 0 is the whole address space
  * (what ParaStation MPI registers for windows without memory of their own,
@@ -41,17 +60,14 @@ struct PSCOM_memh {
     char *addr;
     size_t len;
     void (*target_cb[PSCOM_RMA_OP_COUNT])(pscom_request_t *req);
+    unsigned nreg;
+    struct memh_reg *reg; /* the plugins asked so far (malloc) */
 };
 
-/* The packed key (pscom_rkey_buffer_pack), all a peer needs to address the
- * region. Both ends have the same architecture; fields are fixed size. */
-struct psc_rkey_packed {
-    uint32_t magic;
-    uint16_t version;
-    uint16_t plugin_len; /* bytes of plugin data behind this header; 0 */
-    uint64_t memh_id;
-    uint64_t addr;
-    uint64_t len;
+enum rkey_fast {
+    FAST_UNTRIED, /* no operation on an established connection yet */
+    FAST_READY,   /* plugin and prkey set; in con->rkeys */
+    FAST_NONE,    /* the core's path, for good */
 };
 
 /* A peer's region, as this process addresses it. */
@@ -61,6 +77,13 @@ struct PSCOM_rkey {
     uint64_t memh_id;
     uint64_t addr;
     uint64_t len;
+    size_t plugin_len;
+    uint8_t *plugin_data; /* the key's plugin entries, checked (malloc) */
+    /* The fast path on `connection`. */
+    enum rkey_fast fast;
+    struct psc_plugin *plugin; /* whose rma_rkey made prkey */
+    void *prkey;
+    struct psc_list next_con; /* con->rkeys while FAST_READY */
 };
 
 /* ---------------------------------------------------------------------- */
@@ -74,6 +97,11 @@ static struct psc_list memh_table[BUCKETS]; /* PSCOM_memh.next */
  * pub.connection is where the reply comes from; pub.data and data_len say
  * where it goes. */
 static struct psc_list waiting[BUCKETS];
+/* Held frames (psc_req.tx_hold) by psc_req.id, linked through next_any:
+ * the notices of operations a plugin has started. The id is the token the
+ * plugin hands back to pscom_plugin_rma_done, so a late or repeated call
+ * finds nothing instead of a freed request. */
+static struct psc_list held[BUCKETS];
 static bool tables_ready;
 
 static void tables_init(void)
@@ -82,6 +110,7 @@ static void tables_init(void)
     for (int i = 0; i < BUCKETS; i++) {
         psc_list_init(&memh_table[i]);
         psc_list_init(&waiting[i]);
+        psc_list_init(&held[i]);
     }
     tables_ready = true;
 }
@@ -104,15 +133,40 @@ static void wait_add(struct psc_req *req)
     psc_list_add_tail(&req->next, &waiting[req->id % BUCKETS]);
 }
 
-static struct psc_req *wait_find(uint64_t id)
+/* The request with `id` in a table whose requests are linked through the
+ * member at offset `link`. */
+static struct psc_req *table_find(struct psc_list *table, size_t link,
+                                  uint64_t id)
 {
     struct psc_list *pos;
     tables_init();
-    psc_list_for_each(pos, &waiting[id % BUCKETS]) {
-        struct psc_req *req = psc_list_entry(pos, struct psc_req, next);
+    psc_list_for_each(pos, &table[id % BUCKETS]) {
+        struct psc_req *req = (struct psc_req *)((char *)pos - link);
         if (req->id == id) return req;
     }
     return NULL;
+}
+
+static struct psc_req *wait_find(uint64_t id)
+{
+    return table_find(waiting, offsetof(struct psc_req, next), id);
+}
+
+static void hold_add(struct psc_req *m)
+{
+    tables_init();
+    m->tx_hold = true;
+    psc_list_add_tail(&m->next_any, &held[m->id % BUCKETS]);
+}
+
+static struct psc_req *hold_find(uint64_t id)
+{
+    return table_find(held, offsetof(struct psc_req, next_any), id);
+}
+
+void psc_rma_hold_drop(struct psc_req *req)
+{
+    psc_list_del(&req->next_any);
 }
 
 void psc_rma_con_fail(struct psc_con *con)
@@ -142,6 +196,23 @@ void psc_rma_con_fail(struct psc_con *con)
 /* Sending                                                                */
 /* ---------------------------------------------------------------------- */
 
+/* Make req's frame one message: header at head, xlen bytes of xheader
+ * behind it, then the body. */
+static void xmsg_frame(struct psc_req *req, uint8_t type,
+                       pscom_header_net_t *head, size_t xlen, void *body,
+                       size_t body_len)
+{
+    head->xheader_len = (uint16_t)xlen;
+    head->msg_type = type;
+    head->data_len = body_len;
+    req->frame = PSC_FRAME_EAGER;
+    req->iov[0].iov_base = head;
+    req->iov[0].iov_len = PSC_HDR_LEN + xlen;
+    req->iov[1].iov_base = body;
+    req->iov[1].iov_len = body_len;
+    req->tx_left = PSC_HDR_LEN + xlen + body_len;
+}
+
 void psc_xmsg_send(struct psc_con *con, struct psc_req *req, uint8_t type,
                    pscom_header_net_t *head, size_t xlen, void *body,
                    size_t body_len)
@@ -159,15 +230,7 @@ void psc_xmsg_send(struct psc_con *con, struct psc_req *req, uint8_t type,
             return;
         }
     }
-    head->xheader_len = (uint16_t)xlen;
-    head->msg_type = type;
-    head->data_len = body_len;
-    req->frame = PSC_FRAME_EAGER;
-    req->iov[0].iov_base = head;
-    req->iov[0].iov_len = PSC_HDR_LEN + xlen;
-    req->iov[1].iov_base = body;
-    req->iov[1].iov_len = body_len;
-    req->tx_left = PSC_HDR_LEN + xlen + body_len;
+    xmsg_frame(req, type, head, xlen, body, body_len);
     psc_con_enqueue(con, req);
 }
 
@@ -227,6 +290,64 @@ static bool memh_valid(pscom_memh_t memh, const char *fn)
     return false;
 }
 
+static bool memh_asked(const struct PSCOM_memh *m, const struct psc_plugin *p)
+{
+    for (unsigned i = 0; i < m->nreg; i++)
+        if (m->reg[i].plugin == p) return true;
+    return false;
+}
+
+/* Let every initialised plugin with rma_register that was not asked yet
+ * register the region (once per plugin and region). */
+static void memh_register_plugins(struct PSCOM_memh *m)
+{
+    unsigned n = psc_plugin_count();
+    for (unsigned i = 0; i < n; i++) {
+        struct psc_plugin *p = psc_plugin_get(i);
+        if (p->state != PSC_PLUGIN_LOADED || !p->initialised || !p->rma ||
+            !p->rma->rma_register || memh_asked(m, p))
+            continue;
+        struct memh_reg *grown = realloc(m->reg, (m->nreg + 1) * sizeof(*grown));
+        if (!grown) {
+            psc_err("pscom_rkey_buffer_pack: out of memory registering "
+                    "region %llu with plugin %s; its one-sided operations "
+                    "take the core's path", (unsigned long long)m->id,
+                    p->name);
+            return;
+        }
+        m->reg = grown;
+        struct memh_reg *r = &m->reg[m->nreg++];
+        *r = (struct memh_reg){.plugin = p, .key_len = PSCOM_PLUGIN_RKEY_MAX};
+        r->rc = p->rma->rma_register(m->socket, m->addr, m->len, r->key,
+                                     &r->key_len, &r->handle);
+        if (!r->rc && r->key_len > PSCOM_PLUGIN_RKEY_MAX) {
+            psc_err("plugin %s: rma_register wrote a %zu-byte key, more than "
+                    "PSCOM_PLUGIN_RKEY_MAX (%d); the region takes the core's "
+                    "path on it", p->name, r->key_len, PSCOM_PLUGIN_RKEY_MAX);
+            if (p->rma->rma_deregister)
+                p->rma->rma_deregister(m->socket, r->handle);
+            r->rc = -EOVERFLOW;
+        }
+        if (r->rc)
+            psc_debug("plugin %s does not register region %llu (%p, %zu "
+                      "bytes): %s; its one-sided operations take the core's "
+                      "path there", p->name, (unsigned long long)m->id,
+                      (void *)m->addr, m->len, strerror(-r->rc));
+    }
+}
+
+static void memh_deregister_plugins(struct PSCOM_memh *m)
+{
+    for (unsigned i = 0; i < m->nreg; i++) {
+        struct memh_reg *r = &m->reg[i];
+        if (!r->rc && r->plugin->initialised && r->plugin->rma->rma_deregister)
+            r->plugin->rma->rma_deregister(m->socket, r->handle);
+    }
+    free(m->reg);
+    m->reg = NULL;
+    m->nreg = 0;
+}
+
 pscom_err_t pscom_mem_deregister(pscom_memh_t memh)
 {
     if (!memh) return PSCOM_SUCCESS;
@@ -234,6 +355,7 @@ pscom_err_t pscom_mem_deregister(pscom_memh_t memh)
     psc_lock();
     psc_list_del(&memh->next);
     memh->magic = MEMH_FREED;
+    memh_deregister_plugins(memh);
     psc_unlock();
     free(memh);
     return PSCOM_SUCCESS;
@@ -254,6 +376,36 @@ void pscom_register_rma_callbacks(void (*target_callback)(pscom_request_t *req),
     psc_unlock();
 }
 
+/* The packed key of m with an entry per plugin that registered it. */
+static void *memh_pack(struct PSCOM_memh *m, size_t *size)
+{
+    struct psc_rkey_entry e[PSC_RKEY_ENTRIES_MAX];
+    unsigned n = 0;
+    for (unsigned i = 0; i < m->nreg && n < PSC_RKEY_ENTRIES_MAX; i++) {
+        struct memh_reg *r = &m->reg[i];
+        if (r->rc) continue;
+        e[n++] = (struct psc_rkey_entry){
+            .name = r->plugin->name, .name_len = strlen(r->plugin->name),
+            .data = r->key, .data_len = r->key_len};
+    }
+    const struct psc_rkey_head head = {
+        .memh_id = m->id,
+        .addr = (uint64_t)(uintptr_t)m->addr,
+        .len = m->len,
+    };
+    *size = psc_rkey_size(e, n);
+    if (!*size) {
+        psc_err("pscom_rkey_buffer_pack: the plugin keys of region %llu do "
+                "not fit a packed key; it is packed without them",
+                (unsigned long long)m->id);
+        n = 0;
+        *size = psc_rkey_size(e, 0);
+    }
+    void *buf = malloc(*size);
+    if (buf) psc_rkey_encode(buf, &head, e, n);
+    return buf;
+}
+
 pscom_err_t pscom_rkey_buffer_pack(void **rkeybuf, size_t *bufsize,
                                    pscom_memh_t memh)
 {
@@ -267,28 +419,25 @@ pscom_err_t pscom_rkey_buffer_pack(void **rkeybuf, size_t *bufsize,
         return PSCOM_ERR_INVALID;
     }
     if (!memh_valid(memh, "pscom_rkey_buffer_pack")) return PSCOM_ERR_INVALID;
-    struct psc_rkey_packed *p = malloc(sizeof(*p));
-    if (!p) {
+    size_t size;
+    psc_lock();
+    memh_register_plugins(memh);
+    void *buf = memh_pack(memh, &size);
+    psc_unlock();
+    if (!buf) {
         psc_err("pscom_rkey_buffer_pack: out of memory");
         return PSCOM_ERR_STDERROR;
     }
-    *p = (struct psc_rkey_packed){
-        .magic = RKEYBUF_MAGIC,
-        .version = RKEYBUF_VERSION,
-        .memh_id = memh->id,
-        .addr = (uint64_t)(uintptr_t)memh->addr,
-        .len = memh->len,
-    };
-    *rkeybuf = p;
-    *bufsize = sizeof(*p);
+    *rkeybuf = buf;
+    *bufsize = size;
     return PSCOM_SUCCESS;
 }
 
 void pscom_rkey_buffer_release(void *rkey_buffer)
 {
-    struct psc_rkey_packed *p = rkey_buffer;
+    struct psc_rkey_head *p = rkey_buffer;
     if (!p) return;
-    if (p->magic != RKEYBUF_MAGIC) {
+    if (p->magic != PSC_RKEY_MAGIC) {
         psc_err("pscom_rkey_buffer_release(%p): not a buffer of "
                 "pscom_rkey_buffer_pack (released twice?); not freed",
                 rkey_buffer);
@@ -310,30 +459,51 @@ pscom_err_t pscom_rkey_generate(pscom_connection_t *connection, void *rkeybuf,
         *rkey = NULL;
         return PSCOM_SUCCESS;
     }
-    struct psc_rkey_packed p;
-    if (bufsize < sizeof(p)) goto bad;
-    memcpy(&p, rkeybuf, sizeof(p));
-    if (p.magic != RKEYBUF_MAGIC || p.version != RKEYBUF_VERSION ||
-        bufsize != sizeof(p) + p.plugin_len)
-        goto bad;
-
+    struct psc_rkey_head h;
+    const char *why;
+    if (psc_rkey_decode(rkeybuf, bufsize, &h, &why)) {
+        psc_err("pscom_rkey_generate: the %zu-byte buffer is refused: %s; "
+                "it must be the unchanged output of pscom_rkey_buffer_pack "
+                "of a peer running this library version", bufsize, why);
+        return PSCOM_ERR_INVALID;
+    }
     struct PSCOM_rkey *k = calloc(1, sizeof(*k));
-    if (!k) {
+    uint8_t *pd = h.plugin_len ? malloc(h.plugin_len) : NULL;
+    if (!k || (h.plugin_len && !pd)) {
+        free(k);
+        free(pd);
         psc_err("pscom_rkey_generate: out of memory");
         return PSCOM_ERR_STDERROR;
     }
+    if (pd) memcpy(pd, (const uint8_t *)rkeybuf + sizeof(h), h.plugin_len);
     k->magic = RKEY_MAGIC;
     k->connection = connection;
-    k->memh_id = p.memh_id;
-    k->addr = p.addr;
-    k->len = p.len;
+    k->memh_id = h.memh_id;
+    k->addr = h.addr;
+    k->len = h.len;
+    k->plugin_len = h.plugin_len;
+    k->plugin_data = pd;
+    k->fast = FAST_UNTRIED;
+    psc_list_init(&k->next_con);
     *rkey = k;
     return PSCOM_SUCCESS;
-bad:
-    psc_err("pscom_rkey_generate: the %zu byte buffer is not a packed key of "
-            "this library version (from pscom_rkey_buffer_pack of the peer, "
-            "%zu bytes)", bufsize, sizeof(p));
-    return PSCOM_ERR_INVALID;
+}
+
+/* Give the plugin key back (rma_rkey_release); k leaves con->rkeys. */
+static void rkey_release_prkey(struct psc_con *con, struct PSCOM_rkey *k)
+{
+    psc_list_del(&k->next_con);
+    if (k->plugin->rma->rma_rkey_release)
+        k->plugin->rma->rma_rkey_release(con, con->plugin_priv, k->prkey);
+    k->prkey = NULL;
+    k->fast = FAST_NONE;
+}
+
+void psc_rma_con_release(struct psc_con *con)
+{
+    while (!psc_list_empty(&con->rkeys))
+        rkey_release_prkey(con, psc_list_first(&con->rkeys, struct PSCOM_rkey,
+                                               next_con));
 }
 
 pscom_err_t pscom_rkey_destroy(pscom_rkey_t rkey)
@@ -344,7 +514,13 @@ pscom_err_t pscom_rkey_destroy(pscom_rkey_t rkey)
                 "twice?)", (void *)rkey);
         return PSCOM_ERR_INVALID;
     }
+    psc_lock();
+    /* Linked only while the connection's plugin is open. */
+    if (!psc_list_unlinked(&rkey->next_con))
+        rkey_release_prkey(con_of(rkey->connection), rkey);
     rkey->magic = 0;
+    psc_unlock();
+    free(rkey->plugin_data);
     free(rkey);
     return PSCOM_SUCCESS;
 }
@@ -423,6 +599,162 @@ static struct psc_con *origin_prepare(pscom_request_t *r, const char *fn,
     return con;
 }
 
+/* ---------------------------------------------------------------------- */
+/* Origin side: plugin fast paths for put and get                         */
+/* ---------------------------------------------------------------------- */
+
+/* Can the plugin of con move the bytes of operations with k? Asks the
+ * plugin for its key (rma_rkey) at the first operation on an established
+ * connection and remembers the answer. */
+static bool fast_ready(struct psc_con *con, struct PSCOM_rkey *k)
+{
+    if (k->connection != &con->pub) return false; /* made for another */
+    if (k->fast != FAST_UNTRIED) return k->fast == FAST_READY;
+    if (!con->plugin_open || con->failed || con->closing)
+        return false; /* not established yet */
+
+    struct psc_plugin *p = con->plugin;
+    const pscom_plugin_ops_t *ops = p->rma;
+    struct psc_rkey_entry e;
+    k->fast = FAST_NONE;
+    if (!ops || !ops->rma_rkey || (!ops->rma_put && !ops->rma_get) ||
+        !psc_rkey_find(k->plugin_data, k->plugin_len, p->name, &e))
+        return false;
+    void *prkey = NULL;
+    int rc = ops->rma_rkey(con, con->plugin_priv, e.data, e.data_len, &prkey);
+    if (rc) {
+        psc_debug("%s: plugin %s cannot reach the peer's region %llu (%s); "
+                  "its puts and gets take the core's path",
+                  psc_con_str(con), p->name, (unsigned long long)k->memh_id,
+                  strerror(rc < 0 ? -rc : rc));
+        return false;
+    }
+    k->fast = FAST_READY;
+    k->plugin = p;
+    k->prkey = prkey;
+    psc_list_add_tail(&k->next_con, &con->rkeys);
+    return true;
+}
+
+/* The notice frame m (a copy of the origin request's xheader) is written:
+ * so is the origin request, with m's error if any. */
+static void origin_done(pscom_req_state_t state, void *priv)
+{
+    psc_req_done(priv, state & PSCOM_REQ_STATE_ERROR);
+}
+
+/* Frame m as the notice for the operation of len bytes. */
+static void frame_notice(struct psc_req *m, bool put, size_t len)
+{
+    size_t xlen = m->pub.xheader_len;
+    if (put) {
+        struct psc_rma_notice n = {.len = len};
+        memcpy((char *)&m->pub.xheader + xlen, &n, sizeof(n));
+        xlen += sizeof(n);
+    }
+    xmsg_frame(m, put ? PSC_MSG_RMA_PUT_DONE : PSC_MSG_RMA_GET_DONE,
+               &m->pub.header, xlen, NULL, 0);
+}
+
+/* The plugin did not move the bytes: m becomes the core's message of the
+ * operation, in the notice's place in the send queue. */
+static void frame_core(struct psc_req *m, bool put)
+{
+    struct psc_req *req = m->inplace_priv;
+    pscom_request_t *r = &req->pub;
+    size_t xlen = m->pub.xheader_len;
+    if (put) {
+        xmsg_frame(m, PSC_MSG_RMA_PUT, &m->pub.header, xlen, r->data,
+                   r->data_len);
+        return;
+    }
+    /* A get: the origin request waits for the answer instead. */
+    m->inplace_done = NULL;
+    m->inplace_priv = NULL;
+    wait_add(req);
+    m->pub.xheader.rma_get.common.id = (void *)(uintptr_t)req->id;
+    xmsg_frame(m, PSC_MSG_RMA_GET, &m->pub.header, xlen, NULL, 0);
+}
+
+/* Let the connection's plugin move the bytes of put or get r (checked by
+ * origin_prepare, xheader filled in, r->data set). true: it took the
+ * operation, r completes once the notice is written; false: the core's
+ * path. */
+static bool fast_post(struct psc_con *con, pscom_request_t *r, bool put,
+                      size_t xlen)
+{
+    struct PSCOM_rkey *k = r->rma.rkey;
+    if (!r->data_len || !fast_ready(con, k)) return false;
+    const pscom_plugin_ops_t *ops = con->plugin->rma;
+    if (put ? !ops->rma_put : !ops->rma_get) return false;
+
+    struct psc_req *m =
+        internal_req(xlen + (put ? sizeof(struct psc_rma_notice) : 0), 0);
+    if (!m) return false;
+    m->id = ++psc_ctx.next_id;
+    m->pub.xheader_len = xlen;
+    m->pub.connection = &con->pub;
+    memcpy(&m->pub.xheader, &r->xheader, xlen);
+    m->inplace_done = origin_done;
+    m->inplace_priv = req_of(r);
+
+    void *token = (void *)(uintptr_t)m->id;
+    uint64_t raddr = (uint64_t)(uintptr_t)r->rma.target_addr;
+    int rc = put ? ops->rma_put(con, con->plugin_priv, k->prkey,
+                                r->rma.origin_addr, raddr, r->data_len, token)
+                 : ops->rma_get(con, con->plugin_priv, k->prkey,
+                                r->rma.origin_addr, raddr, r->data_len, token);
+    if (rc < 0 || rc > 1) {
+        if (rc != -ENOTSUP && rc != -EAGAIN)
+            psc_debug("%s: plugin %s could not %s %zu bytes (%s); the core "
+                      "carries it", psc_con_str(con), con->plugin->name,
+                      put ? "put" : "get", r->data_len,
+                      rc < 0 ? strerror(-rc) : "bad return value");
+        psc_req_release(m);
+        return false;
+    }
+    psc_req_state_add(req_of(r), PSCOM_REQ_STATE_IO_STARTED);
+    if (!put) /* as the answer of the core's path would leave it */
+        r->header = (pscom_header_net_t){
+            .xheader_len = sizeof(struct psc_rma_reply),
+            .msg_type = PSC_MSG_RMA_REPLY, .data_len = r->data_len};
+    frame_notice(m, put, r->data_len);
+    if (rc == 0) {
+        psc_con_enqueue(con, m);
+    } else {
+        /* Its place in the queue is taken now: later messages of this
+         * connection stay behind it. */
+        hold_add(m);
+        psc_list_add_tail(&m->next, &con->sendq);
+    }
+    return true;
+}
+
+void pscom_plugin_rma_done(void *token, int err)
+{
+    struct psc_req *m = hold_find((uint64_t)(uintptr_t)token);
+    if (!m) {
+        psc_debug("pscom_plugin_rma_done: no one-sided operation waits for "
+                  "token %llu (its connection was closed); ignored",
+                  (unsigned long long)(uintptr_t)token);
+        return;
+    }
+    psc_list_del(&m->next_any);
+    struct psc_con *con = con_of(m->pub.connection);
+    /* A broken connection fails the frame with its other sends, once the
+     * plugin is closed; until then it stays held. */
+    if (con->failed || con->closing) return;
+    if (err) {
+        bool put = m->pub.header.msg_type == PSC_MSG_RMA_PUT_DONE;
+        psc_debug("%s: plugin %s failed to %s (%s); the core carries it",
+                  psc_con_str(con), con->plugin->name, put ? "put" : "get",
+                  strerror(err < 0 ? -err : err));
+        frame_core(m, put);
+    }
+    m->tx_hold = false;
+    psc_con_kick(con);
+}
+
 /* Put-like operations: the request itself is the message. */
 static void post_put_like(pscom_request_t *r, const char *fn, uint8_t type)
 {
@@ -430,11 +762,12 @@ static void post_put_like(pscom_request_t *r, const char *fn, uint8_t type)
                                          true, sizeof(pscom_rma_put_data_t),
                                          r->data_len);
     if (!con) return;
+    size_t xlen = rma_xlen(r, sizeof(pscom_rma_put_data_t));
     r->data = r->rma.origin_addr;
     r->xheader.rma_put.common.dest = r->rma.target_addr;
     r->xheader.rma_put.common.memh = (void *)(uintptr_t)r->rma.rkey->memh_id;
-    psc_xmsg_send(con, req_of(r), type, &r->header,
-                  rma_xlen(r, sizeof(pscom_rma_put_data_t)), r->data,
+    if (type == PSC_MSG_RMA_PUT && fast_post(con, r, true, xlen)) return;
+    psc_xmsg_send(con, req_of(r), type, &r->header, xlen, r->data,
                   r->data_len);
 }
 
@@ -456,6 +789,13 @@ static void post_get_like(pscom_request_t *r, const char *fn, uint8_t type,
         return;
     }
     size_t xlen = rma_xlen(r, common);
+    pscom_rma_get_data_t *g = &r->xheader.rma_get.common;
+    g->src = r->rma.target_addr;
+    g->src_len = r->data_len;
+    g->memh = (void *)(uintptr_t)r->rma.rkey->memh_id;
+    r->data = reply_buf;
+    if (type == PSC_MSG_RMA_GET && fast_post(con, r, false, xlen)) return;
+
     size_t body_len = (body1 ? part : 0) + (body2 ? part : 0);
     /* One operand is sent in place: the request completes only after the
      * target has it. Compare-and-swap sends two, copied together. */
@@ -472,12 +812,6 @@ static void post_get_like(pscom_request_t *r, const char *fn, uint8_t type,
         if (part) memcpy((char *)m->pub.user + part, body2, part);
         body = m->pub.user;
     }
-
-    pscom_rma_get_data_t *g = &r->xheader.rma_get.common;
-    g->src = r->rma.target_addr;
-    g->src_len = r->data_len;
-    g->memh = (void *)(uintptr_t)r->rma.rkey->memh_id;
-    r->data = reply_buf;
 
     struct psc_req *req = req_of(r);
     wait_add(req);
@@ -606,6 +940,14 @@ int psc_rma_header_check(const pscom_header_net_t *hdr, const char **why)
         return 0;
     case PSC_MSG_RMA_READ:
         if (xl != sizeof(pscom_xheader_rma_read_t) || hdr->data_len) break;
+        return 0;
+    case PSC_MSG_RMA_PUT_DONE:
+        if (xl < sizeof(pscom_rma_put_data_t) + sizeof(struct psc_rma_notice) ||
+            hdr->data_len)
+            break;
+        return 0;
+    case PSC_MSG_RMA_GET_DONE:
+        if (xl < sizeof(pscom_rma_get_data_t) || hdr->data_len) break;
         return 0;
     }
     *why = "one-sided message with a bad length";
@@ -816,11 +1158,39 @@ static int rx_reply(struct psc_con *con, pscom_header_net_t *hdr,
     return 0;
 }
 
+/* A notice: rewrite its header (in place) into the one of the put or get
+ * it stands for, whose bytes a plugin has moved already. 0, or -1 after
+ * failing the connection. */
+static int notice_unwrap(struct psc_con *con, pscom_header_net_t *hdr)
+{
+    if (hdr->msg_type == PSC_MSG_RMA_GET_DONE) {
+        hdr->msg_type = PSC_MSG_RMA_GET;
+        return 0;
+    }
+    struct psc_rma_notice n;
+    size_t xl = hdr->xheader_len - sizeof(n);
+    memcpy(&n, (char *)(hdr + 1) + xl, sizeof(n));
+    if (n.len > PSCOM_DATA_LEN_MASK) {
+        psc_err("%s: received a one-sided put notice for %llu bytes, more "
+                "than a message can carry; closing the connection",
+                psc_con_str(con), (unsigned long long)n.len);
+        psc_con_fail(con, PSCOM_OP_READ, PSCOM_ERR_IOERROR);
+        return -1;
+    }
+    hdr->msg_type = PSC_MSG_RMA_PUT;
+    hdr->xheader_len = (uint16_t)xl;
+    hdr->data_len = n.len;
+    return 0;
+}
+
 int psc_rma_rx(struct psc_con *con, pscom_header_net_t *hdr,
                struct psc_req **body)
 {
+    bool notice = hdr->msg_type == PSC_MSG_RMA_PUT_DONE ||
+                  hdr->msg_type == PSC_MSG_RMA_GET_DONE;
+    if (notice && notice_unwrap(con, hdr)) return -1;
     uint8_t type = hdr->msg_type;
-    uint64_t len = hdr->data_len;
+    uint64_t len = hdr->data_len; /* of a put notice: what was written */
 
     if (type == PSC_MSG_RMA_REPLY) return rx_reply(con, hdr, body);
 
@@ -863,15 +1233,29 @@ int psc_rma_rx(struct psc_con *con, pscom_header_net_t *hdr,
              len > tlen)
         why = "carries an operand longer than the target range";
     if (why) {
-        psc_err("%s: one-sided %s of %llu bytes at %#llx %s; refused",
+        psc_err("%s: one-sided %s of %llu bytes at %#llx %s; %s",
                 psc_con_str(con), type_name(type), (unsigned long long)tlen,
-                (unsigned long long)addr, why);
+                (unsigned long long)addr, why,
+                notice ? "the plugin has moved the bytes already, the "
+                         "callback is not run" : "refused");
+        if (notice) return 0;
         if (!len) return put_like ? 0 : refuse(con, id, PSCOM_ERR_INVALID);
         *body = drop_req(con, put_like ? 0 : id);
         return *body ? 0 : out_of_memory(con, type_name(type));
     }
 
     struct psc_req *t;
+    if (notice) {
+        /* The bytes are in place: run the callback now, as when the body
+         * of a put is in, or the answer of a get is written. */
+        t = target_req(con, hdr, m, 0);
+        if (!t) return out_of_memory(con, type_name(type));
+        t->pub.data = (void *)(uintptr_t)addr;
+        t->pub.data_len = tlen;
+        t->pub.ops.io_done = type == PSC_MSG_RMA_PUT ? put_done : get_done;
+        psc_req_done(t, 0);
+        return 0;
+    }
     switch (type) {
     case PSC_MSG_RMA_PUT:
         t = target_req(con, hdr, m, 0);

@@ -20,6 +20,11 @@
  * doc/shm.md). CMA stays available as the rendezvous pull (PSP_SHM_CMA);
  * where the kernel denies it, the plugin says so once and falls back.
  *
+ * One-sided put and get (plugin interface 1.1) of at least PSP_SHM_RMA
+ * bytes copy straight between the two processes with process_vm_writev /
+ * process_vm_readv, synchronously; the core then sends its notice through
+ * the ring, behind the bytes. The region's key is the target's pid.
+ *
  * Shared memory reports no peer failure, so the pre-connection's TCP socket
  * is kept open and watched (cold): its end means the peer is gone, and the
  * connection fails once what the peer wrote before has been delivered.
@@ -78,6 +83,14 @@ struct shm_blob {
     uint64_t cookie;
 };
 
+/* A region's key for one-sided operations (rma_register): whose memory. */
+struct shm_rkey {
+    uint32_t magic;
+    int32_t pid;
+};
+
+#define RKEY_MAGIC 0x6b616d72u /* "rmak" */
+
 /* A rendezvous buffer for the peer to pull with process_vm_readv. */
 struct cma_blob {
     uint64_t addr;
@@ -100,6 +113,8 @@ struct shm_con {
     bool tx_blocked;      /* POLL_TX_BLOCKED is set */
     bool dead;            /* the core said stop: no more upcalls */
     bool no_pull;         /* CMA from this peer failed: do not try again */
+    bool no_rma;          /* the peer process is gone for CMA (ESRCH) */
+    int32_t peer_pid;     /* from its handshake blob */
 };
 
 /* What progress looks at, one entry per open connection. */
@@ -119,7 +134,7 @@ static unsigned npolls, polls_cap;
 /* A header word no slot ever matches (sequence numbers are never 0). */
 static const _Atomic uint64_t never_ready;
 
-static size_t cfg_ring_size, cfg_chunk, cfg_rendezvous, cfg_cma;
+static size_t cfg_ring_size, cfg_chunk, cfg_rendezvous, cfg_cma, cfg_rma;
 static unsigned cfg_slots;
 static char *cfg_segment;
 
@@ -127,6 +142,7 @@ static enum shm_seg_kind seg_kind;
 static uint32_t ring_slots;
 static uint64_t ring_dsize;
 static bool cma_denied; /* process_vm_readv returned EPERM once */
+static bool rma_denied; /* CMA for one-sided operations returned EPERM once */
 
 static const pscom_config_row_t shm_rows[] = {
     {"PSP_SHM_RING_SIZE", PSCOM_CONFIG_SIZE, "256k",
@@ -148,6 +164,10 @@ static const pscom_config_row_t shm_rows[] = {
      "rendezvous bodies of at least this size are copied once by the "
      "receiver with process_vm_readv (CMA); inf: never", "shm", NULL,
      &cfg_cma},
+    {"PSP_SHM_RMA", PSCOM_CONFIG_SIZE, "8k",
+     "one-sided puts and gets of at least this size copy straight between "
+     "the processes with process_vm_writev/readv (CMA), smaller ones go "
+     "through the ring; inf: never", "shm", NULL, &cfg_rma},
     {"PSP_SHM_SEGMENT", PSCOM_CONFIG_STR, "memfd",
      "how shm segments are shared: memfd (found through /proc/PID/fd; "
      "nothing can be left behind) or sysv (shmget, removed at once)", "shm",
@@ -286,6 +306,7 @@ static int shm_hs_connect(pscom_plugin_con_t *con, void *priv, const void *blob,
         goto unmap;
     }
     sc->peer_hdr = sc->peer.base;
+    sc->peer_pid = b.pid;
     shm_tx_init(&sc->tx, (uint8_t *)sc->peer.base + SEG_HDR_LEN, h->slots,
                 h->dsize, cfg_chunk);
     shm_seg_prefault(&sc->peer, 0, SEG_HDR_LEN + shm_ring_size(h->slots, 0));
@@ -568,6 +589,28 @@ static size_t shm_rndv_describe(pscom_plugin_con_t *con, void *priv,
     return sizeof(b);
 }
 
+/* Copy len bytes between our buffer `local` and address `remote` of
+ * process pid (write: to it), going on after partial copies. 0, or -errno
+ * of the failing call. */
+static int cma_move(pid_t pid, void *local, uint64_t remote, size_t len,
+                    bool write)
+{
+    size_t done = 0;
+    while (done < len) {
+        struct iovec l = {(char *)local + done, len - done};
+        struct iovec r = {(void *)(uintptr_t)(remote + done), len - done};
+        ssize_t n = write ? process_vm_writev(pid, &l, 1, &r, 1, 0)
+                          : process_vm_readv(pid, &l, 1, &r, 1, 0);
+        if (n > 0) {
+            done += (size_t)n;
+            continue;
+        }
+        int e = n < 0 ? errno : EIO;
+        if (e != EINTR) return -e;
+    }
+    return 0;
+}
+
 static int shm_rndv_pull(pscom_plugin_con_t *con, void *priv, const void *blob,
                          size_t blob_len, void *dst, size_t len)
 {
@@ -579,41 +622,112 @@ static int shm_rndv_pull(pscom_plugin_con_t *con, void *priv, const void *blob,
     if (b.magic != BLOB_MAGIC || len > b.len) return -EPROTO;
     if (cma_denied || sc->no_pull) goto tell_peer;
 
-    size_t done = 0;
-    while (done < len) {
-        struct iovec l = {(char *)dst + done, len - done};
-        struct iovec r = {(void *)(uintptr_t)(b.addr + done), len - done};
-        ssize_t n = process_vm_readv(b.pid, &l, 1, &r, 1, 0);
-        if (n > 0) {
-            done += (size_t)n;
-            continue;
-        }
-        int e = n < 0 ? errno : EIO;
-        if (e == EINTR) continue;
-        if (e == EPERM || e == ENOSYS) {
-            cma_denied = true;
-            pscom_plugin_log(4, "shm: process_vm_readv from pid %d: %s; "
-                             "single-copy (CMA) transfers are not permitted "
-                             "here (ptrace restrictions such as "
-                             "kernel.yama.ptrace_scope, a container's seccomp "
-                             "profile or missing capabilities); large "
-                             "messages are streamed through the shared-memory "
-                             "ring instead", (int)b.pid, strerror(e));
-        } else {
-            sc->no_pull = true;
-            pscom_plugin_log(4, "shm: %s: process_vm_readv from pid %d: %s; "
-                             "this connection streams large messages through "
-                             "the ring from now on",
-                             pscom_plugin_con_str(con), (int)b.pid, strerror(e));
-        }
-        atomic_store_explicit(&sc->peer_hdr->no_cma, 1, memory_order_relaxed);
-        return -e;
+    int rc = cma_move(b.pid, dst, b.addr, len, false);
+    if (!rc) return 0;
+    int e = -rc;
+    if (e == EPERM || e == ENOSYS) {
+        cma_denied = true;
+        pscom_plugin_log(4, "shm: process_vm_readv from pid %d: %s; "
+                         "single-copy (CMA) transfers are not permitted "
+                         "here (ptrace restrictions such as "
+                         "kernel.yama.ptrace_scope, a container's seccomp "
+                         "profile or missing capabilities); large "
+                         "messages are streamed through the shared-memory "
+                         "ring instead", (int)b.pid, strerror(e));
+    } else {
+        sc->no_pull = true;
+        pscom_plugin_log(4, "shm: %s: process_vm_readv from pid %d: %s; "
+                         "this connection streams large messages through "
+                         "the ring from now on",
+                         pscom_plugin_con_str(con), (int)b.pid, strerror(e));
     }
-    return 0;
+    atomic_store_explicit(&sc->peer_hdr->no_cma, 1, memory_order_relaxed);
+    return rc;
 
 tell_peer:
     atomic_store_explicit(&sc->peer_hdr->no_cma, 1, memory_order_relaxed);
     return cma_denied ? -EPERM : -EIO;
+}
+
+/* ---------------------------------------------------------------------- */
+/* One-sided put and get with process_vm_writev/readv                     */
+/* ---------------------------------------------------------------------- */
+
+/* Any region of this process: peers reach it through our pid. */
+static int shm_rma_register(pscom_socket_t *socket, void *addr, size_t len,
+                            void *rkey, size_t *rkey_len, void **handle)
+{
+    struct shm_rkey k = {.magic = RKEY_MAGIC, .pid = (int32_t)getpid()};
+    if (*rkey_len < sizeof(k)) return -ENOSPC;
+    memcpy(rkey, &k, sizeof(k));
+    *rkey_len = sizeof(k);
+    *handle = NULL;
+    return 0;
+}
+
+static int shm_rma_rkey(pscom_plugin_con_t *con, void *priv, const void *rkey,
+                        size_t len, void **prkey)
+{
+    struct shm_con *sc = priv;
+    struct shm_rkey k;
+    if (cfg_rma == SIZE_MAX) return -ENOTSUP;
+    if (len != sizeof(k)) return -EPROTO;
+    memcpy(&k, rkey, sizeof(k));
+    if (k.magic != RKEY_MAGIC) return -EPROTO;
+    if (k.pid != sc->peer_pid) {
+        pscom_plugin_log(4, "shm: %s: a remote key of pid %d used on the "
+                         "connection to pid %d; its operations go through "
+                         "the ring", pscom_plugin_con_str(con), (int)k.pid,
+                         (int)sc->peer_pid);
+        return -EINVAL;
+    }
+    if (rma_denied) return -EPERM;
+    *prkey = NULL;
+    return 0;
+}
+
+/* Move the bytes of a put (write) or get; -errno lets the core carry it.
+ * A kernel that denies CMA (EPERM) is remembered for the process, a peer
+ * that is gone (ESRCH) for the connection; each is said once. */
+static int rma_move(pscom_plugin_con_t *con, struct shm_con *sc, void *local,
+                    uint64_t raddr, size_t len, bool write)
+{
+    if (len < cfg_rma) return -ENOTSUP;
+    if (rma_denied) return -EPERM;
+    if (sc->no_rma) return -ESRCH;
+    int rc = cma_move(sc->peer_pid, local, raddr, len, write);
+    if (rc == -EPERM || rc == -ENOSYS) {
+        rma_denied = true;
+        pscom_plugin_log(4, "shm: %s to pid %d: %s; one-sided puts and gets "
+                         "cannot copy straight between the processes here "
+                         "(ptrace restrictions such as "
+                         "kernel.yama.ptrace_scope, a container's seccomp "
+                         "profile or missing capabilities) and go through "
+                         "the shared-memory ring instead",
+                         write ? "process_vm_writev" : "process_vm_readv",
+                         (int)sc->peer_pid, strerror(-rc));
+    } else if (rc == -ESRCH) {
+        sc->no_rma = true;
+        pscom_plugin_log(4, "shm: %s: %s to pid %d: %s; one-sided puts and "
+                         "gets of this connection go through the ring from "
+                         "now on", pscom_plugin_con_str(con),
+                         write ? "process_vm_writev" : "process_vm_readv",
+                         (int)sc->peer_pid, strerror(-rc));
+    }
+    return rc;
+}
+
+static int shm_rma_put(pscom_plugin_con_t *con, void *priv, void *prkey,
+                       const void *src, uint64_t raddr, size_t len,
+                       void *token)
+{
+    return rma_move(con, priv, (void *)src, raddr, len, true);
+}
+
+static int shm_rma_get(pscom_plugin_con_t *con, void *priv, void *prkey,
+                       void *dst, uint64_t raddr, size_t len, void *token)
+{
+    return rma_move(con, priv, dst, raddr, len, false);
 }
 
 static const pscom_plugin_ops_t shm_ops = {
@@ -629,6 +743,10 @@ static const pscom_plugin_ops_t shm_ops = {
     .progress = shm_progress,
     .rndv_describe = shm_rndv_describe,
     .rndv_pull = shm_rndv_pull,
+    .rma_register = shm_rma_register,
+    .rma_rkey = shm_rma_rkey,
+    .rma_put = shm_rma_put,
+    .rma_get = shm_rma_get,
 };
 
 const pscom_plugin_t pscom_plugin_shm = {

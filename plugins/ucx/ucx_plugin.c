@@ -80,6 +80,7 @@
 
 static size_t cfg_rendezvous;
 static int cfg_peer_errors;
+static size_t cfg_rma; /* one-sided fast path from this size; SIZE_MAX: off */
 
 static const pscom_config_row_t ux_rows[] = {
     {"PSP_UCX_RENDEZVOUS", PSCOM_CONFIG_SIZE, "64k",
@@ -91,6 +92,10 @@ static const pscom_config_row_t ux_rows[] = {
      "at once; UCX 1.13 then moves large messages over tcp and cma without "
      "zero-copy (0: faster, a dead peer is still noticed by its closed "
      "pre-connection socket)", "ucx", NULL, &cfg_peer_errors},
+    {"PSP_UCX_RMA", PSCOM_CONFIG_SIZE, "64k",
+     "one-sided put and get of at least this many bytes move with UCX RMA "
+     "(put + flush, get) instead of messages through the core; inf: never "
+     "(UCX contexts then have no RMA)", "ucx", NULL, &cfg_rma},
 };
 
 /* ---------------------------------------------------------------------- */
@@ -99,6 +104,9 @@ static const pscom_config_row_t ux_rows[] = {
 
 struct ux_sock;
 struct ux_con;
+struct ux_rma;
+struct ux_rkey;
+struct ux_region;
 
 /* A frame handed to UCX. */
 struct ux_txe {
@@ -171,6 +179,9 @@ struct ux_con {
     struct ux_rop *rop;
     /* Bodies received out of line (pscom_plugin_rx_defer), any order. */
     struct ux_rop *deferred;
+    uint64_t peer_fp;      /* fingerprint of the peer's worker address */
+    struct ux_rma *rmaq;   /* one-sided operations not yet reported */
+    struct ux_rkey *rkeys; /* the peer's regions unpacked on our endpoint */
 };
 
 struct ux_sock {
@@ -191,6 +202,9 @@ struct ux_sock {
      * completes nothing), so that the core does not start to yield the
      * CPU in the middle of a transfer. */
     unsigned inflight;
+    struct ux_region *regions; /* mapped for peers; each holds a ref */
+    struct ux_rkey *rkeys_left; /* of closed connections, still in use by
+                                 * their operations: destroyed with us */
 };
 
 static struct ux_sock *socks;
@@ -210,7 +224,7 @@ static uint64_t now_ms(void)
 
 static uxw_config_t ucx_settings(void)
 {
-    return (uxw_config_t){.shm_error_handling = 1};
+    return (uxw_config_t){.shm_error_handling = 1, .rma = cfg_rma != SIZE_MAX};
 }
 
 /* ---------------------------------------------------------------------- */
@@ -886,6 +900,8 @@ static int deliver_rx(struct ux_con *uc)
 /* Dispatch and progress                                                  */
 /* ---------------------------------------------------------------------- */
 
+static void flush_rma(struct ux_con *uc);
+
 static void report_error(struct ux_con *uc)
 {
     uc->err_reported = true;
@@ -915,6 +931,7 @@ static void dispatch(struct ux_con *uc)
     if (flush_tx(uc) || finish_deferred(uc) || deliver_rx(uc) ||
         finish_deferred(uc))
         return;
+    flush_rma(uc);
     check_hup(uc);
     if (uc->err && !uc->err_reported && !uc->rx_busy) report_error(uc);
 }
@@ -1022,18 +1039,26 @@ static void sock_put(struct ux_sock *us)
     sock_destroy(us);
 }
 
+static void rma_rkeys_left_free(struct ux_sock *us);
+
 static void sock_destroy(struct ux_sock *us)
 {
-    if (!wait_for(us, no_closing, us, CLOSE_WAIT_MS))
+    /* UCX aborts when a worker is destroyed under a close it has not
+     * finished; a flush that needs the peer (UCX's software RMA waits for
+     * its acknowledgement) stays unfinished while the peer does not make
+     * progress. Such a worker is left behind, unused. */
+    bool closed = wait_for(us, no_closing, us, CLOSE_WAIT_MS);
+    if (!closed)
         pscom_plugin_log(2, "ucx: %u UCX endpoint(s) still closing after %u "
-                         "ms; destroying the worker anyway", us->closing,
-                         CLOSE_WAIT_MS);
+                         "ms (the peer is busy or gone); their worker is "
+                         "left as it is", us->closing, CLOSE_WAIT_MS);
+    rma_rkeys_left_free(us);
     for (struct ux_sock **pp = &socks; *pp; pp = &(*pp)->next)
         if (*pp == us) {
             *pp = us->next;
             break;
         }
-    uxw_worker_destroy(us->w);
+    if (closed) uxw_worker_destroy(us->w);
     free(us->slots);
     free(us->gens);
     free(us->free_slots);
@@ -1066,6 +1091,8 @@ static void rop_drop(struct ux_sock *us, struct ux_rop *rop)
     us->inflight--;
 }
 
+static void rma_con_release(struct ux_con *uc);
+
 /* Undo everything of uc: after hs_abort, close, or a failed handshake. */
 static void con_release(struct ux_con *uc)
 {
@@ -1086,6 +1113,7 @@ static void con_release(struct ux_con *uc)
         rx_release(us, rx);
     }
     uc->rxq_tail = &uc->rxq;
+    rma_con_release(uc); /* before the endpoint goes, as UCX wants */
 
     /* A broken connection (or a dead peer) is dropped. Otherwise UCX
      * flushes what it has (the EOF message): the socket's last connection
@@ -1170,6 +1198,8 @@ static int ux_hs_start(pscom_plugin_con_t *con, void *priv, void *blob,
     return 0;
 }
 
+static uint64_t fingerprint(const void *addr, size_t len);
+
 static int ux_hs_connect(pscom_plugin_con_t *con, void *priv, const void *blob,
                          size_t len)
 {
@@ -1185,6 +1215,7 @@ static int ux_hs_connect(pscom_plugin_con_t *con, void *priv, const void *blob,
     uc->peer_slot = b.slot;
     uc->peer_gen = b.gen;
     uc->peer_rndv = b.rndv;
+    uc->peer_fp = fingerprint(b.addr, b.addr_len);
     /* Both ends use peer error-handling mode when either wants it. */
     int peer_errors = cfg_peer_errors || (b.flags & UX_BLOB_F_PEER_ERRORS);
     int st = uxw_ep_create(uc->us->w, b.addr, b.addr_len, peer_errors,
@@ -1245,6 +1276,383 @@ static void ux_close(pscom_plugin_con_t *con, void *priv)
 }
 
 /* ---------------------------------------------------------------------- */
+/* One-sided operations (plugin interface 1.1)                            */
+/* ---------------------------------------------------------------------- */
+
+/* Regions are mapped (ucp_mem_map) on the UCP context of the socket that
+ * registers them, the one whose worker the socket's connections use, so a
+ * region may create the socket's context and worker before its first
+ * connection and keeps them (a reference) until it is deregistered.
+ *
+ * Our part of a packed key: "pcur", the fingerprint of our worker address,
+ * then UCX's packed rkey. The peer checks the fingerprint against the
+ * worker address of its connection: a key of another process used on this
+ * connection would let UCX write into the wrong process (cma addresses the
+ * endpoint's peer with the key's addresses). A put is ucp_put_nbx followed
+ * by ucp_ep_flush_nbx, so that it is done only when the bytes are in the
+ * target's memory (UCX does not order RMA before later active messages); a
+ * get is ucp_get_nbx. Completions are reported from dispatch, like every
+ * other upcall. */
+
+#define RKEY_MAGIC  0x72756370u /* "pcur" */
+#define RKEY_HDR    12          /* magic (4) + fingerprint (8) */
+#define RKEY_UNPACK 512         /* zero-padded copy handed to UCX */
+
+/* A region of this process (rma_register's handle). */
+struct ux_region {
+    struct ux_region *next; /* ux_sock.regions */
+    struct ux_sock *us;     /* holds a reference */
+    uxw_mem_t *mem;
+};
+
+/* A peer's region on one connection (rma_rkey's prkey). */
+struct ux_rkey {
+    struct ux_rkey *next; /* ux_con.rkeys */
+    uxw_rkey_t *k;
+    unsigned ops;  /* operations under way that use it */
+    bool released; /* the core is done with it: destroy after the last op */
+};
+
+/* A put or get handed to UCX. */
+struct ux_rma {
+    struct ux_rma *next; /* ux_con.rmaq */
+    struct ux_con *uc;   /* NULL once its connection closed (orphan) */
+    struct ux_sock *us;
+    struct ux_rkey *rk;  /* counts it in ops */
+    void *token;         /* NULL once the core knows how it ended */
+    unsigned left;       /* UCX operations not finished (put + flush, get) */
+    int status;          /* the first failure */
+};
+
+/* FNV-1a: enough to tell the workers of two processes apart. */
+static uint64_t fingerprint(const void *addr, size_t len)
+{
+    const uint8_t *p = addr;
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (size_t i = 0; i < len; i++) h = (h ^ p[i]) * 0x100000001b3ull;
+    return h;
+}
+
+static int ux_rma_register(pscom_socket_t *socket, void *addr, size_t len,
+                           void *rkey, size_t *rkey_len, void **handle)
+{
+    /* UCX maps no whole address space, and without a socket there is no
+     * context the peers' endpoints reach. */
+    if (cfg_rma == SIZE_MAX || !socket || !addr || !len) return -ENOTSUP;
+    char why[256] = "";
+    struct ux_sock *us = sock_get(socket, why, sizeof(why));
+    if (!us) {
+        pscom_plugin_log(4, "ucx: no UCX worker to map a region of %zu bytes "
+                         "for one-sided access: %s", len, why);
+        return -ENODEV;
+    }
+    us->refs++;
+    struct ux_region *r = calloc(1, sizeof(*r));
+    if (!r) {
+        sock_put(us);
+        return -ENOMEM;
+    }
+    uint8_t *key = rkey;
+    size_t klen = PSCOM_PLUGIN_RKEY_MAX - RKEY_HDR;
+    int st = uxw_mem_map(us->w, addr, len, key + RKEY_HDR, &klen, &r->mem);
+    if (st) {
+        if (st == UXW_ERR_KEY_TOO_LONG)
+            pscom_plugin_log(3, "ucx: the UCX key of a region is %zu bytes, "
+                             "more than the %d a packed key has room for; "
+                             "its puts and gets go through the core",
+                             klen, PSCOM_PLUGIN_RKEY_MAX - RKEY_HDR);
+        else
+            pscom_plugin_log(4, "ucx: ucp_mem_map of %zu bytes at %p: %s; its "
+                             "puts and gets go through the core", len, addr,
+                             uxw_status_str(st));
+        free(r);
+        sock_put(us);
+        return st == UXW_ERR_KEY_TOO_LONG ? -ENOSPC : uxw_status_errno(st);
+    }
+    const void *waddr;
+    size_t wlen;
+    uxw_worker_address(us->w, &waddr, &wlen);
+    uint32_t magic = RKEY_MAGIC;
+    uint64_t fp = fingerprint(waddr, wlen);
+    memcpy(key, &magic, 4);
+    memcpy(key + 4, &fp, 8);
+    *rkey_len = RKEY_HDR + klen;
+    r->us = us;
+    r->next = us->regions;
+    us->regions = r;
+    *handle = r;
+    return 0;
+}
+
+static void region_unlink(struct ux_region *r)
+{
+    for (struct ux_region **pp = &r->us->regions; *pp; pp = &(*pp)->next)
+        if (*pp == r) {
+            *pp = r->next;
+            break;
+        }
+}
+
+static void ux_rma_deregister(pscom_socket_t *socket, void *handle)
+{
+    struct ux_region *r = handle;
+    (void)socket;
+    region_unlink(r);
+    uxw_mem_unmap(r->us->w, r->mem);
+    sock_put(r->us);
+    free(r);
+}
+
+/* Library teardown: regions the application never deregistered go with
+ * their sockets (the core deregisters nothing after destroy). */
+static void rma_regions_free(void)
+{
+    struct ux_sock *us = socks;
+    while (us) {
+        struct ux_sock *next = us->next;
+        while (us->regions) {
+            struct ux_region *r = us->regions;
+            us->regions = r->next;
+            uxw_mem_unmap(us->w, r->mem);
+            free(r);
+            us->refs--;
+        }
+        if (!us->refs) sock_destroy(us);
+        us = next;
+    }
+}
+
+static int ux_rma_rkey(pscom_plugin_con_t *con, void *priv, const void *rkey,
+                       size_t len, void **prkey)
+{
+    struct ux_con *uc = priv;
+    if (!uc->open || uc->err || !uc->ep) return -ENOTCONN;
+    uint32_t magic;
+    uint64_t fp;
+    if (len <= RKEY_HDR || len > PSCOM_PLUGIN_RKEY_MAX) return -EPROTO;
+    memcpy(&magic, rkey, 4);
+    memcpy(&fp, (const uint8_t *)rkey + 4, 8);
+    if (magic != RKEY_MAGIC) return -EPROTO;
+    if (fp != uc->peer_fp) {
+        pscom_plugin_log(2, "ucx: %s: a remote key of another process was "
+                         "used on this connection (pscom_rkey_generate with "
+                         "the wrong connection?); its operations go through "
+                         "the core", pscom_plugin_con_str(con));
+        return -EPERM;
+    }
+    /* UCX reads the key without a length: give it a zero-padded copy. */
+    uint8_t buf[RKEY_UNPACK] = {0};
+    memcpy(buf, (const uint8_t *)rkey + RKEY_HDR, len - RKEY_HDR);
+    struct ux_rkey *rk = calloc(1, sizeof(*rk));
+    if (!rk) return -ENOMEM;
+    int st = uxw_rkey_unpack(uc->ep, buf, &rk->k);
+    if (st) {
+        pscom_plugin_log(4, "ucx: %s: ucp_ep_rkey_unpack: %s",
+                         pscom_plugin_con_str(con), uxw_status_str(st));
+        free(rk);
+        return uxw_status_errno(st);
+    }
+    rk->next = uc->rkeys;
+    uc->rkeys = rk;
+    *prkey = rk;
+    return 0;
+}
+
+static void rkey_free_if_unused(struct ux_con *uc, struct ux_rkey *rk)
+{
+    if (rk->ops || !rk->released) return;
+    for (struct ux_rkey **pp = &uc->rkeys; *pp; pp = &(*pp)->next)
+        if (*pp == rk) {
+            *pp = rk->next;
+            break;
+        }
+    uxw_rkey_destroy(rk->k);
+    free(rk);
+}
+
+static void ux_rma_rkey_release(pscom_plugin_con_t *con, void *priv,
+                                void *prkey)
+{
+    struct ux_rkey *rk = prkey;
+    (void)con;
+    rk->released = true;
+    rkey_free_if_unused(priv, rk);
+}
+
+static void rma_cb(void *user, int status)
+{
+    struct ux_rma *op = user;
+    if (status && !op->status) op->status = status;
+    if (--op->left) return;
+    if (!op->uc) { /* orphan: nobody waits for it */
+        op->rk->ops--;
+        free(op);
+        return;
+    }
+    op->us->inflight--;
+    mark_pending(op->uc);
+}
+
+/* One UCX step of op: count it when it is under way. */
+static void rma_step(struct ux_rma *op, int rc)
+{
+    if (rc == UXW_PENDING) return;
+    op->left--;
+    if (rc && !op->status) op->status = rc;
+}
+
+/* Start a put (get: false) of len bytes. 0 when done now, 1 when started,
+ * -errno to leave it to the core. */
+static int rma_start(struct ux_con *uc, struct ux_rkey *rk, bool put,
+                     void *buf, uint64_t raddr, size_t len, void *token)
+{
+    if (len < cfg_rma) return -ENOTSUP;
+    if (!uc->open || uc->err || uc->hup) return -ENOTCONN;
+    struct ux_rma *op = calloc(1, sizeof(*op));
+    if (!op) return -ENOMEM;
+    op->uc = uc;
+    op->us = uc->us;
+    op->rk = rk;
+    op->token = token;
+    op->left = put ? 2 : 1;
+    if (put) {
+        rma_step(op, uxw_put(uc->ep, buf, len, raddr, rk->k, rma_cb, op));
+        /* A put that failed to start needs no flush. */
+        if (!op->status)
+            rma_step(op, uxw_ep_flush(uc->ep, rma_cb, op));
+        else
+            op->left--;
+    } else {
+        rma_step(op, uxw_get(uc->ep, buf, len, raddr, rk->k, rma_cb, op));
+    }
+    if (!op->left) {
+        int st = op->status;
+        free(op);
+        return st ? uxw_status_errno(st) : 0;
+    }
+    rk->ops++;
+    uc->us->inflight++;
+    op->next = uc->rmaq;
+    uc->rmaq = op;
+    return 1;
+}
+
+static int ux_rma_put(pscom_plugin_con_t *con, void *priv, void *prkey,
+                      const void *src, uint64_t raddr, size_t len, void *token)
+{
+    (void)con;
+    return rma_start(priv, prkey, true, (void *)src, raddr, len, token);
+}
+
+static int ux_rma_get(pscom_plugin_con_t *con, void *priv, void *prkey,
+                      void *dst, uint64_t raddr, size_t len, void *token)
+{
+    (void)con;
+    return rma_start(priv, prkey, false, dst, raddr, len, token);
+}
+
+/* Take the finished operations off uc's queue (in start order). */
+static struct ux_rma *rma_take_finished(struct ux_con *uc)
+{
+    struct ux_rma *done = NULL;
+    for (struct ux_rma **pp = &uc->rmaq; *pp;) {
+        struct ux_rma *op = *pp;
+        if (op->left) {
+            pp = &op->next;
+            continue;
+        }
+        *pp = op->next;
+        op->next = done;
+        done = op;
+    }
+    return done;
+}
+
+/* Tell the core how finished operations ended. Its callbacks may start,
+ * release keys or close: the list is taken first. */
+static void flush_rma(struct ux_con *uc)
+{
+    struct ux_rma *done = rma_take_finished(uc);
+    while (done) {
+        struct ux_rma *op = done;
+        done = op->next;
+        void *token = op->token;
+        int err = op->status ? uxw_status_errno(op->status) : 0;
+        op->rk->ops--;
+        rkey_free_if_unused(uc, op->rk);
+        free(op);
+        if (token) pscom_plugin_rma_done(token, err);
+    }
+}
+
+static bool rma_idle(void *arg)
+{
+    struct ux_con *uc = arg;
+    for (struct ux_rma *op = uc->rmaq; op; op = op->next)
+        if (op->left) return false;
+    return true;
+}
+
+/* Before the endpoint closes. The core gives the buffers of operations
+ * still under way back to the application when close returns, so they
+ * must end first: wait for them while the peer may finish them (a dead
+ * peer cannot; dropping the endpoint cancels them). UCX wants the keys
+ * destroyed after their operations and before their endpoint: a key still
+ * used by an operation that did not end is left to UCX. */
+static void rma_con_release(struct ux_con *uc)
+{
+    struct ux_sock *us = uc->us;
+    bool peer_alive = !uc->ep_failed && !uc->hup;
+    if (uc->rmaq && peer_alive && !wait_for(us, rma_idle, uc, CLOSE_WAIT_MS))
+        pscom_plugin_log(2, "ucx: %s: one-sided operations still under way "
+                         "%u ms after the connection closed; cancelled",
+                         pscom_plugin_con_str(uc->con), CLOSE_WAIT_MS);
+    while (uc->rmaq) {
+        struct ux_rma *op = uc->rmaq;
+        uc->rmaq = op->next;
+        if (op->left) { /* rma_cb frees it; it no longer counts */
+            op->uc = NULL;
+            us->inflight--;
+        } else {
+            op->rk->ops--;
+            free(op);
+        }
+    }
+    while (uc->rkeys) {
+        struct ux_rkey *rk = uc->rkeys;
+        uc->rkeys = rk->next;
+        if (rk->ops) { /* its orphans end when the endpoint is dropped */
+            rk->next = us->rkeys_left;
+            us->rkeys_left = rk;
+            continue;
+        }
+        uxw_rkey_destroy(rk->k);
+        free(rk);
+    }
+}
+
+/* Before the worker goes: the keys of operations cancelled with their
+ * endpoints. A key still in use is left to UCX rather than pulled from
+ * under an operation (UCX 1.13 ends some operations of a dead peer's
+ * endpoint only when the worker is destroyed; it then warns that the key
+ * was not returned). */
+static void rma_rkeys_left_free(struct ux_sock *us)
+{
+    while (us->rkeys_left) {
+        struct ux_rkey *rk = us->rkeys_left;
+        us->rkeys_left = rk->next;
+        if (rk->ops) { /* their callbacks still reach rk */
+            pscom_plugin_log(4, "ucx: %u one-sided operation(s) to a dead "
+                             "peer still under way; their key is left to "
+                             "UCX", rk->ops);
+            continue;
+        }
+        uxw_rkey_destroy(rk->k);
+        free(rk);
+    }
+}
+
+/* ---------------------------------------------------------------------- */
 /* Plugin                                                                 */
 /* ---------------------------------------------------------------------- */
 
@@ -1272,6 +1680,7 @@ static int ux_init(void)
 
 static void ux_destroy(void)
 {
+    rma_regions_free();
     uxw_context_destroy(spare_ctx);
     spare_ctx = NULL;
     pools_free();
@@ -1287,6 +1696,12 @@ static const pscom_plugin_ops_t ux_ops = {
     .close = ux_close,
     .tx_kick = ux_tx_kick,
     .progress = ux_progress,
+    .rma_register = ux_rma_register,
+    .rma_deregister = ux_rma_deregister,
+    .rma_rkey = ux_rma_rkey,
+    .rma_rkey_release = ux_rma_rkey_release,
+    .rma_put = ux_rma_put,
+    .rma_get = ux_rma_get,
 };
 
 const pscom_plugin_t pscom_plugin_ucx = {

@@ -6,6 +6,7 @@
  * the callback the plugin asked for; UCX calls back into this file, which
  * calls the plugin and then frees the request.
  */
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -93,7 +94,7 @@ int uxw_context_create(const uxw_config_t *cfg, uxw_context_t **ctx_p,
     ucp_params_t params = {
         .field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_REQUEST_SIZE |
                       UCP_PARAM_FIELD_MT_WORKERS_SHARED | UCP_PARAM_FIELD_NAME,
-        .features = UCP_FEATURE_AM,
+        .features = UCP_FEATURE_AM | (cfg->rma ? UCP_FEATURE_RMA : 0),
         .request_size = sizeof(struct req_priv),
         .mt_workers_shared = 0,
         .name = "pscom",
@@ -375,6 +376,101 @@ int uxw_am_recv(uxw_worker_t *w, void *desc, void *buf, size_t len,
 void uxw_am_release(uxw_worker_t *w, void *data)
 {
     ucp_am_data_release(w->worker, data);
+}
+
+/* ---------------------------------------------------------------------- */
+/* One-sided operations                                                   */
+/* ---------------------------------------------------------------------- */
+
+_Static_assert(UXW_ERR_KEY_TOO_LONG == UCS_ERR_EXCEEDS_LIMIT,
+               "UXW_ERR_KEY_TOO_LONG is UCX's status");
+
+int uxw_mem_map(uxw_worker_t *w, void *addr, size_t len, void *key,
+                size_t *key_len, uxw_mem_t **mem_p)
+{
+    ucp_mem_map_params_t mp = {
+        .field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS |
+                      UCP_MEM_MAP_PARAM_FIELD_LENGTH,
+        .address = addr,
+        .length = len,
+    };
+    ucp_mem_h memh;
+    ucs_status_t st = ucp_mem_map(w->ctx, &mp, &memh);
+    if (st != UCS_OK) return st;
+    void *packed;
+    size_t size;
+    st = ucp_rkey_pack(w->ctx, memh, &packed, &size);
+    if (st != UCS_OK) goto unmap;
+    if (size > *key_len) {
+        *key_len = size; /* for the log line */
+        ucp_rkey_buffer_release(packed);
+        st = UCS_ERR_EXCEEDS_LIMIT;
+        goto unmap;
+    }
+    memcpy(key, packed, size);
+    *key_len = size;
+    ucp_rkey_buffer_release(packed);
+    *mem_p = (uxw_mem_t *)memh;
+    return UCS_OK;
+
+unmap:
+    ucp_mem_unmap(w->ctx, memh);
+    return st;
+}
+
+void uxw_mem_unmap(uxw_worker_t *w, uxw_mem_t *mem)
+{
+    ucp_mem_unmap(w->ctx, (ucp_mem_h)mem);
+}
+
+int uxw_rkey_unpack(uxw_ep_t *ep, const void *key, uxw_rkey_t **rkey_p)
+{
+    ucp_rkey_h rkey;
+    ucs_status_t st = ucp_ep_rkey_unpack((ucp_ep_h)ep, key, &rkey);
+    if (st != UCS_OK) return st;
+    *rkey_p = (uxw_rkey_t *)rkey;
+    return UCS_OK;
+}
+
+void uxw_rkey_destroy(uxw_rkey_t *rkey)
+{
+    ucp_rkey_destroy((ucp_rkey_h)rkey);
+}
+
+/* Operations whose end calls send_done. */
+static const ucp_request_param_t done_param = {
+    .op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK,
+    .cb.send = send_done,
+};
+
+int uxw_put(uxw_ep_t *ep, const void *src, size_t len, uint64_t raddr,
+            uxw_rkey_t *rkey, uxw_done_cb_t cb, void *user)
+{
+    return started(ucp_put_nbx((ucp_ep_h)ep, src, len, raddr,
+                               (ucp_rkey_h)rkey, &done_param),
+                   cb, NULL, user);
+}
+
+int uxw_get(uxw_ep_t *ep, void *dst, size_t len, uint64_t raddr,
+            uxw_rkey_t *rkey, uxw_done_cb_t cb, void *user)
+{
+    return started(ucp_get_nbx((ucp_ep_h)ep, dst, len, raddr,
+                               (ucp_rkey_h)rkey, &done_param),
+                   cb, NULL, user);
+}
+
+int uxw_ep_flush(uxw_ep_t *ep, uxw_done_cb_t cb, void *user)
+{
+    return started(ucp_ep_flush_nbx((ucp_ep_h)ep, &done_param), cb, NULL,
+                   user);
+}
+
+int uxw_status_errno(int status)
+{
+    if (uxw_status_is_peer_gone(status)) return -ECONNRESET;
+    if (status == UCS_ERR_CANCELED) return -ECANCELED;
+    if (status == UCS_ERR_NO_MEMORY) return -ENOMEM;
+    return -EIO;
 }
 
 const char *uxw_status_str(int status)

@@ -65,6 +65,9 @@ typedef struct uxw_config {
      * error-handling mode (MM_ERROR_HANDLING=y; without it UCX refuses them
      * for such endpoints). */
     int shm_error_handling;
+    /* Also offer one-sided operations (UCP_FEATURE_RMA): uxw_mem_map(),
+     * uxw_put(), uxw_get(). */
+    int rma;
 } uxw_config_t;
 
 /* Read the UCX configuration and create a context (active messages only).
@@ -113,6 +116,44 @@ int uxw_am_recv(uxw_worker_t *w, void *desc, void *buf, size_t len,
                 uxw_recv_cb_t cb, void *user);
 /* Drop kept AM data or a kept rendezvous descriptor. */
 void uxw_am_release(uxw_worker_t *w, void *data);
+
+/* ---- One-sided operations (contexts created with uxw_config_t.rma) ---- */
+
+typedef struct uxw_mem uxw_mem_t;   /* a region mapped for peers */
+typedef struct uxw_rkey uxw_rkey_t; /* a peer's region, for one endpoint */
+
+/* Map [addr, addr+len) of this process for remote access on the context of
+ * w and pack its remote key into key[0..*key_len) (*key_len in: the room,
+ * out: the length). UXW_OK and *mem_p; UXW_ERR_KEY_TOO_LONG when the packed
+ * key does not fit (nothing stays mapped); or another status. The memory
+ * stays the caller's; unmap it with uxw_mem_unmap() before the worker goes. */
+#define UXW_ERR_KEY_TOO_LONG (-21) /* UCS_ERR_EXCEEDS_LIMIT */
+int uxw_mem_map(uxw_worker_t *w, void *addr, size_t len, void *key,
+                size_t *key_len, uxw_mem_t **mem_p);
+void uxw_mem_unmap(uxw_worker_t *w, uxw_mem_t *mem);
+
+/* Make a key that uxw_mem_map() packed (at the peer) usable on ep. The
+ * buffer is only read during the call. UXW_OK and *rkey_p, or a status. */
+int uxw_rkey_unpack(uxw_ep_t *ep, const void *key, uxw_rkey_t **rkey_p);
+/* Release an unpacked key; no operation may still use it. */
+void uxw_rkey_destroy(uxw_rkey_t *rkey);
+
+/* Write len bytes at src to the peer's raddr (put), or read them from raddr
+ * into dst (get). The buffer and rkey stay valid until done. UXW_OK: done
+ * now (a put locally: src may be reused), cb does not run; UXW_PENDING:
+ * cb(user, status) follows; negative: failed. */
+int uxw_put(uxw_ep_t *ep, const void *src, size_t len, uint64_t raddr,
+            uxw_rkey_t *rkey, uxw_done_cb_t cb, void *user);
+int uxw_get(uxw_ep_t *ep, void *dst, size_t len, uint64_t raddr,
+            uxw_rkey_t *rkey, uxw_done_cb_t cb, void *user);
+/* Every operation started on ep so far is complete at the peer (its puts
+ * are in the target's memory) when this is done: UXW_OK now, UXW_PENDING
+ * and cb later, or negative. */
+int uxw_ep_flush(uxw_ep_t *ep, uxw_done_cb_t cb, void *user);
+
+/* A status as a negative errno: -ECONNRESET when the peer is gone,
+ * -ECANCELED, -ENOMEM, else -EIO. */
+int uxw_status_errno(int status);
 
 /* "Connection reset by remote peer" etc. */
 const char *uxw_status_str(int status);

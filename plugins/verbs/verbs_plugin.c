@@ -61,6 +61,9 @@
 #define RD_WR_MAX 4            /* RDMA reads in flight per connection */
 #define CLOSE_DRAIN_MS 2000    /* close() waits this long for sends */
 #define LENT_MAX 65536         /* rendezvous buffers lent per connection */
+#define RMA_WR_MAX 8           /* one-sided RDMA writes/reads in flight per
+                                * connection (send queue entries) */
+#define RMA_OPS_MAX 64         /* one-sided operations under way per connection */
 
 #define LOG_ERR 1
 #define LOG_WARN 2
@@ -69,7 +72,7 @@
 #define LOG_VERBOSE 5
 
 /* wr_id: connection key in the high 32 bits, kind and slot below. */
-enum wr_kind { WR_RECV = 1, WR_SEND = 2, WR_READ = 3 };
+enum wr_kind { WR_RECV = 1, WR_SEND = 2, WR_READ = 3, WR_RMA = 4 };
 #define WR_ID(key, kind, slot)                                                 \
     (((uint64_t)(key) << 32) | ((uint64_t)(kind) << 24) | (uint64_t)(slot))
 #define WR_KEY(id) ((uint32_t)((id) >> 32))
@@ -83,7 +86,7 @@ enum wr_kind { WR_RECV = 1, WR_SEND = 2, WR_READ = 3 };
 static char *cfg_hca;
 static unsigned cfg_port, cfg_gid_index, cfg_sl, cfg_mcache_size;
 static unsigned cfg_recvq, cfg_sendq, cfg_cq_size, cfg_timeout, cfg_retry;
-static size_t cfg_bufsize, cfg_rendezvous;
+static size_t cfg_bufsize, cfg_rendezvous, cfg_rma;
 static int cfg_fork;
 
 static const pscom_config_row_t vb_rows[] = {
@@ -116,7 +119,7 @@ static const pscom_config_row_t vb_rows[] = {
      "included (64..16M)", "verbs", NULL, &cfg_bufsize},
     {"PSP_VERBS_CQ_SIZE", PSCOM_CONFIG_UINT, "16384",
      "entries of the completion queue shared by all verbs connections; a "
-     "connection needs RECVQ_SIZE + SENDQ_SIZE + 4", "verbs", NULL,
+     "connection needs RECVQ_SIZE + SENDQ_SIZE + 12", "verbs", NULL,
      &cfg_cq_size},
     {"PSP_VERBS_TIMEOUT", PSCOM_CONFIG_UINT, "14",
      "ACK timeout of verbs queue pairs: 4.096 us * 2^value (1..31)", "verbs",
@@ -128,6 +131,11 @@ static const pscom_config_row_t vb_rows[] = {
      "call ibv_fork_init() so that fork() is safe with registered memory "
      "(not needed on kernels with copy-on-fork support)", "verbs", NULL,
      &cfg_fork},
+    {"PSP_VERBS_RMA", PSCOM_CONFIG_SIZE, "8k",
+     "one-sided put and get of at least this many bytes move by RDMA write "
+     "and read on the connection's queue pair instead of messages through "
+     "the core; inf: never (queue pairs then allow no remote write)",
+     "verbs", NULL, &cfg_rma},
 };
 
 /* A buffer lent to the peer by rndv_describe. */
@@ -173,6 +181,15 @@ struct vb_con {
 
     struct ibv_wc *early;       /* completions that came before open() */
     uint32_t early_count, early_cap;
+
+    uint16_t peer_lid;          /* the peer's port, to check its keys */
+    uint8_t peer_gid[16];
+    bool peer_gid_valid;
+    struct vb_rma **rma_tab;    /* one-sided operations by slot (malloc) */
+    struct vb_rma *rma_wait;    /* vb_rma.next_wait: chunks left to post */
+    struct vb_rma **rma_wait_tail;
+    unsigned rma_out;           /* their work requests in flight */
+    bool rma_finished;          /* some of them wait to be reported */
 
     bool dirty;
     struct vb_con *dirty_next;  /* vb.dirty: to flush at the end of progress */
@@ -621,8 +638,11 @@ close_device:
     return rc;
 }
 
+static void rma_regions_free(void);
+
 static void vb_destroy(void)
 {
+    rma_regions_free();
     vb_mcache_destroy(vb.mc);
     if (vb.cq) vb_destroy_cq(vb.cq);
     if (vb.pd) vb_dealloc_pd(vb.pd);
@@ -660,6 +680,8 @@ static void drain_stale(uint32_t key)
     }
 }
 
+static void rma_free_all(struct vb_con *vc);
+
 /* Undo everything of hs_start (and hs_connect). */
 static void teardown(struct vb_con *vc)
 {
@@ -675,6 +697,7 @@ static void teardown(struct vb_con *vc)
         vc->qp = NULL;
         if (key) drain_stale(key);
     }
+    rma_free_all(vc); /* the HCA no longer touches their buffers */
     if (vc->rx_mr) vb_dereg_mr(vc->rx_mr);
     if (vc->tx_mr) vb_dereg_mr(vc->tx_mr);
     vc->rx_mr = vc->tx_mr = NULL;
@@ -725,12 +748,13 @@ static int vb_hs_start(pscom_plugin_con_t *con, void *priv, void *blob,
 
     vc->con = con;
     vc->fd = -1;
+    vc->rma_wait_tail = &vc->rma_wait;
     vc->rx_slots = cfg_recvq;
     vc->rx_slot_size = (uint32_t)cfg_bufsize;
     vc->tx_slot_size = (uint32_t)cfg_bufsize;
     vb_ring_init(&vc->tx, cfg_sendq);
 
-    unsigned need = cfg_recvq + cfg_sendq + RD_WR_MAX;
+    unsigned need = cfg_recvq + cfg_sendq + RD_WR_MAX + RMA_WR_MAX;
     if (vb.cq_used + need > vb.cq_size) {
         pscom_plugin_log(LOG_INFO, "verbs: %s: the completion queue is "
                          "full (%u of %u entries in use); raise "
@@ -777,7 +801,7 @@ static int vb_hs_start(pscom_plugin_con_t *con, void *priv, void *blob,
     ia.recv_cq = vb.cq;
     ia.qp_type = IBV_QPT_RC;
     ia.sq_sig_all = 0;
-    ia.cap.max_send_wr = cfg_sendq + RD_WR_MAX;
+    ia.cap.max_send_wr = cfg_sendq + RD_WR_MAX + RMA_WR_MAX;
     ia.cap.max_recv_wr = vc->rx_slots;
     ia.cap.max_send_sge = 1;
     ia.cap.max_recv_sge = 1;
@@ -789,7 +813,10 @@ static int vb_hs_start(pscom_plugin_con_t *con, void *priv, void *blob,
                          con_str(vc), strerror(-rc));
         goto fail;
     }
-    rc = vb_qp_to_init(vc->qp, vb.local.port, 0, IBV_ACCESS_REMOTE_READ);
+    /* Rendezvous reads our buffers; one-sided puts write our regions. */
+    rc = vb_qp_to_init(vc->qp, vb.local.port, 0,
+                       IBV_ACCESS_REMOTE_READ |
+                           (cfg_rma != SIZE_MAX ? IBV_ACCESS_REMOTE_WRITE : 0));
     if (rc) {
         pscom_plugin_log(LOG_WARN, "verbs: %s: queue pair RESET->INIT failed: "
                          "%s", con_str(vc), strerror(-rc));
@@ -880,6 +907,9 @@ static int vb_hs_connect(pscom_plugin_con_t *con, void *priv, const void *blob,
     if (rc) return -EPROTO;
     vc->tx_cap = vc->tx_slot_size < w.slot_size ? vc->tx_slot_size : w.slot_size;
     vc->rndv_ok = path.rd_atom > 0;
+    vc->peer_lid = w.lid;
+    vc->peer_gid_valid = w.flags & VB_WIREUP_GID_VALID;
+    memcpy(vc->peer_gid, w.gid, 16);
     return 0;
 }
 
@@ -1145,6 +1175,7 @@ static void on_wc_error(struct vb_con *vc, const struct ibv_wc *wc)
     switch (WR_KIND(wc->wr_id)) {
     case WR_RECV: what = "receive completion"; break;
     case WR_SEND: what = "send completion"; break;
+    case WR_RMA: what = "one-sided RDMA completion"; break;
     default: what = "RDMA read completion"; break;
     }
     pscom_plugin_log(LOG_WARN, "verbs: %s: %s failed: %s (status %d, vendor "
@@ -1168,6 +1199,8 @@ static void keep_early(struct vb_con *vc, const struct ibv_wc *wc)
     vc->early[vc->early_count++] = *wc;
 }
 
+static void rma_completion(struct vb_con *vc, const struct ibv_wc *wc);
+
 static void dispatch(const struct ibv_wc *wc, bool replaying)
 {
     struct vb_con *vc = table_get(WR_KEY(wc->wr_id));
@@ -1176,6 +1209,10 @@ static void dispatch(const struct ibv_wc *wc, bool replaying)
     if (kind == WR_READ) {
         /* rndv_pull waits for its reads; one seen here was left over. */
         if (vc->reads_out) vc->reads_out--;
+        return;
+    }
+    if (kind == WR_RMA) {
+        rma_completion(vc, wc);
         return;
     }
     if (!replaying && (!vc->open || vc->early_count)) {
@@ -1212,12 +1249,15 @@ static void replay_early(void)
     }
 }
 
+static void rma_report(struct vb_con *vc);
+
 static void flush_dirty(void)
 {
     while (vb.dirty) {
         struct vb_con *vc = vb.dirty;
         vb.dirty = vc->dirty_next;
         vc->dirty = false;
+        if (vc->rma_finished) rma_report(vc);
         if (vc->err_pending) {
             vc->err_pending = false;
             con_fail(vc, PSCOM_OP_READ, PSCOM_ERR_IOERROR, vc->err_what,
@@ -1420,6 +1460,308 @@ static int vb_rndv_pull(pscom_plugin_con_t *con, void *priv, const void *blob,
 }
 
 /* ---------------------------------------------------------------------- */
+/* One-sided operations (plugin interface 1.1)                            */
+/* ---------------------------------------------------------------------- */
+
+/* A region is registered (through the registration cache) for remote read
+ * and write; its key (wireup.h) carries rkey, range and our port. A put is
+ * RDMA writes on the connection's queue pair, a get RDMA reads, all
+ * signalled, at most RMA_WR_MAX in flight per connection (the send queue
+ * has room for them besides the eager sends and rendezvous reads); what
+ * does not fit waits and is posted as completions come back.
+ * pscom_plugin_rma_done follows from progress once every chunk completed.
+ * Ordering: the write's completion means the peer's HCA has acknowledged
+ * the bytes, and the core sends its notice afterwards on the same RC queue
+ * pair, whose requests the peer executes in order: the notice arrives after
+ * the bytes are in place. */
+
+struct vb_rma {
+    void *token;              /* NULL once reported */
+    uint32_t slot;            /* in vb_con.rma_tab and the wr_id */
+    bool put;
+    uint8_t *local;
+    uint64_t raddr;
+    uint32_t rkey;
+    size_t len, posted;
+    unsigned out;             /* work requests in flight */
+    int status;               /* the first failed completion (IBV_WC_*) */
+    vb_mentry_t *e;           /* the registration of local */
+    struct vb_rma *next_wait; /* vb_con.rma_wait */
+};
+
+/* A peer's region (rma_rkey's prkey). */
+struct vb_rkey {
+    uint32_t rkey;
+    uint64_t addr, len;
+};
+
+/* A region of ours (rma_register's handle). */
+struct vb_region {
+    vb_mentry_t *e;
+    struct vb_region *next, **pprev; /* vb_regions */
+};
+
+static struct vb_region *vb_regions;
+
+static int vb_rma_register(pscom_socket_t *socket, void *addr, size_t len,
+                           void *rkey, size_t *rkey_len, void **handle)
+{
+    (void)socket; /* one protection domain for every socket */
+    if (cfg_rma == SIZE_MAX || !vb.pd || !addr || !len) return -ENOTSUP;
+    struct vb_region *r = calloc(1, sizeof(*r));
+    if (!r) return -ENOMEM;
+    int rc = vb_mcache_get(vb.mc, addr, len,
+                           IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE |
+                               IBV_ACCESS_REMOTE_READ,
+                           &r->e);
+    if (rc) {
+        pscom_plugin_log(LOG_INFO, "verbs: cannot register %zu bytes at %p "
+                         "for one-sided access: %s; its puts and gets go "
+                         "through the core (check 'ulimit -l')", len, addr,
+                         strerror(-rc));
+        free(r);
+        return rc;
+    }
+    vb_rmakey_t k = {
+        .flags = vb.local.gid_valid ? VB_WIREUP_GID_VALID : 0,
+        .lid = vb.local.lid,
+        .rkey = r->e->reg.rkey,
+        .addr = (uintptr_t)addr,
+        .len = len,
+    };
+    memcpy(k.gid, vb.local.gid, 16);
+    rc = vb_rmakey_encode(&k, rkey, PSCOM_PLUGIN_RKEY_MAX);
+    if (rc < 0) {
+        vb_mcache_put(vb.mc, r->e);
+        free(r);
+        return rc;
+    }
+    *rkey_len = (size_t)rc;
+    r->next = vb_regions;
+    r->pprev = &vb_regions;
+    if (vb_regions) vb_regions->pprev = &r->next;
+    vb_regions = r;
+    *handle = r;
+    return 0;
+}
+
+static void vb_rma_deregister(pscom_socket_t *socket, void *handle)
+{
+    struct vb_region *r = handle;
+    (void)socket;
+    *r->pprev = r->next;
+    if (r->next) r->next->pprev = r->pprev;
+    vb_mcache_put(vb.mc, r->e);
+    free(r);
+}
+
+/* destroy: the core deregisters nothing after it. */
+static void rma_regions_free(void)
+{
+    while (vb_regions) vb_rma_deregister(NULL, vb_regions);
+}
+
+static int vb_rma_rkey(pscom_plugin_con_t *con, void *priv, const void *rkey,
+                       size_t len, void **prkey)
+{
+    struct vb_con *vc = priv;
+    vb_rmakey_t k;
+    (void)con;
+    if (vc->dead || !vc->open) return -ENOTCONN;
+    if (vb_rmakey_decode(rkey, len, &k)) return -EPROTO;
+    bool same = (k.flags & VB_WIREUP_GID_VALID) && vc->peer_gid_valid
+                    ? !memcmp(k.gid, vc->peer_gid, 16)
+                    : k.lid == vc->peer_lid;
+    if (!same) {
+        pscom_plugin_log(LOG_WARN, "verbs: %s: a remote key of a process on "
+                         "another port (LID %u) was used on this connection "
+                         "(pscom_rkey_generate with the wrong connection?); "
+                         "its operations go through the core", con_str(vc),
+                         k.lid);
+        return -EPERM;
+    }
+    struct vb_rkey *r = malloc(sizeof(*r));
+    if (!r) return -ENOMEM;
+    *r = (struct vb_rkey){.rkey = k.rkey, .addr = k.addr, .len = k.len};
+    *prkey = r;
+    return 0;
+}
+
+static void vb_rma_rkey_release(pscom_plugin_con_t *con, void *priv,
+                                void *prkey)
+{
+    (void)con;
+    (void)priv;
+    free(prkey); /* operations under way copied what they need */
+}
+
+/* Post what the send queue has room for, oldest operation first. */
+static void rma_post(struct vb_con *vc)
+{
+    while (vc->rma_wait && vc->rma_out < RMA_WR_MAX && !vc->dead &&
+           !vc->err_pending) {
+        struct vb_rma *op = vc->rma_wait;
+        size_t chunk = op->len - op->posted;
+        if (chunk > vb.max_msg_sz) chunk = vb.max_msg_sz;
+        struct ibv_sge sge = {
+            .addr = (uintptr_t)op->local + op->posted,
+            .length = (uint32_t)chunk,
+            .lkey = op->e->reg.lkey,
+        };
+        struct ibv_send_wr wr = {
+            .wr_id = WR_ID(vc->key, WR_RMA, op->slot),
+            .sg_list = &sge,
+            .num_sge = 1,
+            .opcode = op->put ? IBV_WR_RDMA_WRITE : IBV_WR_RDMA_READ,
+            .send_flags = IBV_SEND_SIGNALED,
+        };
+        wr.wr.rdma.remote_addr = op->raddr + op->posted;
+        wr.wr.rdma.rkey = op->rkey;
+        struct ibv_send_wr *bad = NULL;
+        int rc = vb_post_send(vc->qp, &wr, &bad);
+        if (rc) {
+            con_fail_later(vc, "ibv_post_send (one-sided)", rc);
+            return;
+        }
+        op->posted += chunk;
+        op->out++;
+        vc->rma_out++;
+        if (op->posted == op->len) {
+            vc->rma_wait = op->next_wait;
+            if (!vc->rma_wait) vc->rma_wait_tail = &vc->rma_wait;
+        }
+    }
+}
+
+static int rma_start(struct vb_con *vc, struct vb_rkey *rk, bool put,
+                     void *local, uint64_t raddr, size_t len, void *token)
+{
+    if (len < cfg_rma) return -ENOTSUP;
+    if (vc->dead || !vc->open || vc->err_pending) return -ENOTCONN;
+    if (raddr < rk->addr || len > rk->len || raddr - rk->addr > rk->len - len)
+        return -ERANGE;
+    if (!vc->rma_tab) {
+        vc->rma_tab = calloc(RMA_OPS_MAX, sizeof(*vc->rma_tab));
+        if (!vc->rma_tab) return -ENOMEM;
+    }
+    uint32_t slot = 0;
+    while (slot < RMA_OPS_MAX && vc->rma_tab[slot]) slot++;
+    if (slot == RMA_OPS_MAX) return -EAGAIN; /* the core carries this one */
+    struct vb_rma *op = calloc(1, sizeof(*op));
+    if (!op) return -ENOMEM;
+    int rc = vb_mcache_get(vb.mc, local, len,
+                           put ? 0 : IBV_ACCESS_LOCAL_WRITE, &op->e);
+    if (rc) {
+        pscom_plugin_log(LOG_DEBUG, "verbs: %s: cannot register the %zu-byte "
+                         "buffer of a one-sided %s: %s", con_str(vc), len,
+                         put ? "put" : "get", strerror(-rc));
+        free(op);
+        return rc;
+    }
+    op->token = token;
+    op->slot = slot;
+    op->put = put;
+    op->local = local;
+    op->raddr = raddr;
+    op->rkey = rk->rkey;
+    op->len = len;
+    vc->rma_tab[slot] = op;
+    *vc->rma_wait_tail = op;
+    vc->rma_wait_tail = &op->next_wait;
+    rma_post(vc);
+    return 1;
+}
+
+static int vb_rma_put(pscom_plugin_con_t *con, void *priv, void *prkey,
+                      const void *src, uint64_t raddr, size_t len, void *token)
+{
+    (void)con;
+    return rma_start(priv, prkey, true, (void *)src, raddr, len, token);
+}
+
+static int vb_rma_get(pscom_plugin_con_t *con, void *priv, void *prkey,
+                      void *dst, uint64_t raddr, size_t len, void *token)
+{
+    (void)con;
+    return rma_start(priv, prkey, false, dst, raddr, len, token);
+}
+
+/* What a failed completion tells the core. */
+static int wc_errno(enum ibv_wc_status st)
+{
+    switch (st) {
+    case IBV_WC_REM_ACCESS_ERR: return -EACCES; /* key, range or rights */
+    case IBV_WC_LOC_PROT_ERR: return -EFAULT;
+    case IBV_WC_RETRY_EXC_ERR:
+    case IBV_WC_RNR_RETRY_EXC_ERR: return -ECONNRESET; /* the peer is gone */
+    case IBV_WC_WR_FLUSH_ERR: return -ECANCELED;
+    case IBV_WC_REM_INV_REQ_ERR: return -EINVAL;
+    default: return -EIO;
+    }
+}
+
+static void rma_completion(struct vb_con *vc, const struct ibv_wc *wc)
+{
+    uint32_t slot = WR_SLOT(wc->wr_id);
+    struct vb_rma *op =
+        vc->rma_tab && slot < RMA_OPS_MAX ? vc->rma_tab[slot] : NULL;
+    if (!op || !op->out) return;
+    op->out--;
+    vc->rma_out--;
+    if (wc->status != IBV_WC_SUCCESS) {
+        /* The queue pair is broken: the connection fails first, so that the
+         * core does not carry the operation again on it (an eager copy
+         * would complete it), and fails it with the others after close.
+         * The operation stays until teardown. */
+        if (!op->status) op->status = (int)wc->status;
+        void *token = op->token;
+        bool was_dead = vc->dead;
+        op->token = NULL;
+        on_wc_error(vc, wc);
+        if (token && !was_dead)
+            pscom_plugin_rma_done(token, wc_errno(wc->status));
+        return;
+    }
+    if (!op->out && op->posted == op->len && !op->status) {
+        vc->rma_finished = true;
+        mark_dirty(vc);
+    }
+    rma_post(vc);
+}
+
+/* From flush_dirty: tell the core of the finished operations. */
+static void rma_report(struct vb_con *vc)
+{
+    vc->rma_finished = false;
+    for (uint32_t i = 0; i < RMA_OPS_MAX && !vc->dead; i++) {
+        struct vb_rma *op = vc->rma_tab[i];
+        if (!op || op->out || op->posted != op->len || op->status) continue;
+        vc->rma_tab[i] = NULL;
+        void *token = op->token;
+        vb_mcache_put(vb.mc, op->e);
+        free(op);
+        if (token) pscom_plugin_rma_done(token, 0);
+    }
+}
+
+/* teardown, after the queue pair is gone. */
+static void rma_free_all(struct vb_con *vc)
+{
+    for (uint32_t i = 0; vc->rma_tab && i < RMA_OPS_MAX; i++) {
+        struct vb_rma *op = vc->rma_tab[i];
+        if (!op) continue;
+        vb_mcache_put(vb.mc, op->e);
+        free(op);
+    }
+    free(vc->rma_tab);
+    vc->rma_tab = NULL;
+    vc->rma_wait = NULL;
+    vc->rma_wait_tail = &vc->rma_wait;
+    vc->rma_out = 0;
+    vc->rma_finished = false;
+}
+
+/* ---------------------------------------------------------------------- */
 /* The descriptor                                                         */
 /* ---------------------------------------------------------------------- */
 
@@ -1435,6 +1777,12 @@ static const pscom_plugin_ops_t vb_ops = {
     .progress = vb_progress,
     .rndv_describe = vb_rndv_describe,
     .rndv_pull = vb_rndv_pull,
+    .rma_register = vb_rma_register,
+    .rma_deregister = vb_rma_deregister,
+    .rma_rkey = vb_rma_rkey,
+    .rma_rkey_release = vb_rma_rkey_release,
+    .rma_put = vb_rma_put,
+    .rma_get = vb_rma_get,
 };
 
 VB_EXPORT const pscom_plugin_t pscom_plugin_verbs = {

@@ -134,6 +134,45 @@ int vb_rndv_decode(const void *buf, size_t len, vb_rndv_desc_t *d)
     return 0;
 }
 
+static int rmakey_valid(const vb_rmakey_t *k)
+{
+    return !(k->flags & ~VB_WIREUP_GID_VALID) && k->len &&
+           k->addr + k->len >= k->addr;
+}
+
+int vb_rmakey_encode(const vb_rmakey_t *k, void *buf, size_t len)
+{
+    if (len < VB_RMAKEY_LEN) return -ENOSPC;
+    if (!rmakey_valid(k)) return -EINVAL;
+    uint8_t *p = buf;
+    p[0] = VB_RMAKEY_VERSION;
+    p[1] = k->flags;
+    vb_put16(p + 2, k->lid);
+    vb_put32(p + 4, k->rkey);
+    vb_put64(p + 8, k->addr);
+    vb_put64(p + 16, k->len);
+    memcpy(p + 24, k->gid, 16);
+    return VB_RMAKEY_LEN;
+}
+
+int vb_rmakey_decode(const void *buf, size_t len, vb_rmakey_t *k)
+{
+    const uint8_t *p = buf;
+    if (!buf || len != VB_RMAKEY_LEN || p[0] != VB_RMAKEY_VERSION)
+        return -EPROTO;
+    vb_rmakey_t t = {
+        .flags = p[1],
+        .lid = vb_get16(p + 2),
+        .rkey = vb_get32(p + 4),
+        .addr = vb_get64(p + 8),
+        .len = vb_get64(p + 16),
+    };
+    memcpy(t.gid, p + 24, 16);
+    if (!rmakey_valid(&t)) return -EPROTO;
+    *k = t;
+    return 0;
+}
+
 void vb_msg_encode(const vb_msg_hdr_t *h, void *buf)
 {
     uint8_t *p = buf;

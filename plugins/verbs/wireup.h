@@ -32,6 +32,21 @@
  *       16    8 length of the send buffer (> 0, address + length fits)
  *       24    4 handle the receiver returns when it has read the buffer
  *
+ * 4. The key of a region for one-sided operations (rma_register -> the
+ *    peer's rma_rkey; it travels inside pscom's packed key), version 1,
+ *    40 bytes:
+ *
+ *        0    1 version (1)
+ *        1    1 flags: bit 0 = the GID is valid; other bits 0
+ *        2    2 LID of the owner's port
+ *        4    4 rkey of the region's registration
+ *        8    8 address of the region
+ *       16    8 length of the region (> 0, address + length fits)
+ *       24   16 GID of the owner's port (0 when not valid)
+ *
+ *    LID and GID name the port of the process that registered the region,
+ *    so that a key used on a connection to another node is refused.
+ *
  * 3. The header of every message in a receive slot, 8 bytes, followed by
  *    `nrel` 4-byte rendezvous handles to release and `len` bytes of the
  *    core's frame stream; the three parts fill the message exactly:
@@ -89,6 +104,23 @@ typedef struct vb_rndv_desc {
 int vb_rndv_encode(const vb_rndv_desc_t *d, void *buf, size_t len);
 /* 0, or -EPROTO. */
 int vb_rndv_decode(const void *buf, size_t len, vb_rndv_desc_t *d);
+
+#define VB_RMAKEY_VERSION 1
+#define VB_RMAKEY_LEN 40
+
+typedef struct vb_rmakey {
+    uint8_t flags; /* VB_WIREUP_GID_VALID */
+    uint16_t lid;
+    uint32_t rkey;
+    uint64_t addr;
+    uint64_t len;
+    uint8_t gid[16];
+} vb_rmakey_t;
+
+/* Returns VB_RMAKEY_LEN, or -ENOSPC / -EINVAL as vb_wireup_encode. */
+int vb_rmakey_encode(const vb_rmakey_t *k, void *buf, size_t len);
+/* 0, or -EPROTO. */
+int vb_rmakey_decode(const void *buf, size_t len, vb_rmakey_t *k);
 
 #define VB_MSG_HDR_LEN 8
 

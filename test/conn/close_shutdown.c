@@ -24,6 +24,11 @@
  *                            connections successfully; the process exits
  *                            0. The peer gets every flushed message intact
  *                            and an EOF on each of its connections.
+ *   close_shutdown exit      as flush, but the sender calls exit(0) right
+ *                            after posting, without closing anything: the
+ *                            library's exit handler flushes the sends (and
+ *                            releases the plugins), the receiver gets all
+ *                            of them intact and then the EOF.
  *   close_shutdown timeout   run with PSP_SHUTDOWN_TIMEOUT=500 and
  *                            PSP_RENDEZVOUS=4096: the receiver never posts
  *                            receives; the sender posts small (eager) and
@@ -122,6 +127,33 @@ static int flush_receiver(itest_link_t *link, void *arg)
     return 0;
 }
 
+/* The sender's side of flush and exit: connect to the receiver and post
+ * N_FLUSH sends of FLUSH_LEN bytes (numbered in their xheader). */
+static pscom_socket_t *post_flush_sends(itest_link_t *link,
+                                        pscom_connection_t **con,
+                                        pscom_request_t **s, uint8_t **buf)
+{
+    pscom_socket_t *sock;
+    char *ep;
+
+    itest_pscom_init();
+    sock = itest_open_socket("sender", 0);
+    ep = itest_link_recv_str(link);
+    *con = itest_connect(sock, ep);
+    free(ep);
+
+    itest_step("posting %d sends of %d bytes", N_FLUSH, FLUSH_LEN);
+    for (uint32_t k = 0; k < N_FLUSH; k++) {
+        buf[k] = malloc(FLUSH_LEN);
+        ITEST_ASSERT(buf[k] != NULL, "out of memory");
+        itest_fill(buf[k], FLUSH_LEN, seed_of(k));
+        s[k] = itest_request(4);
+        pscom_req_prepare(s[k], *con, buf[k], FLUSH_LEN, &k, 4);
+        pscom_post_send(s[k]);
+    }
+    return sock;
+}
+
 static int flush_sender(itest_link_t *link, void *arg)
 {
     pscom_socket_t *sock;
@@ -129,25 +161,10 @@ static int flush_sender(itest_link_t *link, void *arg)
     pscom_request_t *s[N_FLUSH];
     uint8_t *buf[N_FLUSH];
     double t0;
-    char *ep;
 
     (void)arg;
-    itest_pscom_init();
-    sock = itest_open_socket("sender", 0);
-    ep = itest_link_recv_str(link);
-    con = itest_connect(sock, ep);
-    free(ep);
-
-    itest_step("posting %d sends of %d bytes, then closing at once", N_FLUSH,
-               FLUSH_LEN);
-    for (uint32_t k = 0; k < N_FLUSH; k++) {
-        buf[k] = malloc(FLUSH_LEN);
-        ITEST_ASSERT(buf[k] != NULL, "out of memory");
-        itest_fill(buf[k], FLUSH_LEN, seed_of(k));
-        s[k] = itest_request(4);
-        pscom_req_prepare(s[k], con, buf[k], FLUSH_LEN, &k, 4);
-        pscom_post_send(s[k]);
-    }
+    sock = post_flush_sends(link, &con, s, buf);
+    itest_step("closing at once");
     t0 = itest_now();
     pscom_close_connection(con);
     itest_note("pscom_close_connection returned after %.3f s",
@@ -165,6 +182,39 @@ static int flush_sender(itest_link_t *link, void *arg)
     itest_link_recv_u64(link);
     pscom_close_socket(sock);
     return 0;
+}
+
+/* ---------------------------------------------------------------------- */
+/* exit: the library closes at exit                                       */
+
+static int exit_sender(itest_link_t *link, void *arg)
+{
+    static pscom_request_t *s[N_FLUSH];
+    static uint8_t *buf[N_FLUSH];
+    pscom_connection_t *con;
+
+    (void)arg;
+    post_flush_sends(link, &con, s, buf);
+    itest_step("exit(0) without closing");
+    itest_link_send_u64(link, 1);
+    exit(0);
+}
+
+static int run_exit(void)
+{
+    itest_child_t r, s;
+    itest_child_t *list[2] = {&r, &s};
+    char *ep;
+
+    itest_spawn(&r, "receiver", flush_receiver, NULL);
+    itest_spawn(&s, "sender", exit_sender, NULL);
+    ep = itest_link_recv_str(&r.link);
+    itest_link_send_str(&s.link, ep);
+    free(ep);
+    itest_link_recv_u64(&s.link); /* posted, exiting */
+    itest_link_recv_u64(&r.link); /* all received, EOF seen */
+    itest_link_send_u64(&r.link, 1);
+    return itest_children_check(list, 2);
 }
 
 /* ---------------------------------------------------------------------- */
@@ -526,10 +576,12 @@ int main(int argc, char **argv)
         rc = run_pair(flush_receiver, flush_sender);
     else if (argc == 2 && !strcmp(argv[1], "all"))
         rc = run_all();
+    else if (argc == 2 && !strcmp(argv[1], "exit"))
+        rc = run_exit();
     else if (argc == 2 && !strcmp(argv[1], "timeout"))
         rc = run_pair(timeout_receiver, timeout_sender);
     else
-        fprintf(stderr, "usage: %s flush|all|timeout\n", argv[0]);
+        fprintf(stderr, "usage: %s flush|all|exit|timeout\n", argv[0]);
     if (rc == 0) itest_note("PASS");
     return rc;
 }

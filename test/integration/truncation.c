@@ -154,6 +154,10 @@ static void check_recv(pscom_request_t *req, void *buf, int round, int i)
                      i, pscom_req_state_str(req->state));
         ITEST_ASSERT(!(req->state & PSCOM_REQ_STATE_CANCELED),
                      "receive %d: truncated receive is marked CANCELED", i);
+        ITEST_ASSERT(!(req->state & PSCOM_REQ_STATE_ERROR),
+                     "receive %d: %zu bytes into %zu failed, state %s (%s)", i,
+                     m->send_len, m->recv_len,
+                     pscom_req_state_str(req->state), what);
     } else {
         ITEST_ASSERT_REQ_OK(req, "receive %d of %zu bytes after a truncated "
                                  "one (%s)", i, m->send_len, what);

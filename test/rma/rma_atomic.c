@@ -9,7 +9,14 @@
  *  - get-accumulate (+1 on 64 uint64 at once): every answer has all 64
  *    equal (no other operation came between its elements), and they end
  *    at 3M;
- *  - accumulate (+1 on 128 int32): all end at 3M2.
+ *  - accumulate (+1 on 128 int32): all end at 3M2;
+ *  - mixed: puts and gets of 16 KiB (taken by a plugin's fast path where
+ *    there is one: shm with PSP_SHM_RMA at most 16k) into each origin's own
+ *    slices, interleaved with fetch-and-op +1 on a shared counter and
+ *    accumulate +1 on a shared array, all in flight together: the atomics
+ *    stay exact (every fetched value once, counter and array at 3 MIX),
+ *    every get reads back its origin's last put, and every put and get
+ *    called back once.
  * The arithmetic is the test's own target callback, as in MPI. Over tcp
  * and shm the four parties are processes; with loop they are sockets of
  * one process whose origins take turns posting.
@@ -25,7 +32,10 @@
 #define M_GACC    400
 #define M_ACC     1000
 #define WINDOW    32
-#define N_PHASES  4
+#define M_MIX     300
+#define MIX_LEN   16384
+#define MIX_W     4 /* operations of each kind in flight per origin */
+#define N_PHASES  5
 #define GACC_LEN  64
 #define ACC_LEN   128
 
@@ -33,7 +43,10 @@
 #define OFF_CAS     64
 #define OFF_GACC    1024
 #define OFF_ACC     4096
-#define REGION      8192
+#define OFF_MIXCTR  8192
+#define OFF_MIXACC  8256
+#define OFF_MIX     16384 /* N_ORIGINS * MIX_W slices of MIX_LEN */
+#define REGION      (OFF_MIX + N_ORIGINS * MIX_W * MIX_LEN)
 
 enum { CMD_DONE = 1 };
 
@@ -51,6 +64,7 @@ struct origin {
     uint64_t fetched[N_FOP];
     uint64_t cas_old[K_CAS];
     unsigned cas_done;
+    uint64_t mix_fetched[M_MIX];
 };
 
 static void done_flag(pscom_request_t *req)
@@ -182,12 +196,67 @@ static void phase_accumulate(struct origin *o, int n)
                 a.dtype = RT_I32;
                 rt_post(&a, NULL); /* frees itself */
             }
-        /* Answers come in order: a get behind them waits for all. */
+        /* Keep the flood bounded: a get behind them waits for all of them
+         * (unless a plugin carries it; then it waits for less). */
         for (int k = 0; k < n; k++) {
             char c;
             rt_op_args_t a = args(&o[k], PSCOM_RMA_GET, OFF_ACC, &c, 1);
             ITEST_ASSERT(pscom_req_state_successful(rt_do(&a)), "get");
         }
+    }
+}
+
+static void phase_mixed(struct origin *o, int n)
+{
+    enum { W = MIX_W };
+    static const uint64_t one = 1;
+    static int32_t ones[ACC_LEN];
+    static char out[N_ORIGINS][W][MIX_LEN], back[N_ORIGINS][W][MIX_LEN];
+    pscom_request_t *r[N_ORIGINS][W][4];
+    itest_step("puts and gets of %d bytes among fetch-and-op and accumulate",
+               MIX_LEN);
+    for (int i = 0; i < ACC_LEN; i++) ones[i] = 1;
+    for (unsigned i = 0; i < M_MIX; i += W) {
+        for (int k = 0; k < n; k++)
+            for (unsigned j = 0; j < W && i + j < M_MIX; j++) {
+                size_t slice = OFF_MIX +
+                               ((size_t)(o[k].rank - 1) * W + j) * MIX_LEN;
+                uint32_t seed = (uint32_t)(o[k].rank * 100000 + i + j);
+                itest_fill(out[k][j], MIX_LEN, seed);
+                rt_op_args_t p = args(&o[k], PSCOM_RMA_PUT, slice, out[k][j],
+                                      MIX_LEN);
+                r[k][j][0] = rt_post(&p, done_flag);
+                rt_op_args_t f = args(&o[k], PSCOM_RMA_FETCH_AND_OP,
+                                      OFF_MIXCTR, (void *)&one, 8);
+                f.result = &o[k].mix_fetched[i + j];
+                r[k][j][1] = rt_post(&f, done_flag);
+                rt_op_args_t a = args(&o[k], PSCOM_RMA_ACCUMULATE, OFF_MIXACC,
+                                      ones, sizeof(ones));
+                a.dtype = RT_I32;
+                r[k][j][2] = rt_post(&a, done_flag);
+            }
+        /* A get posted once the put before it is complete (a plugin's put:
+         * its bytes are in place; the core's: in order before the get)
+         * reads it back, while the atomics are still in flight. */
+        for (int k = 0; k < n; k++)
+            for (unsigned j = 0; j < W && i + j < M_MIX; j++) {
+                size_t slice = OFF_MIX +
+                               ((size_t)(o[k].rank - 1) * W + j) * MIX_LEN;
+                wait_ok(r[k][j][0], "put");
+                rt_op_args_t g = args(&o[k], PSCOM_RMA_GET, slice, back[k][j],
+                                      MIX_LEN);
+                r[k][j][3] = rt_post(&g, done_flag);
+            }
+        for (int k = 0; k < n; k++)
+            for (unsigned j = 0; j < W && i + j < M_MIX; j++) {
+                static const char *const what[] = {"", "fetch-and-op",
+                                                   "accumulate", "get"};
+                for (int q = 1; q < 4; q++) wait_ok(r[k][j][q], what[q]);
+                ITEST_ASSERT_PATTERN(back[k][j], MIX_LEN,
+                                     (uint32_t)(o[k].rank * 100000 + i + j),
+                                     "get after put %u of origin %d", i + j,
+                                     o[k].rank);
+            }
     }
 }
 
@@ -216,10 +285,14 @@ static void origins_run(struct origin *o, int n)
     phase_get_accumulate(o, n);
     phase_sync();
     phase_accumulate(o, n);
+    phase_sync();
+    phase_mixed(o, n);
     for (int k = 0; k < n; k++) {
         /* What the target needs to check uniqueness. */
         pscom_send(o[k].con, NULL, 0, o[k].fetched, sizeof(o[k].fetched));
         pscom_send(o[k].con, NULL, 0, o[k].cas_old, sizeof(o[k].cas_old));
+        pscom_send(o[k].con, NULL, 0, o[k].mix_fetched,
+                   sizeof(o[k].mix_fetched));
         pscom_rkey_destroy(o[k].key);
     }
 }
@@ -254,6 +327,7 @@ static void target_check(struct target *t, pscom_connection_t **cons)
     static uint64_t vals[N_FOP];
     static unsigned char seen_fop[N_ORIGINS * N_FOP];
     static unsigned char seen_cas[N_ORIGINS * K_CAS];
+    static unsigned char seen_mix[N_ORIGINS * M_MIX];
     itest_step("checking");
     for (int k = 0; k < N_ORIGINS; k++) {
         ITEST_ASSERT_EQ(pscom_recv_from(cons[k], NULL, 0, vals, sizeof(vals)),
@@ -266,6 +340,12 @@ static void target_check(struct target *t, pscom_connection_t **cons)
         for (int i = 0; i < K_CAS; i++)
             seen_once(seen_cas, vals[i], N_ORIGINS * K_CAS,
                       "compare-and-swap");
+        ITEST_ASSERT_EQ(pscom_recv_from(cons[k], NULL, 0, vals,
+                                        M_MIX * sizeof(uint64_t)),
+                        PSCOM_SUCCESS, "mixed-phase values of origin %d", k);
+        for (int i = 0; i < M_MIX; i++)
+            seen_once(seen_mix, vals[i], N_ORIGINS * M_MIX,
+                      "fetch-and-op among puts and gets");
     }
     uint64_t counter, cas;
     memcpy(&counter, t->buf + OFF_COUNTER, 8);
@@ -281,17 +361,29 @@ static void target_check(struct target *t, pscom_connection_t **cons)
         int32_t v;
         memcpy(&v, t->buf + OFF_ACC + 4 * e, 4);
         ITEST_ASSERT_EQ(v, N_ORIGINS * M_ACC, "accumulate element %d", e);
+        memcpy(&v, t->buf + OFF_MIXACC + 4 * e, 4);
+        ITEST_ASSERT_EQ(v, N_ORIGINS * M_MIX,
+                        "accumulate element %d among puts and gets", e);
     }
+    uint64_t mixctr;
+    memcpy(&mixctr, t->buf + OFF_MIXCTR, 8);
+    ITEST_ASSERT_EQ(mixctr, N_ORIGINS * M_MIX,
+                    "fetch-and-op counter among puts and gets");
     ITEST_ASSERT_EQ(t->counts.bad, 0, "malformed target requests");
     ITEST_ASSERT_EQ(t->counts.n[PSCOM_RMA_FETCH_AND_OP],
-                    N_ORIGINS * N_FOP +
+                    N_ORIGINS * (N_FOP + M_MIX) +
                         t->counts.n[PSCOM_RMA_COMPARE_AND_SWAP],
                     "fetch-and-op callbacks (counting the reads of the "
                     "compare-and-swap phase, one per try)");
     ITEST_ASSERT_EQ(t->counts.n[PSCOM_RMA_GET_ACCUMULATE], N_ORIGINS * M_GACC,
                     "get-accumulate callbacks");
-    ITEST_ASSERT_EQ(t->counts.n[PSCOM_RMA_ACCUMULATE], N_ORIGINS * M_ACC,
-                    "accumulate callbacks");
+    ITEST_ASSERT_EQ(t->counts.n[PSCOM_RMA_ACCUMULATE],
+                    N_ORIGINS * (M_ACC + M_MIX), "accumulate callbacks");
+    ITEST_ASSERT_EQ(t->counts.n[PSCOM_RMA_PUT], N_ORIGINS * M_MIX,
+                    "put callbacks");
+    ITEST_ASSERT_EQ(t->counts.n[PSCOM_RMA_GET],
+                    N_ORIGINS * (M_MIX + (M_ACC + WINDOW - 1) / WINDOW),
+                    "get callbacks");
     pscom_mem_deregister(t->memh);
     free(t->buf);
     t->buf = NULL;

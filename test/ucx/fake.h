@@ -49,8 +49,25 @@ struct fake_recv {
     bool pending;
 };
 
+/* A one-sided step the plugin started: put, get or flush. */
+struct fake_rma {
+    char kind; /* 'p', 'g', 'f' */
+    uxw_ep_t *ep;
+    void *buf;
+    size_t len;
+    uint64_t raddr;
+    uxw_rkey_t *rkey;
+    uxw_done_cb_t cb;
+    void *user;
+    bool pending;
+};
+
 struct fake_wrap {
     /* Behaviour, set by the test. */
+    int put_result, get_result, flush_result; /* UXW_OK, UXW_PENDING, error */
+    int map_result;       /* 0 or an error of uxw_mem_map */
+    size_t key_len;       /* bytes of the packed UCX key */
+    bool rma_in_progress; /* uxw_worker_progress completes pending steps */
     int send_result;      /* UXW_OK, UXW_PENDING or an error */
     int recv_result;      /* UXW_OK (fills the buffer now) or UXW_PENDING */
     int ep_create_result; /* 0 or an error */
@@ -72,6 +89,11 @@ struct fake_wrap {
     int force_close_status;
     int workers;    /* alive */
     int contexts;   /* alive, not taken by a worker */
+    int ctx_rma;    /* the last context was created with RMA */
+    struct fake_rma rmas[FAKE_MAX_OPS];
+    int nrmas;
+    int maps;       /* mapped regions alive */
+    int rkeys;      /* unpacked keys alive */
 
     /* The worker's callbacks. */
     uxw_am_cb_t am_cb;
@@ -92,6 +114,8 @@ void fake_recv_complete(int i, const void *src, int status);
 /* An active message arrives: the plugin's AM callback result. */
 int fake_am(unsigned id, const void *hdr, size_t hdr_len, void *data,
             size_t len, unsigned flags);
+/* Complete one-sided step i (a get copies from raddr now). */
+void fake_rma_complete(int i, int status);
 /* UCX reports the endpoint failed. */
 void fake_ep_error(uxw_ep_t *ep, int status);
 /* The endpoint of the last uxw_ep_create. */
@@ -160,6 +184,18 @@ struct psc_con {
     pscom_plugin_fd_cb_t fd_cb;
     void *fd_arg;
 };
+
+/* pscom_plugin_rma_done calls, in order, and a hook run inside each. */
+struct fake_rma_done {
+    void *token;
+    int err;
+    int con_errors; /* errors reported on the connection before it */
+};
+#define FAKE_MAX_DONE 64
+extern struct fake_rma_done fake_done[FAKE_MAX_DONE];
+extern int fake_ndone;
+extern struct psc_con *fake_done_con; /* whose errors fake_done records */
+extern void (*fake_done_hook)(void *token, int err);
 
 void fake_con_init(struct psc_con *c);
 /* Queue a frame: an 8-byte header with xlen bytes of xheader and a body. */

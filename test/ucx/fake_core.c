@@ -15,6 +15,20 @@
 static pscom_socket_t *the_socket = (pscom_socket_t *)0x1000;
 pscom_socket_t *fake_socket;
 
+struct fake_rma_done fake_done[FAKE_MAX_DONE];
+int fake_ndone;
+struct psc_con *fake_done_con;
+void (*fake_done_hook)(void *token, int err);
+
+void pscom_plugin_rma_done(void *token, int err)
+{
+    assert(fake_ndone < FAKE_MAX_DONE);
+    fake_done[fake_ndone++] = (struct fake_rma_done){
+        .token = token, .err = err,
+        .con_errors = fake_done_con ? fake_done_con->errors : 0};
+    if (fake_done_hook) fake_done_hook(token, err);
+}
+
 void fake_con_init(struct psc_con *c)
 {
     memset(c, 0, sizeof(*c));

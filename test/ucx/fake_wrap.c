@@ -2,6 +2,7 @@
  * A fake UCX layer for the ucx plugin's unit tests (see fake.h).
  */
 #include <assert.h>
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -30,14 +31,18 @@ void fake_wrap_reset(void)
     fw.recv_result = UXW_PENDING;
     fw.close_result = UXW_OK;
     fw.max_am_header = 512;
+    fw.put_result = UXW_PENDING;
+    fw.get_result = UXW_PENDING;
+    fw.flush_result = UXW_PENDING;
+    fw.key_len = 10;
 }
 
 int uxw_context_create(const uxw_config_t *cfg, uxw_context_t **ctx_p,
                        char *why, size_t why_len)
 {
-    (void)cfg;
     (void)why;
     (void)why_len;
+    fw.ctx_rma = cfg->rma;
     *ctx_p = malloc(sizeof(**ctx_p));
     assert(*ctx_p);
     fw.contexts++;
@@ -86,7 +91,13 @@ size_t uxw_worker_max_am_header(uxw_worker_t *w)
 unsigned uxw_worker_progress(uxw_worker_t *w)
 {
     (void)w;
-    return 0;
+    unsigned n = 0;
+    for (int i = 0; fw.rma_in_progress && i < fw.nrmas; i++)
+        if (fw.rmas[i].pending) {
+            fake_rma_complete(i, 0);
+            n++;
+        }
+    return n;
 }
 
 int uxw_ep_create(uxw_worker_t *w, const void *addr, size_t len,
@@ -201,6 +212,102 @@ int fake_am(unsigned id, const void *hdr, size_t hdr_len, void *data,
 void fake_ep_error(uxw_ep_t *ep, int status)
 {
     fw.err_cb(fw.err_arg, ep, status);
+}
+
+/* The "packed key": FAKEKEY, then bytes up to fw.key_len. */
+static const char fake_key[] = "FAKEKEY";
+
+int uxw_mem_map(uxw_worker_t *w, void *addr, size_t len, void *key,
+                size_t *key_len, uxw_mem_t **mem_p)
+{
+    (void)w;
+    assert(addr && len);
+    if (fw.map_result) return fw.map_result;
+    if (fw.key_len > *key_len) {
+        *key_len = fw.key_len;
+        return UXW_ERR_KEY_TOO_LONG;
+    }
+    memset(key, 'k', fw.key_len);
+    memcpy(key, fake_key, sizeof(fake_key) - 1);
+    *key_len = fw.key_len;
+    *mem_p = malloc(1);
+    fw.maps++;
+    return 0;
+}
+
+void uxw_mem_unmap(uxw_worker_t *w, uxw_mem_t *mem)
+{
+    (void)w;
+    free(mem);
+    fw.maps--;
+}
+
+int uxw_rkey_unpack(uxw_ep_t *ep, const void *key, uxw_rkey_t **rkey_p)
+{
+    (void)ep;
+    if (memcmp(key, fake_key, sizeof(fake_key) - 1)) return -5; /* INVALID_PARAM */
+    *rkey_p = malloc(1);
+    fw.rkeys++;
+    return 0;
+}
+
+void uxw_rkey_destroy(uxw_rkey_t *rkey)
+{
+    free(rkey);
+    fw.rkeys--;
+}
+
+static int rma_op(char kind, uxw_ep_t *ep, void *buf, size_t len,
+                  uint64_t raddr, uxw_rkey_t *rkey, int result,
+                  uxw_done_cb_t cb, void *user)
+{
+    assert(fw.nrmas < FAKE_MAX_OPS);
+    struct fake_rma *r = &fw.rmas[fw.nrmas++];
+    *r = (struct fake_rma){.kind = kind, .ep = ep, .buf = buf, .len = len,
+                           .raddr = raddr, .rkey = rkey, .cb = cb,
+                           .user = user, .pending = result == UXW_PENDING};
+    /* A put's bytes travel now; a get's arrive when it completes. */
+    if (kind == 'p' && result >= 0) memcpy((void *)(uintptr_t)raddr, buf, len);
+    if (kind == 'g' && result == UXW_OK)
+        memcpy(buf, (void *)(uintptr_t)raddr, len);
+    return result;
+}
+
+int uxw_put(uxw_ep_t *ep, const void *src, size_t len, uint64_t raddr,
+            uxw_rkey_t *rkey, uxw_done_cb_t cb, void *user)
+{
+    assert(rkey);
+    return rma_op('p', ep, (void *)src, len, raddr, rkey, fw.put_result, cb,
+                  user);
+}
+
+int uxw_get(uxw_ep_t *ep, void *dst, size_t len, uint64_t raddr,
+            uxw_rkey_t *rkey, uxw_done_cb_t cb, void *user)
+{
+    assert(rkey);
+    return rma_op('g', ep, dst, len, raddr, rkey, fw.get_result, cb, user);
+}
+
+int uxw_ep_flush(uxw_ep_t *ep, uxw_done_cb_t cb, void *user)
+{
+    return rma_op('f', ep, NULL, 0, 0, NULL, fw.flush_result, cb, user);
+}
+
+void fake_rma_complete(int i, int status)
+{
+    struct fake_rma *r = &fw.rmas[i];
+    assert(i < fw.nrmas && r->pending);
+    r->pending = false;
+    if (r->kind == 'g' && !status)
+        memcpy(r->buf, (void *)(uintptr_t)r->raddr, r->len);
+    r->cb(r->user, status);
+}
+
+int uxw_status_errno(int status)
+{
+    if (uxw_status_is_peer_gone(status)) return -ECONNRESET;
+    if (status == -16) return -ECANCELED; /* UCS_ERR_CANCELED */
+    return -EIO;
 }
 
 const char *uxw_status_str(int status)

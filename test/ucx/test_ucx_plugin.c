@@ -837,6 +837,18 @@ static void close_with_operations_under_way(void **state)
     fake_recv_complete(0, NULL, -4);
 }
 
+/* UCX aborts when a worker is destroyed under an unfinished close (a flush
+ * waiting for a peer that does not answer): such a worker stays. */
+static void unfinished_close_leaves_the_worker(void **state)
+{
+    struct tcon *t = tcon_open(RNDV);
+    fw.close_result = UXW_PENDING;
+    tcon_close(t); /* waits its bounded time */
+    assert_int_equal(fw.ep_closes, 1);
+    assert_int_equal(fw.workers, 1); /* not destroyed */
+    fw.workers = 0; /* the fake's worker is static: nothing to free */
+}
+
 static void pools_survive_many_messages(void **state)
 {
     struct tcon *t = tcon_open(RNDV);
@@ -856,6 +868,399 @@ static void pools_survive_many_messages(void **state)
     tcon_close(t);
 }
 
+
+/* ---------------------------------------------------------------------- */
+/* One-sided operations                                                   */
+/* ---------------------------------------------------------------------- */
+
+#define RMA_MIN 1024 /* PSP_UCX_RMA as main() sets it */
+
+static bool rma_off(void)
+{
+    const char *v = getenv("PSP_UCX_RMA");
+    return v && !strcmp(v, "inf");
+}
+
+/* A region of the fake socket: its key, and the plugin's handle. */
+struct region {
+    uint8_t key[PSCOM_PLUGIN_RKEY_MAX];
+    size_t key_len;
+    void *handle;
+};
+
+static void region_register(struct region *r, void *addr, size_t len)
+{
+    r->key_len = PSCOM_PLUGIN_RKEY_MAX;
+    assert_int_equal(OPS->rma_register(fake_socket, addr, len, r->key,
+                                       &r->key_len, &r->handle), 0);
+    assert_true(r->key_len > 0 && r->key_len <= PSCOM_PLUGIN_RKEY_MAX);
+}
+
+static void *rkey_of(struct tcon *t, struct region *r)
+{
+    void *prkey = NULL;
+    assert_int_equal(OPS->rma_rkey(&t->core, t->priv, r->key, r->key_len,
+                                   &prkey), 0);
+    assert_non_null(prkey);
+    return prkey;
+}
+
+static int rma_setup(void **state)
+{
+    setup(state);
+    fake_ndone = 0;
+    fake_done_con = NULL;
+    fake_done_hook = NULL;
+    return 0;
+}
+
+static int rma_teardown(void **state)
+{
+    assert_int_equal(fw.maps, 0);
+    assert_int_equal(fw.rkeys, 0);
+    return teardown(state);
+}
+
+static void rma_off_maps_nothing(void **state)
+{
+    /* Runs in both settings. */
+    static char mem[64];
+    struct tcon *t = tcon_open(RNDV); /* sets fake_socket */
+    tcon_close(t);
+    uint8_t key[PSCOM_PLUGIN_RKEY_MAX];
+    size_t key_len = sizeof(key);
+    void *h;
+    int rc = OPS->rma_register(fake_socket, mem, sizeof(mem), key, &key_len, &h);
+    if (rma_off()) {
+        assert_int_equal(rc, -ENOTSUP);
+        assert_int_equal(fw.ctx_rma, 0);
+        assert_int_equal(fw.workers, 0);
+        return;
+    }
+    assert_int_equal(rc, 0);
+    assert_int_equal(fw.ctx_rma, 1);
+    OPS->rma_deregister(fake_socket, h);
+}
+
+static void register_needs_no_connection(void **state)
+{
+    static char mem[4096];
+    struct tcon *t = tcon_open(RNDV); /* sets fake_socket */
+    tcon_close(t);
+    assert_int_equal(fw.workers, 0);
+
+    /* The socket's worker comes with the region and goes with it. */
+    struct region r;
+    region_register(&r, mem, sizeof(mem));
+    assert_int_equal(fw.workers, 1);
+    assert_int_equal(fw.maps, 1);
+    /* A connection opened meanwhile shares it and outlives nothing. */
+    t = tcon_open(RNDV);
+    assert_int_equal(fw.workers, 1);
+    tcon_close(t);
+    assert_int_equal(fw.workers, 1);
+    OPS->rma_deregister(fake_socket, r.handle);
+    assert_int_equal(fw.maps, 0);
+    assert_int_equal(fw.workers, 0);
+}
+
+static void register_refuses_what_it_cannot_map(void **state)
+{
+    static char mem[64];
+    struct tcon *t = tcon_open(RNDV);
+    tcon_close(t);
+    uint8_t key[PSCOM_PLUGIN_RKEY_MAX];
+    size_t key_len = sizeof(key);
+    void *h;
+    /* The whole address space, and a region without socket. */
+    assert_int_equal(OPS->rma_register(fake_socket, NULL, 0, key, &key_len,
+                                       &h), -ENOTSUP);
+    assert_int_equal(OPS->rma_register(NULL, mem, sizeof(mem), key, &key_len,
+                                       &h), -ENOTSUP);
+    /* A UCX key that does not fit: nothing stays mapped. */
+    fw.key_len = PSCOM_PLUGIN_RKEY_MAX;
+    assert_int_equal(OPS->rma_register(fake_socket, mem, sizeof(mem), key,
+                                       &key_len, &h), -ENOSPC);
+    fw.key_len = 10;
+    fw.map_result = -3; /* UCS_ERR_NO_MEMORY */
+    assert_int_equal(OPS->rma_register(fake_socket, mem, sizeof(mem), key,
+                                       &key_len, &h), -EIO);
+    assert_int_equal(fw.maps, 0);
+    assert_int_equal(fw.workers, 0);
+}
+
+static void rkey_checks_the_key(void **state)
+{
+    static char mem[64];
+    struct tcon *t = tcon_open(RNDV);
+    struct region r;
+    region_register(&r, mem, sizeof(mem));
+    void *prkey = NULL;
+    uint8_t bad[PSCOM_PLUGIN_RKEY_MAX];
+    /* Truncated to the header, and another magic. */
+    assert_int_equal(OPS->rma_rkey(&t->core, t->priv, r.key, 12, &prkey),
+                     -EPROTO);
+    memcpy(bad, r.key, r.key_len);
+    bad[0] ^= 1;
+    assert_int_equal(OPS->rma_rkey(&t->core, t->priv, bad, r.key_len, &prkey),
+                     -EPROTO);
+    /* Packed by another process than this connection's peer. */
+    memcpy(bad, r.key, r.key_len);
+    bad[6] ^= 1;
+    assert_int_equal(OPS->rma_rkey(&t->core, t->priv, bad, r.key_len, &prkey),
+                     -EPERM);
+    /* UCX refuses its part. */
+    memcpy(bad, r.key, r.key_len);
+    bad[12] ^= 1;
+    assert_int_equal(OPS->rma_rkey(&t->core, t->priv, bad, r.key_len, &prkey),
+                     -EIO);
+    assert_int_equal(fw.rkeys, 0);
+    prkey = rkey_of(t, &r);
+    assert_int_equal(fw.rkeys, 1);
+    OPS->rma_rkey_release(&t->core, t->priv, prkey);
+    assert_int_equal(fw.rkeys, 0);
+    tcon_close(t);
+    OPS->rma_deregister(fake_socket, r.handle);
+}
+
+/* A connection with a region of its socket and the region's key on it. */
+struct rfix {
+    struct tcon *t;
+    struct region r;
+    void *rk; /* NULL once released */
+    char *target;
+};
+
+static void rfix_open(struct rfix *f, void *target, size_t len)
+{
+    f->t = tcon_open(RNDV);
+    f->target = target;
+    region_register(&f->r, target, len);
+    f->rk = rkey_of(f->t, &f->r);
+}
+
+static void rfix_release_key(struct rfix *f)
+{
+    OPS->rma_rkey_release(&f->t->core, f->t->priv, f->rk);
+    f->rk = NULL;
+}
+
+static void rfix_close(struct rfix *f)
+{
+    if (f->rk) rfix_release_key(f);
+    tcon_close(f->t);
+    OPS->rma_deregister(fake_socket, f->r.handle);
+}
+
+/* Put len bytes of src, or get them into dst, at offset off of the
+ * region. */
+static int put(struct rfix *f, const void *src, size_t off, size_t len,
+               void *token)
+{
+    return OPS->rma_put(&f->t->core, f->t->priv, f->rk, src,
+                        (uintptr_t)f->target + off, len, token);
+}
+
+static int get(struct rfix *f, void *dst, size_t off, size_t len, void *token)
+{
+    return OPS->rma_get(&f->t->core, f->t->priv, f->rk, dst,
+                        (uintptr_t)f->target + off, len, token);
+}
+
+static void put_is_done_after_put_and_flush(void **state)
+{
+    static char target[8192], src[8192];
+    struct rfix f;
+    rfix_open(&f, target, sizeof(target));
+    for (size_t i = 0; i < sizeof(src); i++) src[i] = (char)(i * 7);
+    int token;
+
+    /* Below PSP_UCX_RMA: the core's path, nothing started. */
+    assert_int_equal(put(&f, src, 0, RMA_MIN - 1, &token), -ENOTSUP);
+    assert_int_equal(fw.nrmas, 0);
+
+    assert_int_equal(put(&f, src, 100, 5000, &token), 1);
+    assert_int_equal(fw.nrmas, 2);
+    assert_int_equal(fw.rmas[0].kind, 'p');
+    assert_int_equal(fw.rmas[0].len, 5000);
+    assert_int_equal(fw.rmas[0].raddr, (uintptr_t)target + 100);
+    assert_int_equal(fw.rmas[1].kind, 'f');
+    progress();
+    assert_int_equal(fake_ndone, 0);
+    /* The flush may complete first; both are needed. */
+    fake_rma_complete(1, 0);
+    progress();
+    assert_int_equal(fake_ndone, 0);
+    fake_rma_complete(0, 0);
+    assert_int_equal(fake_ndone, 0); /* only from progress */
+    progress();
+    assert_int_equal(fake_ndone, 1);
+    assert_ptr_equal(fake_done[0].token, &token);
+    assert_int_equal(fake_done[0].err, 0);
+    assert_memory_equal(target + 100, src, 5000);
+    progress();
+    assert_int_equal(fake_ndone, 1); /* once */
+
+    /* Done at once (shared memory): 0, and no notice follows. */
+    fw.put_result = fw.flush_result = UXW_OK;
+    assert_int_equal(put(&f, src, 0, RMA_MIN, &token), 0);
+    progress();
+    assert_int_equal(fake_ndone, 1);
+
+    /* A put UCX refuses at once: the core carries it. */
+    fw.put_result = -6;
+    assert_int_equal(put(&f, src, 0, RMA_MIN, &token), -EIO);
+    rfix_close(&f);
+}
+
+static void get_errors_reach_the_core(void **state)
+{
+    static char target[4096], dst[4096];
+    struct rfix f;
+    rfix_open(&f, target, sizeof(target));
+    memset(target, 0x5a, sizeof(target));
+    int tok[3];
+    for (int i = 0; i < 3; i++)
+        assert_int_equal(get(&f, dst, 0, sizeof(dst), &tok[i]), 1);
+    fake_rma_complete(1, -25); /* the peer is gone */
+    fake_rma_complete(2, -6);  /* another failure */
+    fake_rma_complete(0, 0);
+    progress();
+    assert_int_equal(fake_ndone, 3);
+    for (int i = 0; i < 3; i++) {
+        int err = 1;
+        for (int k = 0; k < 3; k++)
+            if (fake_done[k].token == &tok[i]) err = fake_done[k].err;
+        assert_int_equal(err, i == 0 ? 0 : i == 1 ? -ECONNRESET : -EIO);
+    }
+    assert_memory_equal(dst, target, sizeof(dst));
+    /* Done at once. */
+    fw.get_result = UXW_OK;
+    memset(dst, 0, sizeof(dst));
+    assert_int_equal(get(&f, dst, 0, sizeof(dst), &tok[0]), 0);
+    assert_memory_equal(dst, target, sizeof(dst));
+    rfix_close(&f);
+}
+
+/* After an endpoint failure nothing more is reported: the core fails the
+ * operations under way once the connection is closed. */
+static void endpoint_failure_ends_reports(void **state)
+{
+    static char target[4096], buf[4096];
+    struct rfix f;
+    rfix_open(&f, target, sizeof(target));
+    int tp, tg;
+    assert_int_equal(put(&f, buf, 0, sizeof(buf), &tp), 1);
+    assert_int_equal(get(&f, buf, 0, sizeof(buf), &tg), 1);
+    fake_ep_error(fake_last_ep(), -25);
+    fake_rma_complete(0, -25); /* UCX ends the put, not the rest yet */
+    progress();
+    assert_int_equal(f.t->core.errors, 1);
+    /* No new operations on a failed connection. */
+    assert_int_equal(put(&f, buf, 0, sizeof(buf), &tp), -ENOTCONN);
+    fake_rma_complete(1, -16);
+    fake_rma_complete(2, -16);
+    progress();
+    assert_int_equal(fake_ndone, 0);
+    rfix_close(&f);
+    assert_int_equal(fake_ndone, 0);
+}
+
+/* The core may release a key while operations use it: destroyed after. */
+static void key_released_under_way(void **state)
+{
+    static char target[4096], buf[4096];
+    struct rfix f;
+    rfix_open(&f, target, sizeof(target));
+    int tok;
+    assert_int_equal(get(&f, buf, 0, sizeof(buf), &tok), 1);
+    rfix_release_key(&f);
+    assert_int_equal(fw.rkeys, 1);
+    fake_rma_complete(0, 0);
+    assert_int_equal(fw.rkeys, 1);
+    progress();
+    assert_int_equal(fake_ndone, 1);
+    assert_int_equal(fw.rkeys, 0);
+    rfix_close(&f);
+}
+
+/* The core's callbacks may start the next operation from rma_done. */
+static struct rfix hook_f;
+static char hook_src[4096];
+static int hook_left;
+
+static void start_another(void *token, int err)
+{
+    (void)token;
+    assert_int_equal(err, 0);
+    if (!hook_left) return;
+    hook_left--;
+    assert_int_equal(put(&hook_f, hook_src, 0, sizeof(hook_src), &hook_left),
+                     1);
+}
+
+static void operations_started_from_done(void **state)
+{
+    static char target[4096];
+    rfix_open(&hook_f, target, sizeof(target));
+    hook_left = 5;
+    fake_done_hook = start_another;
+    fw.rma_in_progress = true; /* UCX finishes what it has in each round */
+    assert_int_equal(put(&hook_f, hook_src, 0, sizeof(hook_src), &hook_left),
+                     1);
+    for (int i = 0; i < 20 && fake_ndone < 6; i++) progress();
+    assert_int_equal(fake_ndone, 6);
+    assert_int_equal(hook_left, 0);
+    rfix_close(&hook_f);
+}
+
+/* Close ends the transfers first (the core reuses their buffers after
+ * close) and reports nothing. */
+static void close_waits_for_operations(void **state)
+{
+    static char target[4096], buf[4096];
+    struct rfix f;
+    rfix_open(&f, target, sizeof(target));
+    int tok;
+    memset(target, 3, sizeof(target));
+    assert_int_equal(get(&f, buf, 0, sizeof(buf), &tok), 1);
+    rfix_release_key(&f);
+    fw.rma_in_progress = true;
+    tcon_close(f.t);
+    assert_memory_equal(buf, target, sizeof(buf)); /* before close returned */
+    assert_int_equal(fake_ndone, 0);
+    assert_int_equal(fw.rkeys, 0); /* destroyed before the endpoint */
+    OPS->rma_deregister(fake_socket, f.r.handle);
+}
+
+/* A dead peer cannot finish them: no wait; they are cancelled with the
+ * endpoint and their late callbacks free them. */
+static void close_after_dead_peer_does_not_wait(void **state)
+{
+    static char target[4096], buf[4096];
+    struct rfix f;
+    rfix_open(&f, target, sizeof(target));
+    int tok;
+    assert_int_equal(get(&f, buf, 0, sizeof(buf), &tok), 1);
+    close(f.t->peer_fd);
+    f.t->peer_fd = -1;
+    f.t->core.fd_cb(f.t->core.fd, EPOLLIN | EPOLLHUP, f.t->core.fd_arg);
+    rfix_release_key(&f);
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    tcon_close(f.t);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    assert_true(t1.tv_sec - t0.tv_sec < 2); /* did not wait its 2 s */
+    assert_int_equal(fake_ndone, 0);
+    fake_rma_complete(0, -16); /* UCX cancels it: freed, not reported */
+    assert_int_equal(fake_ndone, 0);
+    /* Its key outlived the endpoint; it goes with the worker. */
+    assert_int_equal(fw.rkeys, 1);
+    OPS->rma_deregister(fake_socket, f.r.handle);
+    assert_int_equal(fw.workers, 0);
+    assert_int_equal(fw.rkeys, 0);
+}
+
 static int group_setup(void **state)
 {
     (void)state;
@@ -872,6 +1277,8 @@ static int group_teardown(void **state)
 
 int main(void)
 {
+    /* The one-sided threshold the tests expect, unless a run sets "inf". */
+    if (!rma_off()) setenv("PSP_UCX_RMA", "1024", 1);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(blob_from_hs_start, setup, teardown),
         cmocka_unit_test_setup_teardown(error_mode_is_agreed, setup, teardown),
@@ -922,8 +1329,37 @@ int main(void)
                                         setup, teardown),
         cmocka_unit_test_setup_teardown(close_with_operations_under_way, setup,
                                         teardown),
+        cmocka_unit_test_setup_teardown(unfinished_close_leaves_the_worker,
+                                        setup, teardown),
         cmocka_unit_test_setup_teardown(pools_survive_many_messages, setup,
                                         teardown),
+        /* Last of the tests that run with PSP_UCX_RMA=inf too. */
+        cmocka_unit_test_setup_teardown(rma_off_maps_nothing, setup,
+                                        rma_teardown),
+        cmocka_unit_test_setup_teardown(register_needs_no_connection,
+                                        rma_setup, rma_teardown),
+        cmocka_unit_test_setup_teardown(register_refuses_what_it_cannot_map,
+                                        rma_setup, rma_teardown),
+        cmocka_unit_test_setup_teardown(rkey_checks_the_key, rma_setup,
+                                        rma_teardown),
+        cmocka_unit_test_setup_teardown(put_is_done_after_put_and_flush,
+                                        rma_setup, rma_teardown),
+        cmocka_unit_test_setup_teardown(get_errors_reach_the_core, rma_setup,
+                                        rma_teardown),
+        cmocka_unit_test_setup_teardown(endpoint_failure_ends_reports,
+                                        rma_setup, rma_teardown),
+        cmocka_unit_test_setup_teardown(key_released_under_way, rma_setup,
+                                        rma_teardown),
+        cmocka_unit_test_setup_teardown(operations_started_from_done,
+                                        rma_setup, rma_teardown),
+        cmocka_unit_test_setup_teardown(close_waits_for_operations, rma_setup,
+                                        rma_teardown),
+        cmocka_unit_test_setup_teardown(close_after_dead_peer_does_not_wait,
+                                        rma_setup, rma_teardown),
     };
-    return cmocka_run_group_tests(tests, group_setup, group_teardown);
+    size_t n = sizeof(tests) / sizeof(tests[0]);
+    if (rma_off())
+        for (n = 0; tests[n].test_func != rma_off_maps_nothing; n++) {}
+    return _cmocka_run_group_tests("ucx_plugin", tests, rma_off() ? n + 1 : n,
+                                   group_setup, group_teardown);
 }

@@ -313,6 +313,96 @@ static void rendezvous_unexpected_sends_cts(void **state)
     pscom_request_free(r);
 }
 
+/* ---------------------------------------------------------------------- */
+/* A body arriving when the connection fails, on an asynchronous plugin:   */
+/* the plugin may write into the buffer until its close(), so the request  */
+/* ends (and an unexpected message's buffer is freed) only then.           */
+
+static int closes;
+
+static void fake_close(pscom_plugin_con_t *c, void *priv)
+{
+    (void)c;
+    (void)priv;
+    closes++;
+}
+
+static const pscom_plugin_ops_t fake_ops = {.close = fake_close};
+static const pscom_plugin_t fake_desc = {.name = "fake", .ops = &fake_ops};
+static struct psc_plugin fake_plugin = {.desc = &fake_desc, .name = "fake"};
+
+/* A connection that looks open on an asynchronous plugin. */
+static pscom_connection_t *async_con(void)
+{
+    pscom_connection_t *c = pscom_open_connection(sock);
+    struct psc_con *pc = con_of(c);
+    pc->plugin = &fake_plugin;
+    pc->plugin_open = true;
+    fake_plugin.open_cons++;
+    closes = 0;
+    return c;
+}
+
+/* Header and the first `part` bytes of a `len`-byte message tagged 7. */
+static void feed_part(pscom_connection_t *c, const char *data, size_t len,
+                      size_t part)
+{
+    struct frame f;
+    frame_user(&f, 7, data, len);
+    f.len -= len - part;
+    assert_int_equal(feed(c, &f), 0);
+}
+
+static void body_fails_after_plugin_close(void **state)
+{
+    static char sent[1000], got[1000];
+    pscom_connection_t *c = async_con();
+    pscom_request_t *r = recv_req(c, got, sizeof(got));
+    void *dst;
+
+    memset(sent, 'x', sizeof(sent));
+    feed_part(c, sent, sizeof(sent), 100);
+    assert_int_equal(pscom_plugin_rx_direct(con_of(c), &dst), 900);
+    assert_ptr_equal(dst, got + 100);
+
+    pscom_plugin_con_error(con_of(c), PSCOM_OP_READ, PSCOM_ERR_IOERROR,
+                           "test", 0);
+    assert_false(pscom_req_is_done(r)); /* the plugin may still write */
+    assert_int_equal(closes, 0);
+
+    pscom_test_any(); /* the end of a progress round closes the plugin */
+    assert_int_equal(closes, 1);
+    assert_true(pscom_req_is_done(r));
+    assert_true(r->state & PSCOM_REQ_STATE_ERROR);
+    pscom_request_free(r);
+    pscom_close_connection(c);
+}
+
+static void merged_body_fails_after_plugin_close(void **state)
+{
+    static char sent[1000], got[1000];
+    pscom_connection_t *c = async_con();
+    pscom_request_t *r;
+    void *dst;
+
+    memset(sent, 'y', sizeof(sent));
+    feed_part(c, sent, sizeof(sent), 100); /* unexpected, still arriving */
+    assert_int_equal(pscom_plugin_rx_direct(con_of(c), &dst), 900);
+    r = recv_req(c, got, sizeof(got)); /* takes it over */
+    assert_false(pscom_req_is_done(r));
+
+    pscom_plugin_con_error(con_of(c), PSCOM_OP_READ, PSCOM_ERR_IOERROR,
+                           "test", 0);
+    assert_false(pscom_req_is_done(r));
+    memset(dst, 'y', 900); /* the plugin's late write: into a live buffer */
+
+    pscom_test_any();
+    assert_int_equal(closes, 1);
+    assert_true(r->state & PSCOM_REQ_STATE_ERROR);
+    pscom_request_free(r);
+    pscom_close_connection(c);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -325,6 +415,8 @@ int main(void)
         cmocka_unit_test(truncation_keeps_stream),
         cmocka_unit_test(default_recv_first),
         cmocka_unit_test(rendezvous_unexpected_sends_cts),
+        cmocka_unit_test(body_fails_after_plugin_close),
+        cmocka_unit_test(merged_body_fails_after_plugin_close),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -1,15 +1,14 @@
 /*
- * The rendezvous protocol with an asynchronous transport: bodies taken out
- * of line (pscom_plugin_rx_defer) and finished in any order while later
- * messages go on, which bodies qualify, the peer's end arriving while
- * bodies are still out of line, and a clear-to-send that arrives before the
- * transport reported its announcement written.
+ * The sender's side of the rendezvous protocol with an asynchronous
+ * transport: the receiver's answer (RNDV_CTS, or RNDV_FIN after a pull)
+ * may arrive before the transport reported the announcement (RNDV_REQ)
+ * written. A plugin that reports frames in queue order (ofi: a frame
+ * injected behind a large send still in flight) sees this whenever the
+ * peer answers faster than the earlier send completes.
  *
- * Frames are fed into connections with no transport through the plugin
- * upcalls, and the send queue is read and completed through
- * pscom_plugin_tx_peek/_done as a plugin would.
+ * The connection has no transport: the test plays the plugin through the
+ * same upcalls (tx_peek, tx_done, rx_push).
  */
-#include <errno.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -17,22 +16,17 @@
 
 #include "frames.h"
 
-static pscom_socket_t *sock;
-static int errors;
-static pscom_err_t last_err;
+#define BODY_LEN 4096
 
-static void on_error(pscom_connection_t *c, pscom_op_t op, pscom_err_t err)
-{
-    errors++;
-    last_err = err;
-}
+static pscom_socket_t *sock;
+static pscom_connection_t *con;
+static char body[BODY_LEN];
 
 static int setup(void **state)
 {
     assert_int_equal(pscom_init(PSCOM_VERSION), PSCOM_SUCCESS);
-    pscom_set_debug(0); /* some input is malformed on purpose */
     sock = pscom_open_socket(0, 0, 0, 0);
-    sock->ops.con_error = on_error;
+    assert_non_null(sock);
     return 0;
 }
 
@@ -42,255 +36,165 @@ static int teardown(void **state)
     return 0;
 }
 
-static pscom_connection_t *fresh(void)
+static int con_setup(void **state)
 {
-    errors = 0;
-    return pscom_open_connection(sock);
-}
-
-static pscom_request_t *recv_req(pscom_connection_t *c, void *buf, size_t len)
-{
-    pscom_request_t *r = pscom_request_create(4, 0);
-    r->connection = c;
-    r->socket = sock;
-    r->data = buf;
-    r->data_len = len;
-    r->xheader_len = 4;
-    pscom_post_recv(r);
-    return r;
-}
-
-/* The peer announces a rendezvous message of len bytes. */
-static void feed_rndv_req(pscom_connection_t *c, uint32_t tag, uint64_t id,
-                          uint64_t len)
-{
-    struct {
-        uint32_t tag;
-        struct psc_rndv_info info;
-    } __attribute__((packed)) x = {.tag = tag,
-                                   .info = {.sender_id = id, .data_len = len}};
-    struct frame f;
-    frame_make(&f, PSC_MSG_RNDV_REQ, &x, sizeof(x), NULL, 0, 0);
-    assert_int_equal(feed(c, &f), 0);
-}
-
-/* The receiver id of the clear-to-send for sender_id in c's send queue. */
-static uint64_t cts_for(pscom_connection_t *c, uint64_t sender_id)
-{
-    struct psc_list *pos;
-    psc_list_for_each(pos, &con_of(c)->sendq) {
-        struct psc_req *q = psc_list_entry(pos, struct psc_req, next);
-        const pscom_header_net_t *h = (const pscom_header_net_t *)q->ctrl;
-        struct psc_rndv_cts cts;
-        if (q->kind != PSC_REQ_CONTROL || h->msg_type != PSC_MSG_RNDV_CTS)
-            continue;
-        memcpy(&cts, q->ctrl + PSC_HDR_LEN, sizeof(cts));
-        if (cts.sender_id == sender_id) return cts.receiver_id;
-    }
-    fail_msg("no clear-to-send for sender id %llu",
-             (unsigned long long)sender_id);
+    con = pscom_open_connection(sock);
+    assert_non_null(con);
+    con_of(con)->rndv_threshold = 1024;
+    memset(body, 'b', sizeof(body));
     return 0;
 }
 
-/* The head of a RNDV_DATA message; its body follows separately. */
-static void feed_data_head(pscom_connection_t *c, uint64_t receiver_id,
-                           uint64_t len)
+static int con_teardown(void **state)
 {
-    struct psc_rndv_data_hdr dh = {.receiver_id = receiver_id};
-    struct frame f;
-    frame_make(&f, PSC_MSG_RNDV_DATA, &dh, sizeof(dh), NULL, len, 0);
-    assert_int_equal(feed(c, &f), 0);
+    pscom_close_connection(con);
+    return 0;
 }
 
-static void bodies_out_of_line_in_any_order(void **state)
+/* A rendezvous send, queued. */
+static pscom_request_t *post_rndv_send_queued(void)
 {
-    pscom_connection_t *c = fresh();
-    static char out[3][300], body[3][300];
-    pscom_request_t *r[3];
-    void *h[3];
-
-    for (int i = 0; i < 3; i++) {
-        memset(body[i], 'a' + i, sizeof(body[i]));
-        r[i] = recv_req(c, out[i], sizeof(out[i]));
-        feed_rndv_req(c, 10 + i, 100 + i, 300);
-    }
-    for (int i = 0; i < 3; i++) {
-        void *buf;
-        size_t len;
-        feed_data_head(c, cts_for(c, 100 + i), 300);
-        h[i] = pscom_plugin_rx_defer(con_of(c), &buf, &len);
-        assert_non_null(h[i]);
-        assert_ptr_equal(buf, out[i]);
-        assert_int_equal(len, 300);
-        /* Taking it twice is not possible: the core expects the next
-         * message. */
-        assert_null(pscom_plugin_rx_defer(con_of(c), &buf, &len));
-    }
-    /* A message behind them is received at once. */
-    char small[8];
-    pscom_request_t *e = recv_req(c, small, sizeof(small));
-    struct frame f;
-    frame_user(&f, 99, "later", 6);
-    assert_int_equal(feed(c, &f), 0);
-    assert_true(pscom_req_successful(e));
-    for (int i = 0; i < 3; i++) assert_false(pscom_req_is_done(r[i]));
-
-    /* The transport finishes them out of order. */
-    memcpy(out[1], body[1], 300);
-    assert_int_equal(pscom_plugin_rx_defer_done(con_of(c), h[1], 0), 0);
-    assert_true(pscom_req_successful(r[1]));
-    assert_false(pscom_req_is_done(r[0]));
-    memcpy(out[2], body[2], 300);
-    assert_int_equal(pscom_plugin_rx_defer_done(con_of(c), h[2], 0), 0);
-    assert_int_equal(pscom_plugin_rx_defer_done(con_of(c), h[0], -EIO), 0);
-    assert_true(r[0]->state & PSCOM_REQ_STATE_ERROR);
-    assert_true(pscom_req_successful(r[2]));
-    assert_int_equal(r[2]->header.data_len, 300);
-    assert_memory_equal(out[2], body[2], 300);
-    assert_int_equal(errors, 0);
-    for (int i = 0; i < 3; i++) pscom_request_free(r[i]);
-    pscom_request_free(e);
-    pscom_close_connection(c);
+    pscom_request_t *r = pscom_request_create(4, 0);
+    uint32_t tag = 42;
+    pscom_req_prepare(r, con, body, BODY_LEN, &tag, sizeof(tag));
+    pscom_post_send(r);
+    return r;
 }
 
-static void only_whole_bodies_of_matched_receives(void **state)
+/* A rendezvous send, handed to the "transport" (peeked) but not reported
+ * written. */
+static pscom_request_t *post_rndv_send(size_t *frame_len)
 {
-    pscom_connection_t *c = fresh();
-    static char out[300], small_out[100], body[300];
-    void *buf;
+    pscom_request_t *r = post_rndv_send_queued();
+    struct iovec iov[4];
+    size_t total = 0;
+    int n = pscom_plugin_tx_peek(con_of(con), iov, 4, &total);
+    assert_int_equal(n, 1);
+    const pscom_header_net_t *h = iov[0].iov_base;
+    assert_int_equal(h->msg_type, PSC_MSG_RNDV_REQ);
+    *frame_len = total;
+    return r;
+}
+
+/* The upcall's result for a control message from the peer. */
+static int feed_control(uint8_t type, const void *x, size_t xlen)
+{
+    struct frame f;
+    frame_make(&f, type, x, xlen, NULL, 0, 0);
+    return pscom_plugin_rx_push(con_of(con), f.buf, f.len);
+}
+
+static int feed_cts(uint64_t sender_id, uint64_t receiver_id)
+{
+    struct psc_rndv_cts cts = {.sender_id = sender_id,
+                               .receiver_id = receiver_id};
+    return feed_control(PSC_MSG_RNDV_CTS, &cts, sizeof(cts));
+}
+
+/* The connection failed, and with it the send. */
+static void expect_failed(pscom_request_t *r)
+{
+    assert_true(con_of(con)->failed);
+    assert_true(pscom_req_is_done(r));
+    assert_false(pscom_req_successful(r));
+}
+
+/* The frame the plugin is to send next: the rendezvous data for
+ * receiver_id, with the whole body. Reported written, it completes r. */
+static void expect_data_frame(pscom_request_t *r, uint64_t receiver_id)
+{
+    struct iovec iov[4];
+    size_t total = 0;
+    int n = pscom_plugin_tx_peek(con_of(con), iov, 4, &total);
+    assert_int_equal(n, 2);
+    const pscom_header_net_t *h = iov[0].iov_base;
+    assert_int_equal(h->msg_type, PSC_MSG_RNDV_DATA);
+    assert_int_equal(h->data_len, BODY_LEN);
+    struct psc_rndv_data_hdr dh;
+    memcpy(&dh, h + 1, sizeof(dh));
+    assert_int_equal(dh.receiver_id, receiver_id);
+    assert_ptr_equal(iov[1].iov_base, body);
+    assert_int_equal(iov[1].iov_len, BODY_LEN);
+
+    assert_false(pscom_req_is_done(r));
+    assert_int_equal(pscom_plugin_tx_done(con_of(con), total), 0);
+    assert_true(pscom_req_successful(r));
+}
+
+static void cts_after_req_written(void **state)
+{
     size_t len;
-
-    /* An eager message: its receive may be the core's own buffer. */
-    char eo[300];
-    pscom_request_t *e = recv_req(c, eo, sizeof(eo));
-    struct frame f;
-    frame_make(&f, PSC_MSG_USER, "tag!", 4, body, 300, 0);
-    assert_int_equal(feed(c, &f), 0);
-    assert_null(pscom_plugin_rx_defer(con_of(c), &buf, &len));
-    assert_int_equal(pscom_plugin_rx_push(con_of(c), body, 300), 0);
-    assert_true(pscom_req_successful(e));
-
-    /* A truncated rendezvous body. */
-    pscom_request_t *t = recv_req(c, small_out, sizeof(small_out));
-    feed_rndv_req(c, 1, 7, 300);
-    feed_data_head(c, cts_for(c, 7), 300);
-    assert_null(pscom_plugin_rx_defer(con_of(c), &buf, &len));
-    assert_int_equal(pscom_plugin_rx_push(con_of(c), body, 300), 0);
-    assert_true(t->state & PSCOM_REQ_STATE_TRUNCATED);
-
-    /* A body of which some bytes were delivered already. */
-    pscom_request_t *p = recv_req(c, out, sizeof(out));
-    feed_rndv_req(c, 2, 8, 300);
-    feed_data_head(c, cts_for(c, 8), 300);
-    assert_int_equal(pscom_plugin_rx_push(con_of(c), body, 10), 0);
-    assert_null(pscom_plugin_rx_defer(con_of(c), &buf, &len));
-    assert_int_equal(pscom_plugin_rx_push(con_of(c), body + 10, 290), 0);
-    assert_true(pscom_req_successful(p));
-    pscom_request_free(e);
-    pscom_request_free(t);
-    pscom_request_free(p);
-    pscom_close_connection(c);
+    pscom_request_t *r = post_rndv_send(&len);
+    assert_int_equal(pscom_plugin_tx_done(con_of(con), len), 0);
+    assert_int_equal(feed_cts(req_of(r)->id, 7), 0);
+    expect_data_frame(r, 7);
+    pscom_request_free(r);
 }
 
-/* The peer's EOF comes while a body it sent before is still out of line:
- * the connection ends only after that body. Nothing may follow the EOF. */
-static void eof_waits_for_bodies_out_of_line(void **state)
+static void cts_before_req_reported(void **state)
 {
-    pscom_connection_t *c = fresh();
-    static char out[300];
-    void *buf;
     size_t len;
-    pscom_request_t *r = recv_req(c, out, sizeof(out));
-    feed_rndv_req(c, 1, 5, 300);
-    feed_data_head(c, cts_for(c, 5), 300);
-    void *h = pscom_plugin_rx_defer(con_of(c), &buf, &len);
-    assert_non_null(h);
-
-    struct frame f;
-    frame_make(&f, PSC_MSG_EOF, NULL, 0, NULL, 0, 0);
-    assert_int_equal(feed(c, &f), 0);
-    assert_int_equal(errors, 0);
+    pscom_request_t *r = post_rndv_send(&len);
+    /* The answer overtakes the report of the announcement. */
+    assert_int_equal(feed_cts(req_of(r)->id, 9), 0);
+    assert_false(con_of(con)->failed);
     assert_false(pscom_req_is_done(r));
 
-    assert_int_equal(pscom_plugin_rx_defer_done(con_of(c), h, 0), -1);
-    assert_true(pscom_req_successful(r));
-    assert_int_equal(errors, 1);
-    assert_int_equal(last_err, PSCOM_ERR_EOF);
+    /* Only once the announcement is reported does the data follow. */
+    assert_int_equal(pscom_plugin_tx_done(con_of(con), len), 0);
+    expect_data_frame(r, 9);
     pscom_request_free(r);
-    pscom_close_connection(c);
-
-    c = fresh();
-    r = recv_req(c, out, sizeof(out));
-    feed_rndv_req(c, 1, 6, 300);
-    feed_data_head(c, cts_for(c, 6), 300);
-    h = pscom_plugin_rx_defer(con_of(c), &buf, &len);
-    assert_int_equal(feed(c, &f), 0);
-    frame_user(&f, 3, "after", 6);
-    assert_int_equal(feed(c, &f), -1);
-    assert_int_equal(errors, 1);
-    assert_int_equal(last_err, PSCOM_ERR_IOERROR);
-    pscom_request_free(r);
-    pscom_close_connection(c);
 }
 
-/* A message plugin reports frames written in queue order, so the answer to
- * an announcement can come before the announcement is reported written
- * (it was sent behind a large body that is still moving). */
-static void clear_to_send_before_the_announcement_was_reported(void **state)
+static void fin_before_req_reported(void **state)
 {
-    pscom_connection_t *c = fresh();
-    struct psc_con *pc = con_of(c);
-    static char data[500];
-    pc->rndv_threshold = 100;
+    size_t len;
+    pscom_request_t *r = post_rndv_send(&len);
+    struct psc_rndv_fin fin = {.sender_id = req_of(r)->id};
+    assert_int_equal(feed_control(PSC_MSG_RNDV_FIN, &fin, sizeof(fin)), 0);
+    assert_false(con_of(con)->failed);
+    /* The transport may still read the announcement: not done yet. */
+    assert_false(pscom_req_is_done(r));
 
-    pscom_request_t *s = pscom_request_create(4, 0);
-    pscom_req_prepare(s, c, data, sizeof(data), "tag!", 4);
-    pscom_post_send(s);
-    struct iovec iov[4];
-    size_t total;
-    assert_int_equal(pscom_plugin_tx_peek(pc, iov, 4, &total), 1);
-    pscom_header_net_t h;
-    memcpy(&h, iov[0].iov_base, sizeof(h));
-    assert_int_equal(h.msg_type, PSC_MSG_RNDV_REQ);
-    struct psc_rndv_info info;
-    memcpy(&info, (char *)iov[0].iov_base + total - sizeof(info),
-           sizeof(info));
+    assert_int_equal(pscom_plugin_tx_done(con_of(con), len), 0);
+    assert_true(pscom_req_successful(r));
+    assert_true(psc_list_empty(&con_of(con)->sendq));
+    pscom_request_free(r);
+}
 
-    /* The answer arrives: the body is sent once the announcement is
-     * reported written. */
-    struct psc_rndv_cts cts = {.sender_id = info.sender_id, .receiver_id = 42};
-    struct frame f;
-    frame_make(&f, PSC_MSG_RNDV_CTS, &cts, sizeof(cts), NULL, 0, 0);
-    assert_int_equal(feed(c, &f), 0);
-    assert_int_equal(errors, 0);
-    assert_int_equal(pscom_plugin_tx_done(pc, total), 0);
-    assert_int_equal(pscom_plugin_tx_peek(pc, iov, 4, &total), 2);
-    memcpy(&h, iov[0].iov_base, sizeof(h));
-    assert_int_equal(h.msg_type, PSC_MSG_RNDV_DATA);
-    struct psc_rndv_data_hdr dh;
-    memcpy(&dh, (char *)iov[0].iov_base + sizeof(h), sizeof(dh));
-    assert_int_equal(dh.receiver_id, 42);
-    assert_ptr_equal(iov[1].iov_base, data);
-    assert_int_equal(pscom_plugin_tx_done(pc, total), 0);
-    assert_true(pscom_req_successful(s));
+/* An answer to an announcement the transport was never given cannot come
+ * from a correct peer. */
+static void cts_for_unsent_req_fails(void **state)
+{
+    pscom_request_t *r = post_rndv_send_queued();
+    assert_int_equal(feed_cts(req_of(r)->id, 1), -1);
+    expect_failed(r);
+    pscom_request_free(r);
+}
 
-    /* An answer for an announcement never sent is still refused. */
-    cts.sender_id += 1000;
-    frame_make(&f, PSC_MSG_RNDV_CTS, &cts, sizeof(cts), NULL, 0, 0);
-    assert_int_equal(feed(c, &f), -1);
-    assert_int_equal(errors, 1);
-    assert_int_equal(last_err, PSCOM_ERR_IOERROR);
-    pscom_request_free(s);
-    pscom_close_connection(c);
+static void two_cts_for_one_send_fail(void **state)
+{
+    size_t len;
+    pscom_request_t *r = post_rndv_send(&len);
+    assert_int_equal(feed_cts(req_of(r)->id, 3), 0);
+    assert_int_equal(feed_cts(req_of(r)->id, 4), -1);
+    expect_failed(r);
+    pscom_request_free(r);
 }
 
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(bodies_out_of_line_in_any_order),
-        cmocka_unit_test(only_whole_bodies_of_matched_receives),
-        cmocka_unit_test(eof_waits_for_bodies_out_of_line),
-        cmocka_unit_test(clear_to_send_before_the_announcement_was_reported),
+        cmocka_unit_test_setup_teardown(cts_after_req_written, con_setup,
+                                        con_teardown),
+        cmocka_unit_test_setup_teardown(cts_before_req_reported, con_setup,
+                                        con_teardown),
+        cmocka_unit_test_setup_teardown(fin_before_req_reported, con_setup,
+                                        con_teardown),
+        cmocka_unit_test_setup_teardown(cts_for_unsent_req_fails, con_setup,
+                                        con_teardown),
+        cmocka_unit_test_setup_teardown(two_cts_for_one_send_fail, con_setup,
+                                        con_teardown),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

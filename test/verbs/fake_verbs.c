@@ -66,6 +66,7 @@ void fake_reset(void)
         .fail_state = env_int("FAKE_VERBS_FAIL_STATE", 0),
         .fail_errno = EINVAL,
         .fork_status = IBV_FORK_DISABLED,
+        .max_msg_sz = (uint32_t)env_int("FAKE_VERBS_MAX_MSG", 0),
     };
     memset(&fake_stats, 0, sizeof(fake_stats));
     configured = true;
@@ -192,7 +193,7 @@ int vb_query_port(struct ibv_context *context, uint8_t port,
     attr->max_mtu = IBV_MTU_4096;
     attr->lid = fake_cfg.lid;
     attr->link_layer = (uint8_t)fake_cfg.link_layer;
-    attr->max_msg_sz = 1u << 31;
+    attr->max_msg_sz = fake_cfg.max_msg_sz ? fake_cfg.max_msg_sz : 1u << 31;
     return 0;
 }
 
@@ -287,7 +288,8 @@ int vb_poll_cq(struct ibv_cq *cq, int num_entries, struct ibv_wc *wc)
         wc[n] = c->q[c->head];
         c->head = (c->head + 1) % c->cap;
         c->count--;
-        if (wc[n].opcode == IBV_WC_SEND || wc[n].opcode == IBV_WC_RDMA_READ) {
+        if (wc[n].opcode == IBV_WC_SEND || wc[n].opcode == IBV_WC_RDMA_READ ||
+            wc[n].opcode == IBV_WC_RDMA_WRITE) {
             struct fake_qp *q = find_qp(wc[n].qp_num);
             if (q && q->sq_out) q->sq_out--;
         }
@@ -438,8 +440,9 @@ static int post_one(struct fake_qp *q, struct ibv_send_wr *wr)
     if (q->qp.state != IBV_QPS_RTS && q->qp.state != IBV_QPS_ERR)
         return EINVAL;
     if (q->sq_out >= q->sq_cap) return ENOMEM; /* send queue full */
-    enum ibv_wc_opcode op =
-        wr->opcode == IBV_WR_RDMA_READ ? IBV_WC_RDMA_READ : IBV_WC_SEND;
+    enum ibv_wc_opcode op = wr->opcode == IBV_WR_RDMA_READ    ? IBV_WC_RDMA_READ
+                            : wr->opcode == IBV_WR_RDMA_WRITE ? IBV_WC_RDMA_WRITE
+                                                              : IBV_WC_SEND;
     if (q->qp.state == IBV_QPS_ERR || q->broken) {
         q->qp.state = IBV_QPS_ERR;
         complete(q, wr,
@@ -489,25 +492,28 @@ static int post_one(struct fake_qp *q, struct ibv_send_wr *wr)
         complete(q, wr, IBV_WC_SUCCESS, op, sge->length);
         return 0;
     }
-    if (wr->opcode == IBV_WR_RDMA_READ) {
-        if (!find_mr(sge->lkey, sge->addr, sge->length, IBV_ACCESS_LOCAL_WRITE)) {
+    if (wr->opcode == IBV_WR_RDMA_READ || wr->opcode == IBV_WR_RDMA_WRITE) {
+        bool read = wr->opcode == IBV_WR_RDMA_READ;
+        int remote = read ? IBV_ACCESS_REMOTE_READ : IBV_ACCESS_REMOTE_WRITE;
+        if (!find_mr(sge->lkey, sge->addr, sge->length,
+                     read ? IBV_ACCESS_LOCAL_WRITE : 0)) {
             fake_stats.bad_key++;
             complete(q, wr, IBV_WC_LOC_PROT_ERR, op, 0);
             return 0;
         }
         uint64_t raddr = wr->wr.rdma.remote_addr;
-        if (!q->max_rd || !peer->max_dest_rd ||
-            !(peer->access & IBV_ACCESS_REMOTE_READ) ||
-            !find_mr(wr->wr.rdma.rkey, raddr, sge->length,
-                     IBV_ACCESS_REMOTE_READ)) {
+        if ((read && (!q->max_rd || !peer->max_dest_rd)) ||
+            !(peer->access & remote) ||
+            !find_mr(wr->wr.rdma.rkey, raddr, sge->length, remote)) {
             fake_stats.bad_key++;
             q->qp.state = IBV_QPS_ERR;
             complete(q, wr, IBV_WC_REM_ACCESS_ERR, op, 0);
             return 0;
         }
-        memcpy((void *)(uintptr_t)sge->addr, (void *)(uintptr_t)raddr,
-               sge->length);
-        fake_stats.reads++;
+        void *l = (void *)(uintptr_t)sge->addr, *r = (void *)(uintptr_t)raddr;
+        memcpy(read ? l : r, read ? r : l, sge->length);
+        if (read) fake_stats.reads++;
+        else fake_stats.writes++;
         complete(q, wr, IBV_WC_SUCCESS, op, sge->length);
         return 0;
     }

@@ -5,13 +5,17 @@
  * copies from a registered buffer after checking rkey, range and access,
  * and completions go to the CQs at once. It checks what real hardware
  * would refuse (a SEND without a posted receive, a wrong lkey, a QP state
- * transition without its required attributes) and counts it.
+ * transition without its required attributes) and counts it. RDMA WRITE
+ * copies into a registered buffer of the peer after checking rkey, range,
+ * the registration's and the peer QP's remote-write rights.
  *
  * Configuration: the fields of `fake_cfg` (set before the plugin's init),
  * or, for the copy built into a loadable module, the environment:
  *   FAKE_VERBS_NDEV=N          devices (default 1)
  *   FAKE_VERBS_FAIL_STATE=S    modify_qp to state S fails (3 = RTR)
  *   FAKE_VERBS_RD_ATOM=N       RDMA read depth of the device (default 16)
+ *   FAKE_VERBS_MAX_MSG=N       largest message of a work request (default
+ *                              2 GiB)
  */
 #ifndef FAKE_VERBS_H
 #define FAKE_VERBS_H
@@ -31,6 +35,7 @@ struct fake_cfg {
     int fail_errno;          /* ... with this error */
     int fail_reg;            /* reg_mr fails with this errno (0: never) */
     int fork_status;         /* what ibv_is_fork_initialized says */
+    uint32_t max_msg_sz;     /* of the ports; 0: 2 GiB */
 };
 
 extern struct fake_cfg fake_cfg;
@@ -50,6 +55,7 @@ struct fake_stats {
     int bad_key;        /* local or remote key checks that failed */
     int bad_transition; /* modify_qp calls a real HCA would refuse */
     int sends, reads;   /* completed operations */
+    int writes;         /* completed RDMA writes */
     int reg_calls;      /* successful vb_reg_mr calls */
     int fork_init;      /* calls of vb_fork_init */
     int nmodify;        /* entries in `modify` */

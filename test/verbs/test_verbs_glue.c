@@ -55,6 +55,16 @@ void pscom_plugin_set_reason(const char *reason)
     snprintf(init_reason, sizeof(init_reason), "%s", reason);
 }
 
+/* A size setting: "inf", or a number with an optional k or M. */
+static size_t size_of(const char *v)
+{
+    if (!v) return 0;
+    if (!strcmp(v, "inf")) return SIZE_MAX;
+    char *end;
+    size_t n = strtoull(v, &end, 0);
+    return *end == 'k' ? n << 10 : *end == 'M' ? n << 20 : n;
+}
+
 void pscom_plugin_config_register(const pscom_config_row_t *rows, size_t count)
 {
     for (size_t i = 0; i < count; i++) {
@@ -69,7 +79,7 @@ void pscom_plugin_config_register(const pscom_config_row_t *rows, size_t count)
         case PSCOM_CONFIG_INT:
         case PSCOM_CONFIG_BOOL: *(int *)r->var = v ? atoi(v) : 0; break;
         case PSCOM_CONFIG_UINT: *(unsigned *)r->var = v ? (unsigned)strtoul(v, NULL, 0) : 0; break;
-        case PSCOM_CONFIG_SIZE: *(size_t *)r->var = v ? strtoull(v, NULL, 0) : 0; break;
+        case PSCOM_CONFIG_SIZE: *(size_t *)r->var = size_of(v); break;
         default: *(const char **)r->var = v; break;
         }
     }
@@ -105,6 +115,24 @@ void pscom_plugin_con_error(pscom_plugin_con_t *con, pscom_op_t op,
     errors_reported++;
 }
 
+/* pscom_plugin_rma_done calls, with the connection errors reported before
+ * each. */
+static struct {
+    void *token;
+    int err;
+    int errors_before;
+} done[64];
+static int ndone;
+
+void pscom_plugin_rma_done(void *token, int err)
+{
+    assert_true(ndone < 64);
+    done[ndone].token = token;
+    done[ndone].err = err;
+    done[ndone].errors_before = errors_reported;
+    ndone++;
+}
+
 int pscom_plugin_fd_add(int fd, uint32_t events, int hot,
                         pscom_plugin_fd_cb_t cb, void *arg)
 {
@@ -128,7 +156,9 @@ static int setup(void **state)
     logbuf[0] = 0;
     rows_seen[0] = 0;
     errors_reported = 0;
+    ndone = 0;
     unsetenv("PSP_VERBS_HCA");
+    unsetenv("PSP_VERBS_RMA");
     unsetenv("PSP_VERBS_FORK");
     unsetenv("PSP_VERBS_CQ_SIZE");
     ops = pscom_plugin_verbs.ops;
@@ -412,6 +442,265 @@ static void registration_failure_at_hs_start(void **state)
     all_released();
 }
 
+
+/* ---------------------------------------------------------------------- */
+/* One-sided operations                                                   */
+/* ---------------------------------------------------------------------- */
+
+/* Both ends of a pair connected and open (the core's order). */
+static void pair_open(struct pair *p)
+{
+    pair_start(p);
+    assert_int_equal(ops->hs_connect((pscom_plugin_con_t *)&con_b, p->b,
+                                     p->blob_a, p->len_a), 0);
+    assert_int_equal(ops->hs_connect((pscom_plugin_con_t *)&con_a, p->a,
+                                     p->blob_b, p->len_b), 0);
+    assert_int_equal(ops->open((pscom_plugin_con_t *)&con_a, p->a, -1), 1);
+    assert_int_equal(ops->open((pscom_plugin_con_t *)&con_b, p->b, -1), 1);
+}
+
+static void pair_close(struct pair *p)
+{
+    ops->close((pscom_plugin_con_t *)&con_a, p->a);
+    ops->close((pscom_plugin_con_t *)&con_b, p->b);
+    free(p->a);
+    free(p->b);
+}
+
+struct region {
+    uint8_t key[PSCOM_PLUGIN_RKEY_MAX];
+    size_t key_len;
+    void *handle;
+};
+
+static void region_register(struct region *r, void *addr, size_t len)
+{
+    r->key_len = 0;
+    assert_int_equal(ops->rma_register(NULL, addr, len, r->key, &r->key_len,
+                                       &r->handle), 0);
+    assert_int_equal(r->key_len, VB_RMAKEY_LEN);
+}
+
+static void *rkey_on_a(struct pair *p, struct region *r)
+{
+    void *prkey = NULL;
+    assert_int_equal(ops->rma_rkey((pscom_plugin_con_t *)&con_a, p->a, r->key,
+                                   r->key_len, &prkey), 0);
+    return prkey;
+}
+
+/* What every queue pair lets its peer do (set at RESET->INIT). */
+static void init_access_is(unsigned flags)
+{
+    int inits = 0;
+    for (int i = 0; i < fake_stats.nmodify; i++)
+        if (fake_stats.modify[i].attr.qp_state == IBV_QPS_INIT) {
+            assert_int_equal(fake_stats.modify[i].attr.qp_access_flags, flags);
+            inits++;
+        }
+    assert_int_equal(inits, 2);
+}
+
+static void progress_until(int n)
+{
+    for (int i = 0; i < 1000 && ndone < n; i++) ops->progress();
+}
+
+static void rma_put_and_get_move_bytes(void **state)
+{
+    /* Small messages per work request: a put is many RDMA writes, more
+     * than fit the send queue at once. */
+    fake_cfg.max_msg_sz = 4096;
+    assert_int_equal(ops->init(), 0);
+    struct pair p;
+    pair_open(&p);
+    /* The queue pairs let the peer write and read. */
+    init_access_is(IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_WRITE);
+    enum { LEN = 100000 };
+    uint8_t *target = calloc(1, LEN + 64), *src = malloc(LEN), *dst = calloc(1, LEN);
+    for (size_t i = 0; i < LEN; i++) src[i] = (uint8_t)(i * 13 + 1);
+    struct region r;
+    region_register(&r, target, LEN + 64);
+    void *rk = rkey_on_a(&p, &r);
+    int mrs = fake_stats.live_mr;
+
+    int tput, tget;
+    assert_int_equal(ops->rma_put((pscom_plugin_con_t *)&con_a, p.a, rk, src,
+                                  (uintptr_t)target + 64, LEN, &tput), 1);
+    assert_int_equal(ndone, 0); /* only from progress */
+    assert_int_equal(fake_stats.writes, 8); /* the send queue's share */
+    progress_until(1);
+    assert_int_equal(ndone, 1);
+    assert_ptr_equal(done[0].token, &tput);
+    assert_int_equal(done[0].err, 0);
+    assert_int_equal(fake_stats.writes, (LEN + 4095) / 4096);
+    assert_memory_equal(target + 64, src, LEN);
+
+    assert_int_equal(ops->rma_get((pscom_plugin_con_t *)&con_a, p.a, rk, dst,
+                                  (uintptr_t)target + 64, LEN, &tget), 1);
+    progress_until(2);
+    assert_int_equal(ndone, 2);
+    assert_ptr_equal(done[1].token, &tget);
+    assert_int_equal(done[1].err, 0);
+    assert_memory_equal(dst, src, LEN);
+    for (int i = 0; i < 10; i++) ops->progress();
+    assert_int_equal(ndone, 2); /* once each */
+    /* The buffers' registrations went with their operations. */
+    assert_int_equal(fake_stats.live_mr, mrs);
+
+    /* Below PSP_VERBS_RMA, and outside the region: the core's path. */
+    assert_int_equal(ops->rma_put((pscom_plugin_con_t *)&con_a, p.a, rk, src,
+                                  (uintptr_t)target, 8191, &tput), -ENOTSUP);
+    assert_int_equal(ops->rma_put((pscom_plugin_con_t *)&con_a, p.a, rk, src,
+                                  (uintptr_t)target + 128, LEN, &tput), -ERANGE);
+    assert_int_equal(ops->rma_get((pscom_plugin_con_t *)&con_a, p.a, rk, dst,
+                                  (uintptr_t)target - 8, LEN, &tget), -ERANGE);
+    assert_int_equal(fake_stats.bad_key, 0);
+    assert_int_equal(fake_stats.rnr, 0);
+    ops->rma_rkey_release((pscom_plugin_con_t *)&con_a, p.a, rk);
+    ops->rma_deregister(NULL, r.handle);
+    pair_close(&p);
+    ops->destroy();
+    all_released();
+    free(target);
+    free(src);
+    free(dst);
+}
+
+static void rma_keys_are_checked(void **state)
+{
+    assert_int_equal(ops->init(), 0);
+    struct pair p;
+    pair_open(&p);
+    static uint8_t target[8192];
+    struct region r;
+    region_register(&r, target, sizeof(target));
+    void *prkey;
+    /* Malformed. */
+    assert_int_equal(ops->rma_rkey((pscom_plugin_con_t *)&con_a, p.a, r.key,
+                                   r.key_len - 1, &prkey), -EPROTO);
+    /* From a port other than the peer's. */
+    uint8_t other[VB_RMAKEY_LEN];
+    memcpy(other, r.key, sizeof(other));
+    other[24 + 15] ^= 0x40; /* the GID */
+    assert_int_equal(ops->rma_rkey((pscom_plugin_con_t *)&con_a, p.a, other,
+                                   sizeof(other), &prkey), -EPERM);
+    assert_non_null(strstr(logbuf, "another port"));
+    ops->rma_deregister(NULL, r.handle);
+    /* The whole address space: not with verbs. */
+    uint8_t key[PSCOM_PLUGIN_RKEY_MAX];
+    size_t key_len;
+    void *h;
+    assert_int_equal(ops->rma_register(NULL, NULL, 0, key, &key_len, &h),
+                     -ENOTSUP);
+    /* A registration the HCA refuses. */
+    fake_cfg.fail_reg = ENOMEM;
+    assert_int_equal(ops->rma_register(NULL, target, sizeof(target), key,
+                                       &key_len, &h), -ENOMEM);
+    fake_cfg.fail_reg = 0;
+    pair_close(&p);
+    ops->destroy();
+    all_released();
+}
+
+/* A failed completion fails the connection, then its operation hears the
+ * error as an errno (the core then fails it with the connection). */
+static void rma_failed_completion(void **state)
+{
+    assert_int_equal(ops->init(), 0);
+    static uint8_t target[16384], src[16384];
+    struct pair p;
+    pair_open(&p);
+    struct region r;
+    region_register(&r, target, sizeof(target));
+    /* A key whose rkey the peer's HCA does not know. */
+    uint8_t bad[VB_RMAKEY_LEN];
+    memcpy(bad, r.key, sizeof(bad));
+    bad[4] ^= 0xff;
+    void *rk;
+    assert_int_equal(ops->rma_rkey((pscom_plugin_con_t *)&con_a, p.a, bad,
+                                   sizeof(bad), &rk), 0);
+    int tok;
+    assert_int_equal(ops->rma_put((pscom_plugin_con_t *)&con_a, p.a, rk, src,
+                                  (uintptr_t)target, sizeof(src), &tok), 1);
+    progress_until(1);
+    assert_int_equal(ndone, 1);
+    assert_int_equal(done[0].err, -EACCES);
+    assert_int_equal(done[0].errors_before, 1);
+    assert_int_equal(errors_reported, 1);
+    assert_non_null(strstr(logbuf, "one-sided RDMA completion failed"));
+    /* No more on a failed connection. */
+    assert_int_equal(ops->rma_get((pscom_plugin_con_t *)&con_a, p.a, rk, src,
+                                  (uintptr_t)target, sizeof(src), &tok),
+                     -ENOTCONN);
+    ops->rma_rkey_release((pscom_plugin_con_t *)&con_a, p.a, rk);
+
+    /* The peer gone: transport retries exceeded. */
+    struct pair q;
+    pair_open(&q);
+    errors_reported = 0;
+    ndone = 0;
+    rk = rkey_on_a(&q, &r);
+    fake_break_all();
+    assert_int_equal(ops->rma_get((pscom_plugin_con_t *)&con_a, q.a, rk, src,
+                                  (uintptr_t)target, sizeof(src), &tok), 1);
+    progress_until(1);
+    assert_int_equal(ndone, 1);
+    assert_int_equal(done[0].err, -ECONNRESET);
+    assert_int_equal(done[0].errors_before, 1);
+    ops->rma_rkey_release((pscom_plugin_con_t *)&con_a, q.a, rk);
+    ops->rma_deregister(NULL, r.handle);
+    pair_close(&p);
+    pair_close(&q);
+    ops->destroy();
+    all_released();
+}
+
+/* Closing with operations still queued reports none of them, and destroy
+ * releases regions the application left registered. */
+static void rma_close_and_destroy(void **state)
+{
+    fake_cfg.max_msg_sz = 4096;
+    assert_int_equal(ops->init(), 0);
+    struct pair p;
+    pair_open(&p);
+    enum { LEN = 65536 };
+    uint8_t *target = calloc(1, LEN), *src = calloc(1, LEN);
+    struct region r;
+    region_register(&r, target, LEN);
+    void *rk = rkey_on_a(&p, &r);
+    int tok;
+    assert_int_equal(ops->rma_put((pscom_plugin_con_t *)&con_a, p.a, rk, src,
+                                  (uintptr_t)target, LEN, &tok), 1);
+    ops->rma_rkey_release((pscom_plugin_con_t *)&con_a, p.a, rk);
+    pair_close(&p);
+    for (int i = 0; i < 10; i++) ops->progress();
+    assert_int_equal(ndone, 0);
+    ops->destroy(); /* r still registered */
+    all_released();
+    free(target);
+    free(src);
+}
+
+static void rma_off(void **state)
+{
+    setenv("PSP_VERBS_RMA", "inf", 1);
+    assert_int_equal(ops->init(), 0);
+    struct pair p;
+    pair_open(&p);
+    init_access_is(IBV_ACCESS_REMOTE_READ);
+    static uint8_t target[64];
+    uint8_t key[PSCOM_PLUGIN_RKEY_MAX];
+    size_t key_len;
+    void *h;
+    assert_int_equal(ops->rma_register(NULL, target, sizeof(target), key,
+                                       &key_len, &h), -ENOTSUP);
+    pair_close(&p);
+    ops->destroy();
+    unsetenv("PSP_VERBS_RMA");
+    all_released();
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -427,6 +716,11 @@ int main(void)
         cmocka_unit_test_setup(malformed_blobs, setup),
         cmocka_unit_test_setup(cq_full_skips_plugin, setup),
         cmocka_unit_test_setup(registration_failure_at_hs_start, setup),
+        cmocka_unit_test_setup(rma_put_and_get_move_bytes, setup),
+        cmocka_unit_test_setup(rma_keys_are_checked, setup),
+        cmocka_unit_test_setup(rma_failed_completion, setup),
+        cmocka_unit_test_setup(rma_close_and_destroy, setup),
+        cmocka_unit_test_setup(rma_off, setup),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -237,6 +237,47 @@ static void rndv_blob(void **state)
     assert_int_equal(vb_rndv_encode(&d, buf, VB_RNDV_LEN - 1), -ENOSPC);
 }
 
+static void rma_key(void **state)
+{
+    vb_rmakey_t k = {.flags = VB_WIREUP_GID_VALID, .lid = 0x0102,
+                     .rkey = 0xcafef00d, .addr = 0x00007fff00001000ull,
+                     .len = 3ull << 30},
+                r;
+    for (int i = 0; i < 16; i++) k.gid[i] = (uint8_t)(0xa0 + i);
+    uint8_t buf[VB_RMAKEY_LEN + 8];
+    assert_int_equal(vb_rmakey_encode(&k, buf, sizeof(buf)), VB_RMAKEY_LEN);
+    assert_true(VB_RMAKEY_LEN <= 128); /* PSCOM_PLUGIN_RKEY_MAX */
+    assert_int_equal(buf[4], 0x0d); /* little-endian rkey */
+    assert_int_equal(vb_rmakey_decode(buf, VB_RMAKEY_LEN, &r), 0);
+    assert_int_equal(r.flags, k.flags);
+    assert_int_equal(r.lid, k.lid);
+    assert_int_equal(r.rkey, k.rkey);
+    assert_int_equal(r.addr, k.addr);
+    assert_int_equal(r.len, k.len);
+    assert_memory_equal(r.gid, k.gid, 16);
+    /* Every other length, a newer version, unknown flags, length 0, a
+     * range that wraps. */
+    for (size_t len = 0; len < sizeof(buf); len++) {
+        if (len == VB_RMAKEY_LEN) continue;
+        uint8_t *p = dup_exact(buf, len);
+        assert_int_equal(vb_rmakey_decode(p, len, &r), -EPROTO);
+        free(p);
+    }
+    uint8_t b[VB_RMAKEY_LEN];
+    const struct {
+        size_t off, n;
+        uint8_t val;
+    } bad[] = {{0, 1, 2}, {1, 1, 0x02}, {16, 8, 0}, {8, 8, 0xff}};
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        memcpy(b, buf, sizeof(b));
+        memset(b + bad[i].off, bad[i].val, bad[i].n);
+        assert_int_equal(vb_rmakey_decode(b, sizeof(b), &r), -EPROTO);
+    }
+    assert_int_equal(vb_rmakey_encode(&k, buf, VB_RMAKEY_LEN - 1), -ENOSPC);
+    k.len = 0;
+    assert_int_equal(vb_rmakey_encode(&k, buf, sizeof(buf)), -EINVAL);
+}
+
 static void msg_header(void **state)
 {
     uint8_t buf[64] = {0};
@@ -285,6 +326,7 @@ int main(void)
         cmocka_unit_test(wireup_version_and_fields),
         cmocka_unit_test(wireup_random_mutations),
         cmocka_unit_test(rndv_blob),
+        cmocka_unit_test(rma_key),
         cmocka_unit_test(msg_header),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
