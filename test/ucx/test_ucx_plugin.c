@@ -426,23 +426,32 @@ static void eager_messages_arrive_in_order(void **state)
 {
     struct tcon *t = tcon_open(RNDV);
     char small[8] = "abcdefg";
-    static char big[4000];
+    static char mid[2000], big[8000];
+    memset(mid, 'M', sizeof(mid));
     memset(big, 'B', sizeof(big));
     assert_int_equal(am_eager(t->key, 4, small, sizeof(small), 1), UXW_AM_DONE);
-    /* Large eager data UCX lets us keep: kept, not copied. */
+    /* Eager data of a few KiB is copied even when UCX would let us keep it
+     * (keeping costs UCX more); larger data is kept, not copied. */
     uint8_t h[64];
-    size_t hl = am_hdr(h, t->key, 0, sizeof(big), 2);
+    size_t hl = am_hdr(h, t->key, 0, sizeof(mid), 2);
+    assert_int_equal(fake_am(UXW_AM_FRAME, h, hl, mid, sizeof(mid),
+                             UXW_AM_KEEPABLE),
+                     UXW_AM_DONE);
+    hl = am_hdr(h, t->key, 0, sizeof(big), 3);
     assert_int_equal(fake_am(UXW_AM_FRAME, h, hl, big, sizeof(big),
                              UXW_AM_KEEPABLE),
                      UXW_AM_KEEP);
-    assert_int_equal(am_eager(t->key, 0, NULL, 0, 3), UXW_AM_DONE);
+    assert_int_equal(am_eager(t->key, 0, NULL, 0, 4), UXW_AM_DONE);
     assert_int_equal(t->core.nmsgs, 0); /* nothing from inside UCX */
     progress();
-    assert_int_equal(t->core.nmsgs, 3);
+    assert_int_equal(t->core.nmsgs, 4);
     assert_memory_equal(t->core.msgs[0].body, small, sizeof(small));
     assert_int_equal(t->core.msgs[0].head_len, 12);
-    assert_int_equal(t->core.msgs[1].body_len, sizeof(big));
-    assert_int_equal(t->core.msgs[2].body_len, 0);
+    assert_int_equal(t->core.msgs[1].body_len, sizeof(mid));
+    assert_memory_equal(t->core.msgs[1].body, mid, sizeof(mid));
+    assert_int_equal(t->core.msgs[2].body_len, sizeof(big));
+    assert_memory_equal(t->core.msgs[2].body, big, sizeof(big));
+    assert_int_equal(t->core.msgs[3].body_len, 0);
     assert_int_equal(fw.releases, 1); /* the kept data was given back */
     tcon_close(t);
 }
@@ -812,7 +821,7 @@ static void close_with_operations_under_way(void **state)
     char e[2] = "e", e2[2] = "f";
     am_eager(t->key, 0, e, sizeof(e), 2);
     uint8_t h[64];
-    static char kept[1000];
+    static char kept[8000];
     size_t hl = am_hdr(h, t->key, 0, sizeof(kept), 3);
     fake_am(UXW_AM_FRAME, h, hl, kept, sizeof(kept), UXW_AM_KEEPABLE);
     am_eager(t->key, 0, e2, sizeof(e2), 4);
