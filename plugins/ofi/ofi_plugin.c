@@ -219,6 +219,7 @@ struct ofi_con {
     bool counted;   /* holds a reference on the endpoint */
     bool open;
     bool dead;      /* failed or closing: no more upcalls */
+    bool peer_gone; /* failed because the peer died (no goodbye) */
     bool attn;      /* on the attention scan (counted in ofi.attn) */
     bool tx_blocked; /* a send found the queue full */
     bool tx_report; /* frames completed: report them from progress */
@@ -371,6 +372,11 @@ static pscom_err_t err_of(int e)
     }
 }
 
+static bool bye_ok(const struct ofi_con *oc)
+{
+    return oc->bye_have == BYE_LEN && !memcmp(oc->bye, "OFIB", 4);
+}
+
 /* The connection failed here: tell the core (once). Do not touch oc
  * afterwards: the application may close the connection from con_error. */
 static void fail_con(struct ofi_con *oc, pscom_op_t op, pscom_err_t err,
@@ -378,6 +384,7 @@ static void fail_con(struct ofi_con *oc, pscom_op_t op, pscom_err_t err,
 {
     if (oc->dead) return;
     oc->dead = true;
+    oc->peer_gone = err == PSCOM_ERR_EOF && !bye_ok(oc);
     pscom_plugin_con_error(oc->con, op, err, what, sys_errno);
 }
 
@@ -1229,11 +1236,6 @@ static uint64_t get_u64le(const uint8_t *p)
     return v;
 }
 
-static bool bye_ok(const struct ofi_con *oc)
-{
-    return oc->bye_have == BYE_LEN && !memcmp(oc->bye, "OFIB", 4);
-}
-
 static void check_gone(struct ofi_con *oc)
 {
     uint64_t now = now_ms();
@@ -1578,8 +1580,11 @@ static void ofi_close(pscom_plugin_con_t *con, void *priv)
     release(oc);
 
     /* Messages the peer sent before it learnt of the close would stay in
-     * the provider's unexpected queue for good: drain them for a while. */
-    if (cfg_linger) {
+     * the provider's unexpected queue for good: drain them for a while.
+     * Not for a dead peer, which sends nothing more: ofi_rxm of libfabric
+     * 1.17 crashed inside fi_trecv posting such a sink after the peer was
+     * killed with rendezvous messages in flight (rndv_window). */
+    if (cfg_linger && !oc->peer_gone) {
         struct op *s = op_new(OP_SINK, 64);
         if (s) {
             s->frame = (uint64_t)oc->conid << 32;

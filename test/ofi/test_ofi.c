@@ -660,6 +660,35 @@ static void test_close_cancels_and_drains(void **state)
     fake_con_free(&p.b);
 }
 
+/* A connection that failed because its peer died posts no sink when it
+ * closes: nothing more comes from a dead peer, and ofi_rxm crashed inside
+ * fi_trecv posting one (rndv_window over tcp;ofi_rxm). */
+static void test_close_after_peer_died(void **state)
+{
+    setenv("PSP_OFI_RECVQ", "8", 1);
+    struct pair p;
+    pair_open(&p);
+    struct fake_frame *f = fake_frame_new(0, 0, 4000, 0);
+    uint8_t expect[5000];
+    fake.send_error_completion = 1; /* connection reset: the peer is gone */
+    send_frames(&p, &p.a, &f, 1, expect);
+    progress(20);
+    assert_int_equal(p.a.errors, 1);
+    assert_int_equal(p.a.err, PSCOM_ERR_EOF);
+    ops->close(&p.a, p.pa);
+    assert_int_equal(fake.cancels, 8);
+    progress(5);
+    assert_int_equal(fake_posted_count(), 8); /* B's receives, no sink */
+    ops->close(&p.b, p.pb);
+    progress(5);
+    assert_int_equal(fake_posted_count(), 1); /* B's sink: A is alive */
+    ops->destroy();
+    free(p.pa);
+    free(p.pb);
+    fake_con_free(&p.a);
+    fake_con_free(&p.b);
+}
+
 
 /* ---------------------------------------------------------------------- */
 /* Pull mode                                                              */
@@ -909,6 +938,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_stop_after_closing, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_close_cancels_and_drains, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_close_after_peer_died, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_pull_stream_shapes, setup,
                                         teardown),
