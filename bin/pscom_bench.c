@@ -808,6 +808,7 @@ connected:
     g_closing = 1;
     pscom_close_connection(b.con);
     pscom_close_socket(sock);
+    bench_free(&b);
     return 0;
 }
 
@@ -896,6 +897,7 @@ static int server(const struct opts *o, pscom_socket_t *sock,
     }
     pscom_close_connection(b.con);
     pscom_close_socket(sock);
+    bench_free(&b);
     return 0;
 }
 

@@ -1040,6 +1040,7 @@ static void sock_put(struct ux_sock *us)
 }
 
 static void rma_rkeys_left_free(struct ux_sock *us);
+static void rma_rkeys_left_drop(struct ux_sock *us);
 
 static void sock_destroy(struct ux_sock *us)
 {
@@ -1058,7 +1059,10 @@ static void sock_destroy(struct ux_sock *us)
             *pp = us->next;
             break;
         }
-    if (closed) uxw_worker_destroy(us->w);
+    if (closed) {
+        uxw_worker_destroy(us->w);
+        rma_rkeys_left_drop(us);
+    }
     free(us->slots);
     free(us->gens);
     free(us->free_slots);
@@ -1638,6 +1642,7 @@ static void rma_con_release(struct ux_con *uc)
  * was not returned). */
 static void rma_rkeys_left_free(struct ux_sock *us)
 {
+    struct ux_rkey *kept = NULL;
     while (us->rkeys_left) {
         struct ux_rkey *rk = us->rkeys_left;
         us->rkeys_left = rk->next;
@@ -1645,9 +1650,23 @@ static void rma_rkeys_left_free(struct ux_sock *us)
             pscom_plugin_log(4, "ucx: %u one-sided operation(s) to a dead "
                              "peer still under way; their key is left to "
                              "UCX", rk->ops);
+            rk->next = kept;
+            kept = rk;
             continue;
         }
         uxw_rkey_destroy(rk->k);
+        free(rk);
+    }
+    us->rkeys_left = kept;
+}
+
+/* After the worker is gone no callback reaches the keys left to UCX: free
+ * what is ours of them. */
+static void rma_rkeys_left_drop(struct ux_sock *us)
+{
+    while (us->rkeys_left) {
+        struct ux_rkey *rk = us->rkeys_left;
+        us->rkeys_left = rk->next;
         free(rk);
     }
 }
