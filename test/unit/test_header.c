@@ -11,36 +11,7 @@
 
 #include "frames.h"
 
-static pscom_socket_t *sock;
-static int errors;
-static pscom_err_t last_err;
-
-static void on_error(pscom_connection_t *c, pscom_op_t op, pscom_err_t err)
-{
-    errors++;
-    last_err = err;
-}
-
-static int setup(void **state)
-{
-    assert_int_equal(pscom_init(PSCOM_VERSION), PSCOM_SUCCESS);
-    pscom_set_debug(0); /* the malformed input is on purpose */
-    sock = pscom_open_socket(0, 0, 0, 0);
-    sock->ops.con_error = on_error;
-    return 0;
-}
-
-static int teardown(void **state)
-{
-    pscom_close_socket(sock);
-    return 0;
-}
-
-static pscom_connection_t *fresh(void)
-{
-    errors = 0;
-    return pscom_open_connection(sock);
-}
+#include "error_socket.h"
 
 static void check(void **state)
 {
