@@ -514,6 +514,11 @@ void psc_node_identity_init(void);
 int psc_progress_until(bool (*cond_fn)(void *arg), void *arg,
                        unsigned timeout_ms);
 
+/* Drive progress until a round did something or an event (a completed
+ * request, a failed connection) happened; yields the CPU while idle for
+ * long, as psc_progress_until does. For pscom_wait_any. */
+void psc_progress_wait_event(void);
+
 /* "the open files limit is N (hard limit M); ..." for EMFILE messages. */
 const char *psc_fd_limit_hint(void);
 

@@ -152,6 +152,25 @@ uint64_t psc_now_ms(void)
  * processes than cores the peer we wait for may need this core. */
 #define IDLE_ROUNDS_BEFORE_YIELD 512
 
+/* What every waiting loop does between two rounds of progress, given
+ * whether the last round did something: count idle rounds, give the CPU
+ * away once the wait has been idle for long (on every round with
+ * PSP_SCHED_YIELD), and let other threads have the lock. */
+static void wait_step(unsigned *idle, int did)
+{
+    if (did)
+        *idle = 0;
+    else if (*idle < IDLE_ROUNDS_BEFORE_YIELD)
+        ++*idle;
+    if (psc_settings.sched_yield || *idle == IDLE_ROUNDS_BEFORE_YIELD)
+        sched_yield();
+    if (psc_ctx.threaded) {
+        psc_unlock();
+        psc_lock_handoff();
+        psc_lock();
+    }
+}
+
 int psc_progress_until(bool (*cond_fn)(void *arg), void *arg,
                        unsigned timeout_ms)
 {
@@ -159,21 +178,22 @@ int psc_progress_until(bool (*cond_fn)(void *arg), void *arg,
     unsigned n = 0, idle = 0;
 
     while (!cond_fn(arg)) {
-        if (psc_progress())
-            idle = 0;
-        else if (idle < IDLE_ROUNDS_BEFORE_YIELD)
-            idle++;
-        if (psc_settings.sched_yield || idle == IDLE_ROUNDS_BEFORE_YIELD)
-            sched_yield();
-        if (psc_ctx.threaded) {
-            psc_unlock();
-            psc_lock_handoff();
-            psc_lock();
-        }
+        wait_step(&idle, psc_progress());
         if (deadline && (++n & 255) == 0 && psc_now_ms() >= deadline)
             return cond_fn(arg) ? 0 : -1;
     }
     return 0;
+}
+
+void psc_progress_wait_event(void)
+{
+    /* Until a round did something: moved data, completed a request (also
+     * one completed just before its connection ended), failed a connection.
+     * Such a round resets nothing here: the caller returns at once. */
+    unsigned long events = psc_ctx.events;
+    unsigned idle = 0;
+    while (!psc_progress() && psc_ctx.events == events)
+        wait_step(&idle, 0);
 }
 
 void psc_progress_cleanup(void)

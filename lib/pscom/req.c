@@ -292,16 +292,7 @@ int pscom_test_any(void)
 void pscom_wait_any(void)
 {
     psc_lock();
-    /* Until a round did something: moved data, completed a request (also
-     * one completed just before its connection ended), failed a connection. */
-    unsigned long events = psc_ctx.events;
-    while (!psc_progress() && psc_ctx.events == events) {
-        if (psc_settings.sched_yield) sched_yield();
-        if (psc_ctx.threaded) {
-            psc_unlock();
-            psc_lock();
-        }
-    }
+    psc_progress_wait_event();
     psc_unlock();
 }
 
