@@ -42,8 +42,9 @@ extern "C" {
 
 /* Major in the high byte: a different major is refused at load time. */
 /* Minor in the low byte: the core reads the ops a minor added only from
- * descriptors of that minor or later (1.1 added the one-sided ops). */
-#define PSCOM_PLUGIN_API_VERSION 0x0101
+ * descriptors of that minor or later (1.1 added the one-sided ops, 1.2 the
+ * sleeping waits). */
+#define PSCOM_PLUGIN_API_VERSION 0x0102
 #define PSCOM_PLUGIN_API_MAJOR(v) (((v) >> 8) & 0xff)
 #define PSCOM_PLUGIN_API_MINOR(v) ((v) & 0xff)
 
@@ -198,6 +199,20 @@ typedef struct pscom_plugin_ops {
                    const void *src, uint64_t raddr, size_t len, void *token);
     int (*rma_get)(pscom_plugin_con_t *con, void *priv, void *prkey,
                    void *dst, uint64_t raddr, size_t len, void *token);
+
+    /* ---- API 1.2: sleeping waits (optional) ----
+     * A wait that has made no progress for a while may sleep in the core's
+     * epoll set instead of polling, woken by the first descriptor event,
+     * if every plugin with open connections agrees: one without a progress
+     * op always does; one with a progress op only through wait_arm.
+     * wait_arm: from now on, everything this plugin waits for is signalled
+     * on descriptors it registered with pscom_plugin_fd_add (arm them);
+     * return 1, or 0 when it needs polling now (nothing to undo then).
+     * wait_disarm follows every wait_arm that returned 1, after the sleep
+     * and the callbacks of the descriptors that woke it. Never called in
+     * a process that uses pscom from several threads. */
+    int (*wait_arm)(void);
+    void (*wait_disarm)(void);
 } pscom_plugin_ops_t;
 
 /* Largest plugin part of a packed remote key (rma_register). */

@@ -21,6 +21,7 @@ struct psc_settings {
     int debug_version;            /* PSP_DEBUG_VERSION */
     size_t rendezvous;            /* PSP_RENDEZVOUS */
     int sched_yield;              /* PSP_SCHED_YIELD */
+    int wait_sleep;               /* PSP_WAIT_SLEEP */
     unsigned tcp_backlog;         /* PSP_TCP_BACKLOG */
     unsigned retry;               /* PSP_RETRY */
     unsigned connect_timeout_ms;  /* PSP_CONNECT_TIMEOUT */

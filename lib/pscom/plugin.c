@@ -433,6 +433,7 @@ struct psc_plugin *psc_plugin_by_type(pscom_con_type_t t)
 /* The progress ops of plugins with open connections, densely: this loop
  * runs on every round of every wait. */
 static int (*active[MAX_PLUGINS])(void);
+static const pscom_plugin_ops_t *active_ops[MAX_PLUGINS];
 static unsigned nactive;
 
 static void rebuild_active(void)
@@ -440,8 +441,12 @@ static void rebuild_active(void)
     nactive = 0;
     for (unsigned i = 0; i < count; i++) {
         struct psc_plugin *p = order[i];
-        if (p->open_cons && p->desc && p->desc->ops->progress)
+        if (p->open_cons && p->desc && p->desc->ops->progress) {
+            active_ops[nactive] =
+                PSCOM_PLUGIN_API_MINOR(p->desc->api_version) >= 2
+                    ? p->desc->ops : NULL;
             active[nactive++] = p->desc->ops->progress;
+        }
     }
 }
 
@@ -460,6 +465,30 @@ int psc_plugins_progress(void)
     int did = 0;
     for (unsigned i = 0; i < nactive; i++) did |= active[i]();
     return did;
+}
+
+/* The plugins armed for a sleep: the active set may change while the
+ * callbacks of the woken descriptors run (a connection opens). */
+static const pscom_plugin_ops_t *armed[MAX_PLUGINS];
+static unsigned narmed;
+
+bool psc_plugins_wait_arm(void)
+{
+    narmed = 0;
+    for (unsigned i = 0; i < nactive; i++) {
+        const pscom_plugin_ops_t *ops = active_ops[i];
+        if (!ops || !ops->wait_arm || !ops->wait_disarm || !ops->wait_arm()) {
+            psc_plugins_wait_disarm();
+            return false;
+        }
+        armed[narmed++] = ops;
+    }
+    return true;
+}
+
+void psc_plugins_wait_disarm(void)
+{
+    while (narmed) armed[--narmed]->wait_disarm();
 }
 
 void psc_plugins_unload(void)

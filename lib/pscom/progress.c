@@ -113,10 +113,12 @@ void pscom_plugin_fd_del(int fd)
     u->events = 0;
 }
 
-static int poll_fds(void)
+/* Wait at most timeout_ms for ready descriptors and run their callbacks;
+ * 1 when there were some. */
+static int dispatch_fds(int timeout_ms)
 {
     struct epoll_event ev[64];
-    int n = epoll_wait(epfd, ev, 64, 0);
+    int n = epoll_wait(epfd, ev, 64, timeout_ms);
     for (int i = 0; i < n; i++) {
         int fd = ev[i].data.fd;
         /* An earlier callback of this batch may have removed it. */
@@ -134,7 +136,7 @@ int psc_progress(void)
     psc_ctx.round++;
     did = psc_plugins_progress();
     if (epfd >= 0 && (hot_count || (psc_ctx.round & 127) == 0))
-        did |= poll_fds();
+        did |= dispatch_fds(0);
     if ((psc_ctx.round & 1023) == 0) psc_precon_check_timeouts();
     psc_leave();
     return did;
@@ -152,17 +154,44 @@ uint64_t psc_now_ms(void)
  * processes than cores the peer we wait for may need this core. */
 #define IDLE_ROUNDS_BEFORE_YIELD 512
 
+/* Longest sleep of a waiting process in one go: timers (connection
+ * retries and timeouts, a closing wait's deadline) are checked after it. */
+#define SLEEP_MAX_MS 10
+
+/* Sleep until a descriptor is ready, at most SLEEP_MAX_MS, and run the
+ * callbacks of the ready ones, when every plugin with open connections
+ * can be woken that way. -1 when it could not sleep, else 1 when
+ * descriptors were ready, 0 when the time ran out. */
+static int sleep_on_fds(void)
+{
+    if (epfd < 0 || psc_ctx.threaded || !psc_settings.wait_sleep ||
+        !psc_plugins_wait_arm())
+        return -1;
+    psc_enter();
+    int woken = dispatch_fds(SLEEP_MAX_MS);
+    psc_plugins_wait_disarm();
+    psc_precon_check_timeouts();
+    psc_leave();
+    return woken;
+}
+
 /* What every waiting loop does between two rounds of progress, given
- * whether the last round did something: count idle rounds, give the CPU
- * away once the wait has been idle for long (on every round with
- * PSP_SCHED_YIELD), and let other threads have the lock. */
+ * whether the last round did something: count idle rounds; once the wait
+ * has been idle for long, sleep on the descriptors where every transport
+ * allows it (after a wake-up it polls again for a while: the answer to
+ * what woke it often follows soon), else give the CPU away (on every
+ * round with PSP_SCHED_YIELD); and let other threads have the lock. */
 static void wait_step(unsigned *idle, int did)
 {
     if (did)
         *idle = 0;
     else if (*idle < IDLE_ROUNDS_BEFORE_YIELD)
         ++*idle;
-    if (psc_settings.sched_yield || *idle == IDLE_ROUNDS_BEFORE_YIELD)
+    int slept = *idle == IDLE_ROUNDS_BEFORE_YIELD ? sleep_on_fds() : -1;
+    if (slept > 0)
+        *idle = 0;
+    else if (slept < 0 &&
+             (psc_settings.sched_yield || *idle == IDLE_ROUNDS_BEFORE_YIELD))
         sched_yield();
     if (psc_ctx.threaded) {
         psc_unlock();

@@ -10,7 +10,7 @@
  * Polling: while few connections are open, progress reads each socket
  * directly (one recv per connection and round, the cheapest busy poll) and
  * retries blocked writes; with more, the sockets go into the core's epoll
- * set.
+ * set. A wait that sleeps (ops.wait_arm) puts them there for the sleep.
  */
 #include <errno.h>
 #include <netinet/in.h>
@@ -86,6 +86,10 @@ static int tcp_hs_connect(pscom_plugin_con_t *con, void *priv, const void *blob,
     return 0;
 }
 
+/* The core sleeps in its epoll set (ops.wait_arm): the sockets' events
+ * must reach it even in direct mode. */
+static bool armed;
+
 static bool direct_mode(void)
 {
     return tcp_count <= cfg_direct_poll;
@@ -95,7 +99,7 @@ static bool direct_mode(void)
  * costs one system call per connection and round instead of two. */
 static uint32_t wanted_events(struct tcp_con *tc)
 {
-    if (direct_mode()) return 0;
+    if (direct_mode() && !armed) return 0;
     return EPOLLIN | (tc->want_out ? EPOLLOUT : 0);
 }
 
@@ -271,6 +275,21 @@ static int tcp_progress(void)
     return did;
 }
 
+/* Everything we wait for is a socket event: readable, or writable again
+ * after a write would have blocked. */
+static int tcp_wait_arm(void)
+{
+    armed = true;
+    if (direct_mode()) update_epoll();
+    return 1;
+}
+
+static void tcp_wait_disarm(void)
+{
+    armed = false;
+    if (direct_mode()) update_epoll();
+}
+
 static const pscom_plugin_ops_t tcp_ops = {
     .init = tcp_init,
     .hs_start = tcp_hs_start,
@@ -279,6 +298,8 @@ static const pscom_plugin_ops_t tcp_ops = {
     .close = tcp_close,
     .tx_kick = tcp_tx_kick,
     .progress = tcp_progress,
+    .wait_arm = tcp_wait_arm,
+    .wait_disarm = tcp_wait_disarm,
 };
 
 const pscom_plugin_t pscom_plugin_tcp = {

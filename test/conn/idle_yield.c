@@ -3,31 +3,46 @@
  * away: with more processes than cores the peer it waits for may need that
  * core (MPI libraries call pscom_wait_any in their progress loop, and a
  * loop that never yields made their collectives crawl on an oversubscribed
- * node).
+ * node). Over transports that signal through file descriptors (tcp) it
+ * sleeps in epoll_wait until data comes; over the others (shm) it yields.
  *
- * The program is linked with the static core and -Wl,--wrap=sched_yield so
- * that it counts the library's calls. PSP_SCHED_YIELD is 0 (meson sets it):
+ * The program is linked with the static core and -Wl,--wrap=sched_yield,
+ * --wrap=epoll_wait so that it counts the library's calls (epoll_wait only
+ * those with a timeout: sleeps). PSP_SCHED_YIELD is 0 (meson sets it):
  * yielding must come from the idle rule, not from the setting. The sender
  * sleeps for a while without calling pscom, then sends; the receiver waits
  * for the first message with pscom_wait_any and for the second with
- * pscom_wait. Both waits must have called sched_yield, and both messages
- * must arrive intact. The waits are on the transport PSCOM_TEST_TRANSPORT.
+ * pscom_wait. IDLE_EXPECT says what both waits must have done ("yield" or
+ * "sleep"), at least once, and that the other never happened; both
+ * messages must arrive intact. The transport is PSCOM_TEST_TRANSPORT.
  */
 #include "itest.h"
 
 #include <sched.h>
 #include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
 
 int __real_sched_yield(void);
 int __wrap_sched_yield(void);
+int __real_epoll_wait(int epfd, struct epoll_event *ev, int n, int timeout);
+int __wrap_epoll_wait(int epfd, struct epoll_event *ev, int n, int timeout);
 
-static unsigned long yields;
+static unsigned long yields, sleeps;
 
 int __wrap_sched_yield(void)
 {
     yields++;
     return __real_sched_yield();
 }
+
+int __wrap_epoll_wait(int epfd, struct epoll_event *ev, int n, int timeout)
+{
+    if (timeout != 0) sleeps++;
+    return __real_epoll_wait(epfd, ev, n, timeout);
+}
+
+static int expect_sleep;
 
 #define MSG_LEN 4096
 #define PAUSE_MS 300
@@ -46,20 +61,22 @@ static void send_after_pause(pscom_connection_t *con, uint32_t seed)
 }
 
 /* Post a receive and wait for it with pscom_wait_any (any = 1) or
- * pscom_wait; the number of sched_yield calls during the wait. */
-static unsigned long recv_counting(pscom_connection_t *con, uint32_t seed,
-                                   int any)
+ * pscom_wait; check that the wait yielded or slept as expected. */
+static void recv_counting(pscom_connection_t *con, uint32_t seed, int any)
 {
     char *buf = itest_alloc_guarded(MSG_LEN);
     pscom_request_t *req = itest_request(0);
     pscom_req_prepare(req, con, buf, MSG_LEN, NULL, 0);
     pscom_post_recv(req);
-    yields = 0;
+    const char *how = any ? "pscom_wait_any" : "pscom_wait";
+    yields = sleeps = 0;
     if (any)
         while (!pscom_req_is_done(req)) pscom_wait_any();
     else
         pscom_wait(req);
-    unsigned long n = yields;
+    unsigned long y = yields, s = sleeps;
+    itest_note("%s: sched_yield %lu times, epoll_wait with a timeout %lu "
+               "times", how, y, s);
     ITEST_ASSERT_REQ_OK(req, "receive %u", seed);
     ITEST_ASSERT_EQ(req->header.data_len, MSG_LEN, "length of message %u",
                     seed);
@@ -67,7 +84,14 @@ static unsigned long recv_counting(pscom_connection_t *con, uint32_t seed,
     ITEST_ASSERT_GUARD(buf, MSG_LEN, "message %u", seed);
     pscom_request_free(req);
     free(buf);
-    return n;
+    if (expect_sleep) {
+        ITEST_ASSERT(s > 0, "%s polled %d ms without sleeping", how, PAUSE_MS);
+        ITEST_ASSERT_EQ(y, 0, "%s yielded although it could sleep", how);
+    } else {
+        ITEST_ASSERT(y > 0, "%s busy-polled %d ms without yielding the CPU",
+                     how, PAUSE_MS);
+        ITEST_ASSERT_EQ(s, 0, "%s slept although it must poll", how);
+    }
 }
 
 static int receiver(itest_link_t *link, void *arg)
@@ -81,16 +105,10 @@ static int receiver(itest_link_t *link, void *arg)
 
     itest_step("waiting with pscom_wait_any for a message %d ms away",
                PAUSE_MS);
-    unsigned long any = recv_counting(con, 1, 1);
-    itest_note("pscom_wait_any called sched_yield %lu times", any);
-    ITEST_ASSERT(any > 0, "pscom_wait_any busy-polled %d ms without "
-                          "yielding the CPU", PAUSE_MS);
+    recv_counting(con, 1, 1);
 
     itest_step("waiting with pscom_wait for a message %d ms away", PAUSE_MS);
-    unsigned long one = recv_counting(con, 2, 0);
-    itest_note("pscom_wait called sched_yield %lu times", one);
-    ITEST_ASSERT(one > 0, "pscom_wait busy-polled %d ms without yielding "
-                          "the CPU", PAUSE_MS);
+    recv_counting(con, 2, 0);
 
     itest_link_send_u64(link, 0);
     itest_link_recv_u64(link);
@@ -117,6 +135,13 @@ static int sender(itest_link_t *link, void *arg)
 int main(void)
 {
     itest_child_t rcv, snd;
+    const char *expect = getenv("IDLE_EXPECT");
+
+    if (!expect || (strcmp(expect, "yield") && strcmp(expect, "sleep"))) {
+        fprintf(stderr, "idle_yield: set IDLE_EXPECT=yield or sleep\n");
+        return 2;
+    }
+    expect_sleep = !strcmp(expect, "sleep");
 
     itest_watchdog(ITEST_DEFAULT_TIMEOUT + 10);
     itest_spawn(&rcv, "receiver", receiver, NULL);
