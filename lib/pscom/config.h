@@ -22,6 +22,7 @@ struct psc_settings {
     size_t rendezvous;            /* PSP_RENDEZVOUS */
     int sched_yield;              /* PSP_SCHED_YIELD */
     int wait_sleep;               /* PSP_WAIT_SLEEP */
+    unsigned wait_spin_us;        /* PSP_WAIT_SPIN */
     unsigned tcp_backlog;         /* PSP_TCP_BACKLOG */
     unsigned retry;               /* PSP_RETRY */
     unsigned connect_timeout_ms;  /* PSP_CONNECT_TIMEOUT */

@@ -35,11 +35,16 @@ static const pscom_config_row_t core_rows[] = {
              "protocol; a plugin's PSP_<NAME>_RENDEZVOUS overrides it."),
     CORE_ROW("PSP_SCHED_YIELD", PSCOM_CONFIG_BOOL, "0", sched_yield,
              "Call sched_yield() between progress polls."),
+    CORE_ROW("PSP_WAIT_SPIN", PSCOM_CONFIG_UINT, "50", wait_spin_us,
+             "Microseconds a wait polls without progress before it rests: "
+             "sleeps (PSP_WAIT_SLEEP) or yields the CPU on every poll, until "
+             "something happens. Short enough that processes sharing cores "
+             "get them, long enough to cover a round trip on the node."),
     CORE_ROW("PSP_WAIT_SLEEP", PSCOM_CONFIG_BOOL, "1", wait_sleep,
-             "A wait that made no progress for 512 polls sleeps until a "
-             "file descriptor is ready, when every transport in use signals "
+             "A resting wait sleeps until a file descriptor is ready (at "
+             "most 10 ms at a time) when every transport in use signals "
              "through descriptors (tcp; not shm, ucx, ofi, verbs) and only "
-             "one thread uses pscom; 0: keep polling (yielding the CPU)."),
+             "one thread uses pscom; 0: it yields the CPU instead."),
     CORE_ROW("PSP_TCP_BACKLOG", PSCOM_CONFIG_UINT, "262144", tcp_backlog,
              "Backlog of listening sockets; the kernel caps it at "
              "net.core.somaxconn."),

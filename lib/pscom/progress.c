@@ -149,14 +149,19 @@ uint64_t psc_now_ms(void)
     return (uint64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
-/* Rounds without progress after which a waiting process starts to yield
- * the CPU: busy polling costs nothing while a core is ours, but with more
- * processes than cores the peer we wait for may need this core. */
-#define IDLE_ROUNDS_BEFORE_YIELD 512
-
 /* Longest sleep of a waiting process in one go: timers (connection
  * retries and timeouts, a closing wait's deadline) are checked after it. */
 #define SLEEP_MAX_MS 10
+
+/* Idle rounds between two looks at the clock while a wait is spinning. */
+#define SPIN_CLOCK_ROUNDS 16
+
+static uint64_t now_us(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
 
 /* Sleep until a descriptor is ready, at most SLEEP_MAX_MS, and run the
  * callbacks of the ready ones, when every plugin with open connections
@@ -175,24 +180,46 @@ static int sleep_on_fds(void)
     return woken;
 }
 
-/* What every waiting loop does between two rounds of progress, given
- * whether the last round did something: count idle rounds; once the wait
- * has been idle for long, sleep on the descriptors where every transport
- * allows it (after a wake-up it polls again for a while: the answer to
- * what woke it often follows soon), else give the CPU away (on every
- * round with PSP_SCHED_YIELD); and let other threads have the lock. */
-static void wait_step(unsigned *idle, int did)
+/* A waiting loop: busy polling costs nothing while a core is ours, but
+ * with more processes than cores the peer we wait for may need this core.
+ * So a wait that has made no progress for PSP_WAIT_SPIN microseconds
+ * rests: it sleeps on the descriptors where every transport in use allows
+ * that, else it yields the CPU on every round, until a round makes
+ * progress. The time is measured in rounds first (a round of an idle
+ * polling transport is a few tens of nanoseconds; of a socket poll a
+ * microsecond or two) and then on the clock. */
+struct wait {
+    unsigned idle;     /* rounds without progress */
+    bool resting;
+    uint64_t spin_end; /* µs: rest from then on */
+};
+
+/* Between two rounds of progress, given whether the last one did
+ * something; also lets other threads have the lock. */
+static void wait_step(struct wait *w, int did)
 {
-    if (did)
-        *idle = 0;
-    else if (*idle < IDLE_ROUNDS_BEFORE_YIELD)
-        ++*idle;
-    int slept = *idle == IDLE_ROUNDS_BEFORE_YIELD ? sleep_on_fds() : -1;
-    if (slept > 0)
-        *idle = 0;
-    else if (slept < 0 &&
-             (psc_settings.sched_yield || *idle == IDLE_ROUNDS_BEFORE_YIELD))
+    if (did) {
+        w->idle = 0;
+        w->resting = false;
+    } else if (!w->resting) {
+        if (++w->idle == SPIN_CLOCK_ROUNDS)
+            w->spin_end = now_us() + psc_settings.wait_spin_us;
+        else if (w->idle % SPIN_CLOCK_ROUNDS == 0 && now_us() >= w->spin_end)
+            w->resting = true;
+    }
+    if (w->resting) {
+        int slept = sleep_on_fds();
+        if (slept > 0) {
+            /* Poll again for a while: the answer to what woke us often
+             * follows soon. */
+            w->idle = 0;
+            w->resting = false;
+        } else if (slept < 0) {
+            sched_yield();
+        }
+    } else if (psc_settings.sched_yield) {
         sched_yield();
+    }
     if (psc_ctx.threaded) {
         psc_unlock();
         psc_lock_handoff();
@@ -204,10 +231,11 @@ int psc_progress_until(bool (*cond_fn)(void *arg), void *arg,
                        unsigned timeout_ms)
 {
     uint64_t deadline = timeout_ms ? psc_now_ms() + timeout_ms : 0;
-    unsigned n = 0, idle = 0;
+    unsigned n = 0;
+    struct wait w = {0};
 
     while (!cond_fn(arg)) {
-        wait_step(&idle, psc_progress());
+        wait_step(&w, psc_progress());
         if (deadline && (++n & 255) == 0 && psc_now_ms() >= deadline)
             return cond_fn(arg) ? 0 : -1;
     }
@@ -220,9 +248,8 @@ void psc_progress_wait_event(void)
      * one completed just before its connection ended), failed a connection.
      * Such a round resets nothing here: the caller returns at once. */
     unsigned long events = psc_ctx.events;
-    unsigned idle = 0;
-    while (!psc_progress() && psc_ctx.events == events)
-        wait_step(&idle, 0);
+    struct wait w = {0};
+    while (!psc_progress() && psc_ctx.events == events) wait_step(&w, 0);
 }
 
 void psc_progress_cleanup(void)
