@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "core.h"
 
@@ -114,6 +115,7 @@ void psc_con_established(struct psc_con *con, struct psc_plugin *plugin,
     con->plugin_priv = priv;
     con->plugin_open = true;
     psc_plugin_con_opened(plugin);
+    psc_ctx.local_procs_stale = true;
     con->pub.type = d->con_type;
     con->pub.state = PSCOM_CON_STATE_RW;
     con->ondemand = false;
@@ -187,6 +189,7 @@ void psc_con_reap(void)
         if (!con->plugin_open) continue;
         con->plugin_open = false;
         psc_plugin_con_closed(con->plugin);
+        psc_ctx.local_procs_stale = true;
         psc_rma_con_release(con);
         con->plugin->desc->ops->close(con, con->plugin_priv);
         psc_proto_plugin_closed(con);
@@ -425,4 +428,59 @@ pscom_err_t pscom_fail_connection(pscom_connection_t *connection,
     psc_leave();
     psc_unlock();
     return ret;
+}
+
+static int cmp_pid(const void *a, const void *b)
+{
+    pid_t x = *(const pid_t *)a, y = *(const pid_t *)b;
+    return (x > y) - (x < y);
+}
+
+/* Distinct processes on this node among the peers of open connections,
+ * this one included. */
+static unsigned count_local_procs(void)
+{
+    size_t n = 0, cap = 0;
+    pid_t *pids = NULL;
+    struct psc_list *s, *c;
+    psc_list_for_each(s, &psc_ctx.sockets) {
+        struct psc_sock *sock = psc_list_entry(s, struct psc_sock, next_sock);
+        psc_list_for_each(c, &sock->cons) {
+            struct psc_con *con = psc_list_entry(c, struct psc_con, next_con);
+            if (!con->plugin_open || !con->local_pid) continue;
+            if (n == cap) {
+                cap = cap ? 2 * cap : 64;
+                pid_t *p = realloc(pids, cap * sizeof(*p));
+                if (!p) break;
+                pids = p;
+            }
+            pids[n++] = con->local_pid;
+        }
+    }
+    unsigned procs = 1;
+    if (n) qsort(pids, n, sizeof(*pids), cmp_pid);
+    for (size_t i = 0; i < n; i++)
+        if ((i == 0 || pids[i] != pids[i - 1]) && pids[i] != getpid()) procs++;
+    free(pids);
+    return procs;
+}
+
+bool psc_oversubscribed(void)
+{
+    static bool over;
+    static long cpus;
+    if (!psc_ctx.local_procs_stale) return over;
+    psc_ctx.local_procs_stale = false;
+    if (!cpus) {
+        cpus = sysconf(_SC_NPROCESSORS_ONLN);
+        if (cpus < 1) cpus = 1;
+    }
+    unsigned procs = count_local_procs();
+    bool now = procs > (unsigned long)cpus;
+    if (now != over)
+        psc_debug("%u processes on this node with %ld CPUs: waits %s", procs,
+                  cpus, now ? "rest early (oversubscribed)"
+                            : "spin PSP_WAIT_SPIN microseconds");
+    over = now;
+    return over;
 }

@@ -275,6 +275,7 @@ struct psc_con {
     pscom_err_t error; /* the error that ended it */
 
     char peer_addr[64]; /* "a.b.c.d:port" of the peer, for messages */
+    pid_t local_pid;    /* the peer's pid when it runs on this node, else 0 */
 
     /* On-demand connections: created by pscom_connect(ONDEMAND), connected
      * on the first send, by us or (name rule) by the peer calling back. */
@@ -452,6 +453,8 @@ struct psc_ctx {
     unsigned depth;              /* nesting of progress rounds */
     unsigned long round;         /* progress rounds so far */
     unsigned long events;        /* requests done, connections failed */
+    bool local_procs_stale;      /* connections opened or closed since
+                                  * psc_oversubscribed() last counted */
     int spare_fd;                /* kept open to refuse connections on EMFILE */
     int node_id;
     char node_addr[16];          /* dotted IPv4 address in endpoint strings */
@@ -521,6 +524,11 @@ void psc_progress_wait_event(void);
 
 /* "the open files limit is N (hard limit M); ..." for EMFILE messages. */
 const char *psc_fd_limit_hint(void);
+
+/* More processes of ours run on this node (this one and the peers of its
+ * open connections) than it has CPUs: waits should give their CPU away
+ * early. Counted again after connections opened or closed. */
+bool psc_oversubscribed(void);
 
 /* Monotonic milliseconds. */
 uint64_t psc_now_ms(void);

@@ -461,6 +461,7 @@ static int take_identity(struct psc_precon *pc, const struct psc_precon_msg *m)
     pc->peer.node_id = m->node_id;
     pc->peer.rank = m->rank;
     pc->peer.pid = (pid_t)m->pid;
+    pc->con->local_pid = pc->peer.same_node ? pc->peer.pid : 0;
     pc->peer.hostname = pc->peer_host;
 
     size_t off = 0;

@@ -185,9 +185,9 @@ static int sleep_on_fds(void)
  * So a wait that has made no progress for PSP_WAIT_SPIN microseconds
  * rests: it sleeps on the descriptors where every transport in use allows
  * that, else it yields the CPU on every round, until a round makes
- * progress. The time is measured in rounds first (a round of an idle
- * polling transport is a few tens of nanoseconds; of a socket poll a
- * microsecond or two) and then on the clock. */
+ * progress. When this node runs more of our processes than it has CPUs
+ * (psc_oversubscribed), a wait rests after SPIN_CLOCK_ROUNDS idle rounds:
+ * every microsecond spent polling is one the peer cannot run. */
 struct wait {
     unsigned idle;     /* rounds without progress */
     bool resting;
@@ -202,9 +202,12 @@ static void wait_step(struct wait *w, int did)
         w->idle = 0;
         w->resting = false;
     } else if (!w->resting) {
-        if (++w->idle == SPIN_CLOCK_ROUNDS)
-            w->spin_end = now_us() + psc_settings.wait_spin_us;
-        else if (w->idle % SPIN_CLOCK_ROUNDS == 0 && now_us() >= w->spin_end)
+        if (++w->idle == SPIN_CLOCK_ROUNDS) {
+            if (psc_oversubscribed())
+                w->resting = true;
+            else
+                w->spin_end = now_us() + psc_settings.wait_spin_us;
+        } else if (w->idle % SPIN_CLOCK_ROUNDS == 0 && now_us() >= w->spin_end)
             w->resting = true;
     }
     if (w->resting) {
