@@ -503,6 +503,7 @@ static void adopt(struct psc_precon *pc, struct psc_con *mine)
     if (mine->precon) psc_precon_destroy(mine->precon);
     memcpy(mine->peer_addr, fresh->peer_addr, sizeof(mine->peer_addr));
     mine->pub.remote_con_info = fresh->pub.remote_con_info;
+    mine->local_pid = fresh->local_pid;
     mine->pub.state = PSCOM_CON_STATE_ACCEPTING_ONDEMAND;
     mine->precon = pc;
     pc->con = mine;

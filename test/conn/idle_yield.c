@@ -13,8 +13,13 @@
  * sleeps for a while without calling pscom, then sends; the receiver waits
  * for the first message with pscom_wait_any and for the second with
  * pscom_wait. IDLE_EXPECT says what both waits must have done ("yield" or
- * "sleep"), at least once, and that the other never happened; both
- * messages must arrive intact. The transport is PSCOM_TEST_TRANSPORT.
+ * "sleep") at least once, and that the other never happened, or "spin":
+ * neither happened (PSP_WAIT_SPIN longer than the pause); both messages
+ * must arrive intact. The transport is PSCOM_TEST_TRANSPORT.
+ *
+ * IDLE_CPUS, when set, is the number of CPUs the library sees (sysconf is
+ * wrapped too): with 1, the two processes oversubscribe the node, and a
+ * wait must rest at once whatever PSP_WAIT_SPIN says.
  */
 #include "itest.h"
 
@@ -22,6 +27,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
+#include <unistd.h>
 
 int __real_sched_yield(void);
 int __wrap_sched_yield(void);
@@ -42,7 +48,17 @@ int __wrap_epoll_wait(int epfd, struct epoll_event *ev, int n, int timeout)
     return __real_epoll_wait(epfd, ev, n, timeout);
 }
 
-static int expect_sleep;
+long __real_sysconf(int name);
+long __wrap_sysconf(int name);
+
+long __wrap_sysconf(int name)
+{
+    const char *cpus = getenv("IDLE_CPUS");
+    if (name == _SC_NPROCESSORS_ONLN && cpus) return atol(cpus);
+    return __real_sysconf(name);
+}
+
+static enum { SPIN, YIELD, SLEEP } expect;
 
 #define MSG_LEN 4096
 #define PAUSE_MS 300
@@ -84,7 +100,10 @@ static void recv_counting(pscom_connection_t *con, uint32_t seed, int any)
     ITEST_ASSERT_GUARD(buf, MSG_LEN, "message %u", seed);
     pscom_request_free(req);
     free(buf);
-    if (expect_sleep) {
+    if (expect == SPIN) {
+        ITEST_ASSERT_EQ(y, 0, "%s yielded before PSP_WAIT_SPIN passed", how);
+        ITEST_ASSERT_EQ(s, 0, "%s slept before PSP_WAIT_SPIN passed", how);
+    } else if (expect == SLEEP) {
         ITEST_ASSERT(s > 0, "%s polled %d ms without sleeping", how, PAUSE_MS);
         ITEST_ASSERT_EQ(y, 0, "%s yielded although it could sleep", how);
     } else {
@@ -135,13 +154,14 @@ static int sender(itest_link_t *link, void *arg)
 int main(void)
 {
     itest_child_t rcv, snd;
-    const char *expect = getenv("IDLE_EXPECT");
+    const char *how = getenv("IDLE_EXPECT");
 
-    if (!expect || (strcmp(expect, "yield") && strcmp(expect, "sleep"))) {
-        fprintf(stderr, "idle_yield: set IDLE_EXPECT=yield or sleep\n");
+    if (!how || (strcmp(how, "spin") && strcmp(how, "yield") &&
+                 strcmp(how, "sleep"))) {
+        fprintf(stderr, "idle_yield: set IDLE_EXPECT=spin, yield or sleep\n");
         return 2;
     }
-    expect_sleep = !strcmp(expect, "sleep");
+    expect = !strcmp(how, "spin") ? SPIN : !strcmp(how, "yield") ? YIELD : SLEEP;
 
     itest_watchdog(ITEST_DEFAULT_TIMEOUT + 10);
     itest_spawn(&rcv, "receiver", receiver, NULL);
