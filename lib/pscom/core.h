@@ -126,6 +126,7 @@ struct psc_con;
 
 struct psc_req {
     uint32_t magic;
+    uint32_t alloc_size; /* bytes allocated for it (with xheader, user) */
     uint8_t kind;  /* enum psc_req_kind */
     uint8_t frame; /* enum psc_frame, while in a send queue */
     bool self_free; /* free after io_done (pscom_send, control frames) */
@@ -508,6 +509,10 @@ static inline void psc_req_state_add(struct psc_req *req, pscom_req_state_t bits
 {
     __atomic_store_n(&req->pub.state, req->pub.state | bits, __ATOMIC_RELAXED);
 }
+
+/* Free the requests kept for reuse (req.c): at exit, and before a second
+ * thread may use the library. */
+void psc_req_cache_drain(void);
 
 /* Node identity (util.c). */
 void psc_node_identity_init(void);

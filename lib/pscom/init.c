@@ -46,6 +46,7 @@ static void enable_threads(void)
     pthread_mutexattr_settype(&attr, PTHREAD_MUTEX_RECURSIVE);
     pthread_mutex_init(&psc_ctx.lock, &attr);
     pthread_mutexattr_destroy(&attr);
+    psc_req_cache_drain();
     psc_ctx.threaded = true;
 }
 
@@ -86,6 +87,7 @@ static void at_exit(void)
             psc_settings.shutdown_timeout_ms = EXIT_FLUSH_MS;
         pscom_close_socket(NULL);
         psc_plugins_unload();
+        psc_req_cache_drain();
     }
     psc_unlock();
 }

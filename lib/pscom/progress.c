@@ -153,8 +153,13 @@ uint64_t psc_now_ms(void)
  * retries and timeouts, a closing wait's deadline) are checked after it. */
 #define SLEEP_MAX_MS 10
 
-/* Idle rounds between two looks at the clock while a wait is spinning. */
-#define SPIN_CLOCK_ROUNDS 16
+/* Idle rounds after which a wait on an oversubscribed node rests. */
+#define OVERSUB_IDLE_ROUNDS 16
+/* Idle rounds after which a wait starts to time its spinning, and between
+ * two looks at the clock then: a round of an idle shared-memory poll costs
+ * tens of nanoseconds, and reading the clock in every short wait (a
+ * message's round trip) would cost a few percent of it. */
+#define SPIN_CLOCK_ROUNDS 256
 
 static uint64_t now_us(void)
 {
@@ -186,7 +191,7 @@ static int sleep_on_fds(void)
  * rests: it sleeps on the descriptors where every transport in use allows
  * that, else it yields the CPU on every round, until a round makes
  * progress. When this node runs more of our processes than it has CPUs
- * (psc_oversubscribed), a wait rests after SPIN_CLOCK_ROUNDS idle rounds:
+ * (psc_oversubscribed), a wait rests after OVERSUB_IDLE_ROUNDS idle rounds:
  * every microsecond spent polling is one the peer cannot run. */
 struct wait {
     unsigned idle;     /* rounds without progress */
@@ -202,12 +207,12 @@ static void wait_step(struct wait *w, int did)
         w->idle = 0;
         w->resting = false;
     } else if (!w->resting) {
-        if (++w->idle == SPIN_CLOCK_ROUNDS) {
-            if (psc_oversubscribed())
-                w->resting = true;
-            else
-                w->spin_end = now_us() + psc_settings.wait_spin_us;
-        } else if (w->idle % SPIN_CLOCK_ROUNDS == 0 && now_us() >= w->spin_end)
+        ++w->idle;
+        if (w->idle == OVERSUB_IDLE_ROUNDS && psc_oversubscribed())
+            w->resting = true;
+        else if (w->idle == SPIN_CLOCK_ROUNDS)
+            w->spin_end = now_us() + psc_settings.wait_spin_us;
+        else if (w->idle % SPIN_CLOCK_ROUNDS == 0 && now_us() >= w->spin_end)
             w->resting = true;
     }
     if (w->resting) {

@@ -14,15 +14,60 @@ static size_t xheader_room(size_t xlen)
     return need > sizeof(pscom_xheader_t) ? need : sizeof(pscom_xheader_t);
 }
 
+/* Freed requests kept for reuse: an MPI library creates and frees a
+ * request per message, and malloc and free of it cost several percent of
+ * a small message's round trip over shared memory. Only while one thread
+ * uses the library (the cache has no lock of its own), and not under
+ * AddressSanitizer, which should see every use after free. A cached
+ * request serves an allocation of the same size. */
+#if defined(__SANITIZE_ADDRESS__)
+#define REQ_CACHE_SLOTS 0
+#else
+#define REQ_CACHE_SLOTS 64
+#endif
+#define REQ_CACHE_SEARCH 8 /* entries looked at, newest first */
+static struct psc_req *req_cache[REQ_CACHE_SLOTS + 1];
+static unsigned req_cached;
+
+static struct psc_req *req_cache_take(size_t size)
+{
+    unsigned low = req_cached > REQ_CACHE_SEARCH ? req_cached - REQ_CACHE_SEARCH : 0;
+    for (unsigned i = req_cached; i-- > low;) {
+        struct psc_req *req = req_cache[i];
+        if (req->alloc_size != size) continue;
+        req_cache[i] = req_cache[--req_cached];
+        memset(req, 0, size);
+        return req;
+    }
+    return NULL;
+}
+
+static bool req_cache_put(struct psc_req *req)
+{
+    if (psc_ctx.threaded || req_cached >= REQ_CACHE_SLOTS) return false;
+    req_cache[req_cached++] = req;
+    return true;
+}
+
+void psc_req_cache_drain(void)
+{
+    while (req_cached) free(req_cache[--req_cached]);
+}
+
 struct psc_req *psc_req_alloc(size_t xlen, size_t user_size)
 {
     size_t room = xheader_room(xlen);
     size_t user_off =
         (offsetof(struct psc_req, pub.xheader) + room + 15) & ~(size_t)15;
-    struct psc_req *req = calloc(1, user_off + user_size);
+    size_t size = user_off + user_size;
+    if (size > UINT32_MAX) return NULL;
+    struct psc_req *req = NULL;
+    if (req_cached && !psc_ctx.threaded) req = req_cache_take(size);
+    if (!req) req = calloc(1, size);
     if (!req) return NULL;
 
     req->magic = PSC_REQ_MAGIC;
+    req->alloc_size = (uint32_t)size;
     psc_list_init(&req->next);
     psc_list_init(&req->next_any);
     req->pub.max_xheader_len = xlen;
@@ -36,7 +81,8 @@ void psc_req_release(struct psc_req *req)
 {
     req->magic = PSC_REQ_FREED;
     free(req->gbuf);
-    free(req);
+    req->gbuf = NULL;
+    if (!req_cache_put(req)) free(req);
 }
 
 pscom_request_t *pscom_request_create(size_t max_xheader_len, size_t user_size)
