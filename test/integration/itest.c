@@ -97,6 +97,72 @@ static void on_alarm(int sig)
     _exit(ITEST_EXIT_TIMEOUT);
 }
 
+static const char *crash_signal_name(int sig)
+{
+    switch (sig) {
+    case SIGSEGV: return "SIGSEGV";
+    case SIGABRT: return "SIGABRT";
+    case SIGBUS: return "SIGBUS";
+    case SIGFPE: return "SIGFPE";
+    case SIGILL: return "SIGILL";
+    default: return "?";
+    }
+}
+
+static const int crash_signals[] = {SIGSEGV, SIGABRT, SIGBUS, SIGFPE, SIGILL};
+static volatile sig_atomic_t crash_reported;
+
+/* Only async-signal-safe calls here. Reports the crash once, then lets the
+ * signal kill the process as it would have without a handler, so that the
+ * parent's wait status names it at once. */
+static void on_crash(int sig)
+{
+    struct sigaction dfl;
+    sigset_t set;
+
+    if (!crash_reported) {
+        crash_reported = 1;
+        put_str("\n[");
+        put_str(role);
+        put_str(" ");
+        put_uint((unsigned long)getpid());
+        put_str("] CRASH: signal ");
+        put_uint((unsigned long)sig);
+        put_str(" (");
+        put_str(crash_signal_name(sig));
+        put_str(") in step: ");
+        put_str(step);
+        put_str("\n");
+    }
+    memset(&dfl, 0, sizeof(dfl));
+    dfl.sa_handler = SIG_DFL;
+    sigemptyset(&dfl.sa_mask);
+    sigaction(sig, &dfl, NULL);
+    sigemptyset(&set);
+    sigaddset(&set, sig);
+    sigprocmask(SIG_UNBLOCK, &set, NULL);
+    raise(sig);
+}
+
+/* Installed in every itest process, and again after pscom_init(): a library
+ * that installed its own handler for these signals might turn a crash into
+ * a wait (or a backtrace followed by one) that only the watchdog ends. */
+static void catch_crashes(void)
+{
+    static char alt[64 * 1024]; /* room to report a stack overflow */
+    stack_t ss = {.ss_sp = alt, .ss_size = sizeof(alt)};
+    struct sigaction sa;
+
+    sigaltstack(&ss, NULL);
+    memset(&sa, 0, sizeof(sa));
+    sa.sa_handler = on_crash;
+    sa.sa_flags = SA_ONSTACK;
+    sigemptyset(&sa.sa_mask);
+    for (size_t i = 0; i < sizeof(crash_signals) / sizeof(crash_signals[0]);
+         i++)
+        sigaction(crash_signals[i], &sa, NULL);
+}
+
 void itest_watchdog(unsigned seconds)
 {
     struct sigaction sa;
@@ -104,6 +170,7 @@ void itest_watchdog(unsigned seconds)
     sa.sa_handler = on_alarm;
     sigemptyset(&sa.sa_mask);
     sigaction(SIGALRM, &sa, NULL);
+    catch_crashes();
     watchdog_seconds = seconds;
     alarm(seconds);
 }
@@ -681,6 +748,7 @@ void itest_pscom_init(void)
     if (rc != PSCOM_SUCCESS)
         ITEST_FAIL("pscom_init(PSCOM_VERSION) returned %s (%d)",
                    pscom_err_str(rc), (int)rc);
+    catch_crashes();
 }
 
 void itest_apply_transport(pscom_socket_t *sock)

@@ -8,7 +8,9 @@
  * hangs, the process prints the step it was in and exits with
  * ITEST_EXIT_TIMEOUT, and an orchestrator that times out kills its children
  * first. A failed assertion prints the process role, file:line and a message
- * and exits with ITEST_EXIT_FAIL.
+ * and exits with ITEST_EXIT_FAIL. A process that crashes (SIGSEGV, SIGABRT,
+ * SIGBUS, SIGFPE, SIGILL) prints its role, step and the signal once and dies
+ * of that signal, so that its parent reports it at once.
  *
  * The transport is taken from PSCOM_TEST_TRANSPORT (tcp when unset): every
  * socket opened with itest_open_socket() is restricted to it.
@@ -38,7 +40,9 @@ void itest_set_role(const char *role);
 const char *itest_role(void);
 
 /* Arm (or re-arm) the watchdog: after `seconds` the process reports the
- * current step and exits with ITEST_EXIT_TIMEOUT. 0 disarms it. */
+ * current step and exits with ITEST_EXIT_TIMEOUT. 0 disarms it. Also
+ * installs the crash report (itest_pscom_init() installs it again, over any
+ * handler the library brought). */
 void itest_watchdog(unsigned seconds);
 
 /* Record the step the process is in and print it. */
