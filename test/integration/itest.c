@@ -539,6 +539,38 @@ void itest_child_kill(itest_child_t *child, int sig)
         ITEST_FAIL("kill(%s, %d): %s", child->role, sig, strerror(errno));
 }
 
+int itest_kill_peer(itest_child_t *victim, itest_link_t *tell)
+{
+    double t_kill = itest_now();
+    int status;
+
+    itest_child_kill(victim, SIGKILL);
+    status = itest_child_wait(victim);
+    if (tell) itest_link_send_double(tell, t_kill);
+    if (WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL) return 0;
+    itest_note("'%s' was to be killed, but it ended by itself:", victim->role);
+    itest_child_check(victim);
+    return 1;
+}
+
+double itest_kill_time(itest_link_t *link, double t_kill, int wait)
+{
+    if (t_kill >= 0) return t_kill;
+    if (!wait && !itest_link_ready(link, 0)) return -1.0;
+    return itest_link_recv_double(link);
+}
+
+int itest_run_parts(const itest_part_fn_t *parts, int n)
+{
+    int failed = 0;
+
+    itest_watchdog(ITEST_DEFAULT_TIMEOUT + 10);
+    itest_note("transport %s", itest_transport_name());
+    for (int i = 0; i < n; i++) failed |= parts[i]();
+    itest_note("%s", failed ? "FAILED" : "passed");
+    return failed ? 1 : 0;
+}
+
 static void check_children_alive(void);
 
 static void write_all(int fd, const void *buf, size_t len)
@@ -687,6 +719,18 @@ int itest_link_ready(itest_link_t *link, int timeout_ms)
     } while (r < 0 && errno == EINTR);
     if (r < 0) ITEST_FAIL("poll(): %s", strerror(errno));
     return r > 0;
+}
+
+void itest_link_wait_note(itest_link_t *link)
+{
+    free(itest_link_recv_str(link));
+}
+
+void itest_link_relay(itest_link_t *from, itest_link_t *to)
+{
+    char *msg = itest_link_recv_str(from);
+    itest_link_send_str(to, msg);
+    free(msg);
 }
 
 /* ---------------------------------------------------------------------- */
@@ -867,6 +911,35 @@ pscom_connection_t *itest_connect(pscom_socket_t *sock, const char *ep)
         ITEST_FAIL("pscom_connect(\"%s\", DIRECT) returned %s (%d)", ep,
                    pscom_err_str(rc), (int)rc);
     return con;
+}
+
+pscom_connection_t *itest_connect_to_peer(itest_link_t *link, const char *name,
+                                          pscom_socket_t **sock_p)
+{
+    pscom_connection_t *con;
+    char *ep;
+
+    itest_pscom_init();
+    *sock_p = itest_open_socket(name, 0);
+    ep = itest_link_recv_str(link);
+    itest_step("connecting to %s", ep);
+    con = itest_connect(*sock_p, ep);
+    free(ep);
+    return con;
+}
+
+pscom_connection_t *itest_accept_peer(itest_link_t *link, const char *name,
+                                      pscom_socket_t **sock_p)
+{
+    char *ep;
+
+    itest_pscom_init();
+    *sock_p = itest_open_socket(name, 1);
+    ep = itest_ep_str(*sock_p);
+    itest_link_send_str(link, ep);
+    free(ep);
+    itest_step("waiting for the peer to connect");
+    return itest_wait_accept(1);
 }
 
 pscom_connection_t *itest_wait_accept(int n)
