@@ -97,6 +97,72 @@ static void on_alarm(int sig)
     _exit(ITEST_EXIT_TIMEOUT);
 }
 
+static const char *crash_signal_name(int sig)
+{
+    switch (sig) {
+    case SIGSEGV: return "SIGSEGV";
+    case SIGABRT: return "SIGABRT";
+    case SIGBUS: return "SIGBUS";
+    case SIGFPE: return "SIGFPE";
+    case SIGILL: return "SIGILL";
+    default: return "?";
+    }
+}
+
+static const int crash_signals[] = {SIGSEGV, SIGABRT, SIGBUS, SIGFPE, SIGILL};
+static volatile sig_atomic_t crash_reported;
+
+/* Only async-signal-safe calls here. Reports the crash once, then lets the
+ * signal kill the process as it would have without a handler, so that the
+ * parent's wait status names it at once. */
+static void on_crash(int sig)
+{
+    struct sigaction dfl;
+    sigset_t set;
+
+    if (!crash_reported) {
+        crash_reported = 1;
+        put_str("\n[");
+        put_str(role);
+        put_str(" ");
+        put_uint((unsigned long)getpid());
+        put_str("] CRASH: signal ");
+        put_uint((unsigned long)sig);
+        put_str(" (");
+        put_str(crash_signal_name(sig));
+        put_str(") in step: ");
+        put_str(step);
+        put_str("\n");
+    }
+    memset(&dfl, 0, sizeof(dfl));
+    dfl.sa_handler = SIG_DFL;
+    sigemptyset(&dfl.sa_mask);
+    sigaction(sig, &dfl, NULL);
+    sigemptyset(&set);
+    sigaddset(&set, sig);
+    sigprocmask(SIG_UNBLOCK, &set, NULL);
+    raise(sig);
+}
+
+/* Installed in every itest process, and again after pscom_init(): a library
+ * that installed its own handler for these signals might turn a crash into
+ * a wait (or a backtrace followed by one) that only the watchdog ends. */
+static void catch_crashes(void)
+{
+    static char alt[64 * 1024]; /* room to report a stack overflow */
+    stack_t ss = {.ss_sp = alt, .ss_size = sizeof(alt)};
+    struct sigaction sa;
+
+    sigaltstack(&ss, NULL);
+    memset(&sa, 0, sizeof(sa));
+    sa.sa_handler = on_crash;
+    sa.sa_flags = SA_ONSTACK;
+    sigemptyset(&sa.sa_mask);
+    for (size_t i = 0; i < sizeof(crash_signals) / sizeof(crash_signals[0]);
+         i++)
+        sigaction(crash_signals[i], &sa, NULL);
+}
+
 void itest_watchdog(unsigned seconds)
 {
     struct sigaction sa;
@@ -104,6 +170,7 @@ void itest_watchdog(unsigned seconds)
     sa.sa_handler = on_alarm;
     sigemptyset(&sa.sa_mask);
     sigaction(SIGALRM, &sa, NULL);
+    catch_crashes();
     watchdog_seconds = seconds;
     alarm(seconds);
 }
@@ -472,6 +539,38 @@ void itest_child_kill(itest_child_t *child, int sig)
         ITEST_FAIL("kill(%s, %d): %s", child->role, sig, strerror(errno));
 }
 
+int itest_kill_peer(itest_child_t *victim, itest_link_t *tell)
+{
+    double t_kill = itest_now();
+    int status;
+
+    itest_child_kill(victim, SIGKILL);
+    status = itest_child_wait(victim);
+    if (tell) itest_link_send_double(tell, t_kill);
+    if (WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL) return 0;
+    itest_note("'%s' was to be killed, but it ended by itself:", victim->role);
+    itest_child_check(victim);
+    return 1;
+}
+
+double itest_kill_time(itest_link_t *link, double t_kill, int wait)
+{
+    if (t_kill >= 0) return t_kill;
+    if (!wait && !itest_link_ready(link, 0)) return -1.0;
+    return itest_link_recv_double(link);
+}
+
+int itest_run_parts(const itest_part_fn_t *parts, int n)
+{
+    int failed = 0;
+
+    itest_watchdog(ITEST_DEFAULT_TIMEOUT + 10);
+    itest_note("transport %s", itest_transport_name());
+    for (int i = 0; i < n; i++) failed |= parts[i]();
+    itest_note("%s", failed ? "FAILED" : "passed");
+    return failed ? 1 : 0;
+}
+
 static void check_children_alive(void);
 
 static void write_all(int fd, const void *buf, size_t len)
@@ -622,6 +721,18 @@ int itest_link_ready(itest_link_t *link, int timeout_ms)
     return r > 0;
 }
 
+void itest_link_wait_note(itest_link_t *link)
+{
+    free(itest_link_recv_str(link));
+}
+
+void itest_link_relay(itest_link_t *from, itest_link_t *to)
+{
+    char *msg = itest_link_recv_str(from);
+    itest_link_send_str(to, msg);
+    free(msg);
+}
+
 /* ---------------------------------------------------------------------- */
 /* pscom                                                                  */
 /* ---------------------------------------------------------------------- */
@@ -681,6 +792,7 @@ void itest_pscom_init(void)
     if (rc != PSCOM_SUCCESS)
         ITEST_FAIL("pscom_init(PSCOM_VERSION) returned %s (%d)",
                    pscom_err_str(rc), (int)rc);
+    catch_crashes();
 }
 
 void itest_apply_transport(pscom_socket_t *sock)
@@ -799,6 +911,35 @@ pscom_connection_t *itest_connect(pscom_socket_t *sock, const char *ep)
         ITEST_FAIL("pscom_connect(\"%s\", DIRECT) returned %s (%d)", ep,
                    pscom_err_str(rc), (int)rc);
     return con;
+}
+
+pscom_connection_t *itest_connect_to_peer(itest_link_t *link, const char *name,
+                                          pscom_socket_t **sock_p)
+{
+    pscom_connection_t *con;
+    char *ep;
+
+    itest_pscom_init();
+    *sock_p = itest_open_socket(name, 0);
+    ep = itest_link_recv_str(link);
+    itest_step("connecting to %s", ep);
+    con = itest_connect(*sock_p, ep);
+    free(ep);
+    return con;
+}
+
+pscom_connection_t *itest_accept_peer(itest_link_t *link, const char *name,
+                                      pscom_socket_t **sock_p)
+{
+    char *ep;
+
+    itest_pscom_init();
+    *sock_p = itest_open_socket(name, 1);
+    ep = itest_ep_str(*sock_p);
+    itest_link_send_str(link, ep);
+    free(ep);
+    itest_step("waiting for the peer to connect");
+    return itest_wait_accept(1);
 }
 
 pscom_connection_t *itest_wait_accept(int n)

@@ -8,7 +8,9 @@
  * hangs, the process prints the step it was in and exits with
  * ITEST_EXIT_TIMEOUT, and an orchestrator that times out kills its children
  * first. A failed assertion prints the process role, file:line and a message
- * and exits with ITEST_EXIT_FAIL.
+ * and exits with ITEST_EXIT_FAIL. A process that crashes (SIGSEGV, SIGABRT,
+ * SIGBUS, SIGFPE, SIGILL) prints its role, step and the signal once and dies
+ * of that signal, so that its parent reports it at once.
  *
  * The transport is taken from PSCOM_TEST_TRANSPORT (tcp when unset): every
  * socket opened with itest_open_socket() is restricted to it.
@@ -38,7 +40,9 @@ void itest_set_role(const char *role);
 const char *itest_role(void);
 
 /* Arm (or re-arm) the watchdog: after `seconds` the process reports the
- * current step and exits with ITEST_EXIT_TIMEOUT. 0 disarms it. */
+ * current step and exits with ITEST_EXIT_TIMEOUT. 0 disarms it. Also
+ * installs the crash report (itest_pscom_init() installs it again, over any
+ * handler the library brought). */
 void itest_watchdog(unsigned seconds);
 
 /* Record the step the process is in and print it. */
@@ -185,6 +189,24 @@ int itest_children_check(itest_child_t **list, int n);
 /* Send a signal (the child stays to be reaped). */
 void itest_child_kill(itest_child_t *child, int sig);
 
+/* Kill `victim` with SIGKILL and reap it; then, unless `tell` is NULL, send
+ * the time of the kill (itest_now() just before it) over `tell`, so that the
+ * survivor there knows the victim is gone and measures its deadlines from
+ * then (see itest_kill_time()). 0 when the victim died of the kill; 1, after
+ * saying how it ended, when it had ended by itself. */
+int itest_kill_peer(itest_child_t *victim, itest_link_t *tell);
+
+/* A survivor's side of itest_kill_peer(): the time of the kill. t_kill when
+ * it is already known (>= 0); else it is read from `link`, where with
+ * `wait` 0 only when it has arrived (-1 until then, for progress loops). */
+double itest_kill_time(itest_link_t *link, double t_kill, int wait);
+
+/* The main() of a test made of parts: arms the watchdog, names the
+ * transport, runs each part (nonzero: it failed) and reports the result.
+ * main's exit code. */
+typedef int (*itest_part_fn_t)(void);
+int itest_run_parts(const itest_part_fn_t *parts, int n);
+
 /* Framed messages over a link. Reading fails the test when the other side
  * closed its end (it probably died). */
 void itest_link_write(itest_link_t *link, const void *buf, size_t len);
@@ -197,6 +219,12 @@ void itest_link_send_double(itest_link_t *link, double v);
 double itest_link_recv_double(itest_link_t *link);
 /* 1 when a message (or EOF) is waiting, after at most timeout_ms. */
 int itest_link_ready(itest_link_t *link, int timeout_ms);
+/* Wait for the next message and drop it (a note that the other side got
+ * to a point). */
+void itest_link_wait_note(itest_link_t *link);
+/* Pass the next message from one link on to another (a server's endpoint
+ * to its client, a note from one child to the other). */
+void itest_link_relay(itest_link_t *from, itest_link_t *to);
 
 /* ---------------------------------------------------------------------- */
 /* pscom                                                                  */
@@ -221,6 +249,16 @@ char *itest_ep_str(pscom_socket_t *sock);
 /* Connect a new connection of sock directly to ep; fails the test unless
  * pscom_connect() returns PSCOM_SUCCESS. */
 pscom_connection_t *itest_connect(pscom_socket_t *sock, const char *ep);
+
+/* In a child: init pscom, open a socket `name` and connect it to the
+ * endpoint that comes over link. The socket in *sock_p. */
+pscom_connection_t *itest_connect_to_peer(itest_link_t *link, const char *name,
+                                          pscom_socket_t **sock_p);
+
+/* In a child: init pscom, open a listening socket `name`, send its endpoint
+ * over link and wait for the peer's connection. The socket in *sock_p. */
+pscom_connection_t *itest_accept_peer(itest_link_t *link, const char *name,
+                                      pscom_socket_t **sock_p);
 
 /* What the itest con_accept / con_error recorders saw. */
 typedef struct itest_con_event {

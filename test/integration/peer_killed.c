@@ -22,10 +22,8 @@
  */
 #include "itest.h"
 
-#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/wait.h>
 
 #define MSG_LEN      (64 * 1024)
 #define SEND_WINDOW  8
@@ -48,15 +46,8 @@ static int victim(itest_link_t *link, void *arg)
     pscom_connection_t *con;
     pscom_request_t *req;
     void *buf;
-    char *ep;
 
-    itest_pscom_init();
-    sock = itest_open_socket("victim", 1);
-    ep   = itest_ep_str(sock);
-    itest_link_send_str(link, ep);
-    free(ep);
-    itest_step("waiting for the survivor to connect");
-    con = itest_wait_accept(1);
+    con = itest_accept_peer(link, "victim", &sock);
 
     itest_step("receiving the stream until killed");
     req = itest_request(8);
@@ -85,16 +76,9 @@ static int third(itest_link_t *link, void *arg)
 {
     pscom_socket_t *sock;
     pscom_connection_t *con;
-    char *ep;
     unsigned echoed = 0;
 
-    itest_pscom_init();
-    sock = itest_open_socket("third", 1);
-    ep   = itest_ep_str(sock);
-    itest_link_send_str(link, ep);
-    free(ep);
-    itest_step("waiting for the survivor to connect");
-    con = itest_wait_accept(1);
+    con = itest_accept_peer(link, "third", &sock);
 
     for (;;) {
         pscom_request_t *req = itest_request(64);
@@ -261,9 +245,10 @@ static int survivor(itest_link_t *link, void *arg)
             if (!pscom_req_is_done(recvs[i])) all_done = 0;
         }
         if (all_done && itest_con_error_of(con_v)) break;
-        if (t_kill < 0 && itest_link_ready(link, 0)) {
-            t_kill = itest_link_recv_double(link);
-            itest_note("victim killed; %u sends posted so far", seq);
+        if (t_kill < 0) {
+            t_kill = itest_kill_time(link, t_kill, 0);
+            if (t_kill >= 0)
+                itest_note("victim killed; %u sends posted so far", seq);
         }
         if (t_kill > 0 && itest_now() - t_kill > GIVE_UP)
             ITEST_FAIL("%.0f s after the victim was killed: con_error %s, "
@@ -272,7 +257,7 @@ static int survivor(itest_link_t *link, void *arg)
                        itest_con_error_of(con_v) ? "called" : "not called",
                        states_str(sends, recvs));
     }
-    if (t_kill < 0) t_kill = itest_link_recv_double(link);
+    t_kill = itest_kill_time(link, t_kill, 1);
 
     itest_step("checking how the requests ended");
     ev = itest_con_error_of(con_v);
@@ -357,16 +342,9 @@ static int waiter(itest_link_t *link, void *arg)
     pscom_connection_t *con;
     pscom_request_t *req;
     char buf[256];
-    char *ep;
     double t_kill, t_ret;
 
-    itest_pscom_init();
-    sock = itest_open_socket("waiter", 1);
-    ep   = itest_ep_str(sock);
-    itest_link_send_str(link, ep);
-    free(ep);
-    itest_step("waiting for the victim to connect");
-    con = itest_wait_accept(1);
+    con = itest_accept_peer(link, "waiter", &sock);
 
     req = itest_request(8);
     req->connection  = con;
@@ -381,7 +359,7 @@ static int waiter(itest_link_t *link, void *arg)
     pscom_wait(req);
     t_ret = itest_now();
     itest_watchdog(ITEST_DEFAULT_TIMEOUT);
-    t_kill = itest_link_recv_double(link);
+    t_kill = itest_kill_time(link, -1.0, 1);
     itest_step("checking the receive");
     itest_note("pscom_wait returned %.3f s after the kill, state %s",
                t_ret - t_kill, pscom_req_state_str(req->state));
@@ -402,28 +380,30 @@ static int waiter(itest_link_t *link, void *arg)
     return 0;
 }
 
+/* Receive into buf on con and wait for the receive to end. */
+static pscom_request_t *recv_wait(pscom_connection_t *con, void *buf,
+                                  size_t len)
+{
+    pscom_request_t *req = itest_request(0);
+    req->connection      = con;
+    req->socket          = con->socket;
+    req->data            = buf;
+    req->data_len        = len;
+    pscom_post_recv(req);
+    pscom_wait(req);
+    return req;
+}
+
 static int victim2(itest_link_t *link, void *arg)
 {
     pscom_socket_t *sock;
     pscom_connection_t *con;
     pscom_request_t *req;
     char buf[16];
-    char *ep;
 
-    itest_pscom_init();
-    sock = itest_open_socket("victim2", 0);
-    ep   = itest_link_recv_str(link);
-    itest_step("connecting to %s", ep);
-    con = itest_connect(sock, ep);
-    free(ep);
+    con = itest_connect_to_peer(link, "victim2", &sock);
     itest_step("waiting to be killed");
-    req = itest_request(0);
-    req->connection = con;
-    req->socket     = sock;
-    req->data       = buf;
-    req->data_len   = sizeof(buf);
-    pscom_post_recv(req);
-    pscom_wait(req);
+    req = recv_wait(con, buf, sizeof(buf));
     ITEST_FAIL("a receive completed that nobody sent (state %s)",
                pscom_req_state_str(req->state));
 }
@@ -438,22 +418,10 @@ static int idle_victim(itest_link_t *link, void *arg)
     pscom_connection_t *con;
     pscom_request_t *req;
     char buf[16];
-    char *ep;
 
-    itest_pscom_init();
-    sock = itest_open_socket("victim3", 1);
-    ep   = itest_ep_str(sock);
-    itest_link_send_str(link, ep);
-    free(ep);
+    con = itest_accept_peer(link, "victim3", &sock);
     itest_step("waiting for the sender's hello");
-    con = itest_wait_accept(1);
-    req = itest_request(0);
-    req->connection = con;
-    req->socket     = sock;
-    req->data       = buf;
-    req->data_len   = sizeof(buf);
-    pscom_post_recv(req);
-    pscom_wait(req);
+    req = recv_wait(con, buf, sizeof(buf));
     ITEST_ASSERT_REQ_OK(req, "hello");
     itest_link_send_str(link, "idle");
     itest_step("idle until killed");
@@ -469,17 +437,11 @@ static int late_sender(itest_link_t *link, void *arg)
     pscom_connection_t *con;
     pscom_request_t *sends[LATE_MAX + 1], *hello;
     void *buf;
-    char *ep;
     double t_kill, t0;
     int n_posted = 0, n_err = 0, posted_at_error = -1;
     char hello_text[] = "hello";
 
-    itest_pscom_init();
-    sock = itest_open_socket("sender3", 0);
-    ep   = itest_link_recv_str(link);
-    itest_step("connecting to %s", ep);
-    con = itest_connect(sock, ep);
-    free(ep);
+    con = itest_connect_to_peer(link, "sender3", &sock);
     hello = itest_request(0);
     pscom_req_prepare(hello, con, hello_text, sizeof(hello_text), NULL, 0);
     pscom_post_send(hello);
@@ -491,7 +453,7 @@ static int late_sender(itest_link_t *link, void *arg)
      * library learns of the death only by writing. A write after the peer's
      * reset must not raise SIGPIPE. */
     itest_step("waiting (without progress) until the peer was killed");
-    t_kill = itest_link_recv_double(link);
+    t_kill = itest_kill_time(link, -1.0, 1);
     itest_sleep_ms(200);
 
     /* The first writes may still be taken by the kernel; keep sending until
@@ -559,41 +521,21 @@ static int late_sender(itest_link_t *link, void *arg)
 
 /* ---------------------------------------------------------------------- */
 
-static int check_killed(itest_child_t *c)
-{
-    int status = itest_child_wait(c);
-    if (WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL) return 0;
-    itest_note("the victim was to be killed, but it ended by itself:");
-    itest_child_check(c);
-    return 1;
-}
-
 static int part1(void)
 {
     itest_child_t vic, thr, sur;
-    char *ep_v, *ep_t, *note;
-    double t_kill;
-    int failed = 0;
+    int failed;
 
     itest_note("part 1: victim killed while the survivor streams to it");
     itest_spawn(&vic, "victim", victim, NULL);
-    ep_v = itest_link_recv_str(&vic.link);
     itest_spawn(&thr, "third", third, NULL);
-    ep_t = itest_link_recv_str(&thr.link);
     itest_spawn(&sur, "survivor", survivor, NULL);
-    itest_link_send_str(&sur.link, ep_v);
-    itest_link_send_str(&sur.link, ep_t);
-    free(ep_v);
-    free(ep_t);
-
+    itest_link_relay(&vic.link, &sur.link); /* the endpoints */
+    itest_link_relay(&thr.link, &sur.link);
     itest_step("waiting until the stream runs");
-    note = itest_link_recv_str(&vic.link);
-    free(note);
-    t_kill = itest_now();
-    itest_child_kill(&vic, SIGKILL);
-    itest_link_send_double(&sur.link, t_kill);
+    itest_link_wait_note(&vic.link);
+    failed = itest_kill_peer(&vic, &sur.link);
     itest_step("victim killed, waiting for the others");
-    failed |= check_killed(&vic);
     failed |= itest_children_check((itest_child_t *[]){&sur, &thr}, 2);
     return failed;
 }
@@ -601,26 +543,17 @@ static int part1(void)
 static int part2(void)
 {
     itest_child_t wai, vic;
-    char *ep, *note;
-    double t_kill;
-    int failed = 0;
+    int failed;
 
     itest_note("part 2: peer killed while the survivor is blocked in "
                "pscom_wait");
     itest_spawn(&wai, "waiter", waiter, NULL);
-    ep = itest_link_recv_str(&wai.link);
     itest_spawn(&vic, "victim2", victim2, NULL);
-    itest_link_send_str(&vic.link, ep);
-    free(ep);
-
+    itest_link_relay(&wai.link, &vic.link); /* the endpoint */
     itest_step("waiting until the waiter blocks");
-    note = itest_link_recv_str(&wai.link);
-    free(note);
+    itest_link_wait_note(&wai.link);
     itest_sleep_ms(300);
-    t_kill = itest_now();
-    itest_child_kill(&vic, SIGKILL);
-    itest_link_send_double(&wai.link, t_kill);
-    failed |= check_killed(&vic);
+    failed = itest_kill_peer(&vic, &wai.link);
     failed |= itest_children_check((itest_child_t *[]){&wai}, 1);
     return failed;
 }
@@ -628,37 +561,24 @@ static int part2(void)
 static int part3(void)
 {
     itest_child_t vic, snd;
-    char *ep, *note;
-    double t_kill;
-    int failed = 0;
+    int failed;
 
     itest_note("part 3: sends to a peer killed while the connection was "
                "idle");
     itest_spawn(&vic, "victim3", idle_victim, NULL);
-    ep = itest_link_recv_str(&vic.link);
     itest_spawn(&snd, "sender3", late_sender, NULL);
-    itest_link_send_str(&snd.link, ep);
-    free(ep);
+    itest_link_relay(&vic.link, &snd.link); /* the endpoint */
     itest_step("waiting until the victim is idle");
-    note = itest_link_recv_str(&vic.link);
-    free(note);
-    t_kill = itest_now();
-    itest_child_kill(&vic, SIGKILL);
-    failed |= check_killed(&vic);
-    itest_link_send_double(&snd.link, t_kill);
+    itest_link_wait_note(&vic.link);
+    /* The sender starts writing when it learns of the kill, after the
+     * victim is gone. */
+    failed = itest_kill_peer(&vic, &snd.link);
     failed |= itest_children_check((itest_child_t *[]){&snd}, 1);
     return failed;
 }
 
 int main(void)
 {
-    int failed = 0;
-
-    itest_watchdog(ITEST_DEFAULT_TIMEOUT + 10);
-    itest_note("transport %s", itest_transport_name());
-    failed |= part1();
-    failed |= part2();
-    failed |= part3();
-    itest_note("%s", failed ? "FAILED" : "passed");
-    return failed ? 1 : 0;
+    return itest_run_parts((const itest_part_fn_t[]){part1, part2, part3},
+                           3);
 }

@@ -23,43 +23,8 @@
  */
 #include "itest.h"
 
-#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/wait.h>
-
-/* A socket `name` connected to the endpoint that comes over link. */
-static pscom_connection_t *connect_to_peer(itest_link_t *link,
-                                           const char *name,
-                                           pscom_socket_t **sock_p)
-{
-    pscom_connection_t *con;
-    char *ep;
-
-    itest_pscom_init();
-    *sock_p = itest_open_socket(name, 0);
-    ep = itest_link_recv_str(link);
-    itest_step("connecting to %s", ep);
-    con = itest_connect(*sock_p, ep);
-    free(ep);
-    return con;
-}
-
-/* A listening socket `name`, its endpoint sent over link, and the
- * connection the peer makes to it. */
-static pscom_connection_t *accept_peer(itest_link_t *link, const char *name,
-                                       pscom_socket_t **sock_p)
-{
-    char *ep;
-
-    itest_pscom_init();
-    *sock_p = itest_open_socket(name, 1);
-    ep = itest_ep_str(*sock_p);
-    itest_link_send_str(link, ep);
-    free(ep);
-    itest_step("waiting for the peer to connect");
-    return itest_wait_accept(1);
-}
 
 /* ---------------------------------------------------------------------- */
 /* Part 1                                                                 */
@@ -85,9 +50,8 @@ static int sender(itest_link_t *link, void *arg)
     pscom_connection_t *con;
     pscom_request_t *req[WINDOW];
     void *buf[WINDOW];
-    char *note;
 
-    con = connect_to_peer(link, "sender", &sock);
+    con = itest_connect_to_peer(link, "sender", &sock);
     for (int i = 0; i < WINDOW; i++) {
         req[i] = itest_request(8);
         buf[i] = malloc(sizes[i] ? sizes[i] : 1);
@@ -95,8 +59,7 @@ static int sender(itest_link_t *link, void *arg)
     }
     for (uint32_t r = 0; r < ROUNDS; r++) {
         itest_step("round %u: waiting until the receiver is ready", r);
-        note = itest_link_recv_str(link);
-        free(note);
+        itest_link_wait_note(link);
         itest_step("round %u: sending a window of %d messages", r, WINDOW);
         for (uint32_t i = 0; i < WINDOW; i++) {
             uint32_t seq = r * WINDOW + i;
@@ -171,7 +134,7 @@ static int receiver(itest_link_t *link, void *arg)
     void *buf[WINDOW];
     const itest_con_event_t *ev;
 
-    con = accept_peer(link, "receiver", &sock);
+    con = itest_accept_peer(link, "receiver", &sock);
     for (int i = 0; i < WINDOW; i++) {
         req[i] = itest_request(8);
         buf[i] = itest_alloc_guarded(i == SHORT ? sizes[i] / 2 : sizes[i]);
@@ -202,7 +165,7 @@ static int receiver(itest_link_t *link, void *arg)
         pscom_request_free(req[i]);
         free(buf[i]);
     }
-    free(itest_link_recv_str(link));
+    itest_link_wait_note(link);
     pscom_close_socket(sock);
     return 0;
 }
@@ -210,26 +173,15 @@ static int receiver(itest_link_t *link, void *arg)
 static int part1(void)
 {
     itest_child_t rcv, snd;
-    char *ep;
 
     itest_note("part 1: windows of mixed messages, then the sender closes");
     itest_spawn(&rcv, "receiver", receiver, NULL);
-    ep = itest_link_recv_str(&rcv.link);
     itest_spawn(&snd, "sender", sender, NULL);
-    itest_link_send_str(&snd.link, ep);
-    free(ep);
+    itest_link_relay(&rcv.link, &snd.link); /* the endpoint */
     /* Relay the receiver's notes to the sender and the sender's last note
      * back. */
-    for (int r = 0; r < ROUNDS; r++) {
-        char *note = itest_link_recv_str(&rcv.link);
-        itest_link_send_str(&snd.link, note);
-        free(note);
-    }
-    {
-        char *note = itest_link_recv_str(&snd.link);
-        itest_link_send_str(&rcv.link, note);
-        free(note);
-    }
+    for (int r = 0; r < ROUNDS; r++) itest_link_relay(&rcv.link, &snd.link);
+    itest_link_relay(&snd.link, &rcv.link);
     return itest_children_check((itest_child_t *[]){&snd, &rcv}, 2);
 }
 
@@ -254,7 +206,7 @@ static int streamer(itest_link_t *link, void *arg)
     void *buf[STREAM_WINDOW];
     uint32_t seq = 0;
 
-    con = connect_to_peer(link, "streamer", &sock);
+    con = itest_connect_to_peer(link, "streamer", &sock);
     itest_step("streaming until killed");
     for (int i = 0; i < STREAM_WINDOW; i++) {
         req[i] = itest_request(8);
@@ -317,7 +269,7 @@ static int sink(itest_link_t *link, void *arg)
     int n_err = 0;
     double t_kill = -1.0;
 
-    stream_con = accept_peer(link, "sink", &sock);
+    stream_con = itest_accept_peer(link, "sink", &sock);
     for (int i = 0; i < STREAM_WINDOW; i++) {
         req[i] = itest_request(8);
         buf[i] = itest_alloc_guarded(STREAM_LEN);
@@ -353,8 +305,7 @@ static int sink(itest_link_t *link, void *arg)
                 pending = 1;
             }
         }
-        if (t_kill < 0 && itest_link_ready(link, 0))
-            t_kill = itest_link_recv_double(link);
+        t_kill = itest_kill_time(link, t_kill, 0);
         if (!pending && itest_con_error_of(stream_con)) break;
         if (t_kill > 0 && itest_now() - t_kill > DEADLINE)
             ITEST_FAIL("%.0f s after the streamer was killed: con_error %s, "
@@ -363,7 +314,7 @@ static int sink(itest_link_t *link, void *arg)
                        itest_con_error_of(stream_con) ? "called" : "not called",
                        received);
     }
-    if (t_kill < 0) t_kill = itest_link_recv_double(link);
+    t_kill = itest_kill_time(link, t_kill, 1);
 
     itest_step("checking how the receives ended");
     for (int i = 0; i < STREAM_WINDOW; i++) {
@@ -404,39 +355,20 @@ static int sink(itest_link_t *link, void *arg)
 static int part2(void)
 {
     itest_child_t snk, str;
-    char *ep, *note;
-    double t_kill;
-    int failed = 0, status;
+    int failed;
 
     itest_note("part 2: the sender is killed with several bodies in flight");
     itest_spawn(&snk, "sink", sink, NULL);
-    ep = itest_link_recv_str(&snk.link);
     itest_spawn(&str, "streamer", streamer, NULL);
-    itest_link_send_str(&str.link, ep);
-    free(ep);
+    itest_link_relay(&snk.link, &str.link); /* the endpoint */
     itest_step("waiting until the stream runs");
-    note = itest_link_recv_str(&snk.link);
-    free(note);
-    t_kill = itest_now();
-    itest_child_kill(&str, SIGKILL);
-    itest_link_send_double(&snk.link, t_kill);
-    status = itest_child_wait(&str);
-    if (!WIFSIGNALED(status) || WTERMSIG(status) != SIGKILL) {
-        itest_note("the streamer was to be killed, but it ended by itself:");
-        failed |= itest_child_check(&str);
-    }
+    itest_link_wait_note(&snk.link);
+    failed = itest_kill_peer(&str, &snk.link);
     failed |= itest_children_check((itest_child_t *[]){&snk}, 1);
     return failed;
 }
 
 int main(void)
 {
-    int failed = 0;
-
-    itest_watchdog(ITEST_DEFAULT_TIMEOUT + 10);
-    itest_note("transport %s", itest_transport_name());
-    failed |= part1();
-    failed |= part2();
-    itest_note("%s", failed ? "FAILED" : "passed");
-    return failed ? 1 : 0;
+    return itest_run_parts((const itest_part_fn_t[]){part1, part2}, 2);
 }

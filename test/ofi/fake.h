@@ -1,8 +1,8 @@
 /*
  * Test doubles for the ofi plugin's unit tests: a fake libfabric layer
  * (fake_wrap.c, implementing plugins/ofi/ofi_wrap.h) and a fake core
- * (fake_core.c, implementing the services of pscom_plugin.h that the plugin
- * calls). Both ends of a connection live in this one process and share the
+ * (fake_core.c, implementing the connection services of pscom_plugin.h that
+ * the plugin calls, and test/fake_core for the rest). Both ends of a connection live in this one process and share the
  * fake endpoint.
  */
 #ifndef OFI_TEST_FAKE_H_
@@ -11,6 +11,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "fake_core_common.h"
 #include "ofi_wrap.h"
 #include "pscom_plugin.h"
 
@@ -116,9 +117,6 @@ void fake_enqueue(struct psc_con *c, struct fake_frame *f);
 void fake_cancel(struct psc_con *c, unsigned i);
 /* Append the frame's bytes to buf (for the expected stream). */
 size_t fake_frame_bytes(const struct fake_frame *f, uint8_t *buf);
-
-/* What the plugin last gave pscom_plugin_set_reason. */
-extern char fake_reason[512];
 
 /* The descriptor under test. */
 extern const pscom_plugin_t pscom_plugin_ofi;

@@ -1,82 +1,15 @@
 /*
- * A fake core for the ofi plugin's unit tests: the services of
+ * A fake core for the ofi plugin's unit tests: the connection services of
  * pscom_plugin.h over a tiny send queue of frames and a receive side that
  * records the byte stream and, like the real core, offers the user's buffer
- * for the body of rendezvous data (message type 3) through rx_direct.
+ * for the body of rendezvous data (message type 3) through rx_direct. The
+ * rest comes from test/fake_core.
  */
-#include <ctype.h>
-#include <errno.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "fake.h"
-
-/* ---------------------------------------------------------------------- */
-/* Configuration and logging                                              */
-
-static size_t parse_size(const char *s)
-{
-    if (!strcmp(s, "inf")) return SIZE_MAX;
-    char *end;
-    unsigned long long v = strtoull(s, &end, 10);
-    switch (tolower((unsigned char)*end)) {
-    case 'k': v <<= 10; break;
-    case 'm': v <<= 20; break;
-    case 'g': v <<= 30; break;
-    }
-    return (size_t)v;
-}
-
-void pscom_plugin_config_register(const pscom_config_row_t *rows, size_t count)
-{
-    for (size_t i = 0; i < count; i++) {
-        const pscom_config_row_t *r = &rows[i];
-        const char *v = getenv(r->name);
-        if (!v && r->parent) v = getenv(r->parent);
-        if (!v) v = r->defval;
-        switch (r->type) {
-        case PSCOM_CONFIG_INT:
-        case PSCOM_CONFIG_BOOL:
-            *(int *)r->var = v ? atoi(v) : 0;
-            break;
-        case PSCOM_CONFIG_UINT:
-            *(unsigned *)r->var = v ? (unsigned)parse_size(v) : 0;
-            break;
-        case PSCOM_CONFIG_SIZE:
-            *(size_t *)r->var = v ? parse_size(v) : 0;
-            break;
-        case PSCOM_CONFIG_STR:
-        case PSCOM_CONFIG_DIR:
-            *(char **)r->var = (char *)v;
-            break;
-        }
-    }
-}
-
-void pscom_plugin_log(int level, const char *fmt, ...)
-{
-    if (!getenv("OFI_TEST_LOG")) return;
-    va_list ap;
-    va_start(ap, fmt);
-    fprintf(stderr, "[log %d] ", level);
-    vfprintf(stderr, fmt, ap);
-    fputc('\n', stderr);
-    va_end(ap);
-}
-
-char fake_reason[512];
-
-void pscom_plugin_set_reason(const char *reason)
-{
-    snprintf(fake_reason, sizeof(fake_reason), "%s", reason);
-}
-
-int pscom_plugin_log_level(void)
-{
-    return getenv("OFI_TEST_LOG") ? 6 : 0;
-}
 
 /* ---------------------------------------------------------------------- */
 /* Connections                                                            */
@@ -158,21 +91,10 @@ int pscom_plugin_tx_peek(pscom_plugin_con_t *c, struct iovec *iov, int iov_max,
     size_t sum = 0, skip = c->partial;
     for (unsigned i = c->qdone; i < c->qn; i++) {
         struct fake_frame *f = c->q[i];
-        struct iovec parts[2] = {{f->head, f->hl}, {f->body, f->bl}};
-        for (int k = 0; k < 2; k++) {
-            if (skip >= parts[k].iov_len) {
-                skip -= parts[k].iov_len;
-                continue;
-            }
-            if (n == iov_max) goto out;
-            iov[n].iov_base = (char *)parts[k].iov_base + skip;
-            iov[n].iov_len = parts[k].iov_len - skip;
-            sum += iov[n].iov_len;
-            skip = 0;
-            n++;
-        }
+        if (fake_core_frame_iov(iov, &n, iov_max, f->head, f->hl, f->body,
+                                f->bl, &skip, &sum) < 0)
+            break;
     }
-out:
     *total = sum;
     return n;
 }
@@ -262,13 +184,7 @@ int pscom_plugin_rx_push(pscom_plugin_con_t *c, const void *buf, size_t len)
             }
             continue;
         }
-        size_t take = c->hneed - c->hhave;
-        if (take > len) take = len;
-        memcpy(c->hb + c->hhave, p, take);
-        c->hhave += take;
-        p += take;
-        len -= take;
-        if (c->hhave < c->hneed) continue;
+        if (!fake_core_collect(c->hb, &c->hhave, c->hneed, &p, &len)) continue;
         if (c->hneed == 8) {
             pscom_header_net_t h;
             memcpy(&h, c->hb, 8);
@@ -312,11 +228,6 @@ void pscom_plugin_con_error(pscom_plugin_con_t *c, pscom_op_t op,
                      sys_errno);
 }
 
-pscom_connection_t *pscom_plugin_con_pub(pscom_plugin_con_t *c)
-{
-    return NULL;
-}
-
 pscom_socket_t *pscom_plugin_con_socket(pscom_plugin_con_t *c)
 {
     return NULL;
@@ -325,19 +236,4 @@ pscom_socket_t *pscom_plugin_con_socket(pscom_plugin_con_t *c)
 const char *pscom_plugin_con_str(pscom_plugin_con_t *c)
 {
     return c->name;
-}
-
-int pscom_plugin_fd_add(int fd, uint32_t events, int hot,
-                        pscom_plugin_fd_cb_t cb, void *arg)
-{
-    return 0;
-}
-
-int pscom_plugin_fd_mod(int fd, uint32_t events)
-{
-    return 0;
-}
-
-void pscom_plugin_fd_del(int fd)
-{
 }

@@ -293,9 +293,9 @@ static void test_init_and_endpoint_failures(void **state)
     fake_con_init(&c, "C", priv);
 
     fake.select_fails = 1;
-    fake_reason[0] = 0;
+    fake_core_reason[0] = 0;
     assert_true(ops->init() < 0);
-    assert_non_null(strstr(fake_reason, "no provider")); /* for pscom_info */
+    assert_non_null(strstr(fake_core_reason, "no provider")); /* for pscom_info */
     fake.select_fails = 0;
 
     fake.ep_open_fails = 1;

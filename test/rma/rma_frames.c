@@ -17,18 +17,11 @@
 
 #include "frames.h"
 
-static pscom_socket_t *sock;
-static int errors;
-static pscom_err_t last_err;
+#include "error_socket.h"
+
 static int put_calls, acc_calls, get_calls;
 static pscom_request_t last_cb; /* the callback's request, up to its xheader */
 static size_t last_cb_xlen;
-
-static void on_error(pscom_connection_t *c, pscom_op_t op, pscom_err_t err)
-{
-    errors++;
-    last_err = err;
-}
 
 static void keep_cb_request(pscom_request_t *r)
 {
@@ -51,27 +44,6 @@ static void on_get(pscom_request_t *r)
 static void on_acc(pscom_request_t *r)
 {
     acc_calls++;
-}
-
-static int setup(void **state)
-{
-    assert_int_equal(pscom_init(PSCOM_VERSION), PSCOM_SUCCESS);
-    pscom_set_debug(0); /* the malformed input is on purpose */
-    sock = pscom_open_socket(0, 0, 0, 0);
-    sock->ops.con_error = on_error;
-    return 0;
-}
-
-static int teardown(void **state)
-{
-    pscom_close_socket(sock);
-    return 0;
-}
-
-static pscom_connection_t *fresh(void)
-{
-    errors = 0;
-    return pscom_open_connection(sock);
 }
 
 /* The region id peers use for memh, read from its packed key (the test

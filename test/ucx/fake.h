@@ -6,9 +6,10 @@
  *                close the plugin starts, and lets the test complete them
  *                (in any order, with any status) and deliver active
  *                messages to the plugin's callback.
- *   fake_core.c  implements the core services of pscom_plugin.h over one
- *                send queue of frames and a small receive state machine
- *                that records the messages the plugin delivers.
+ *   fake_core.c  implements the connection services of pscom_plugin.h over
+ *                one send queue of frames and a small receive state
+ *                machine that records the messages the plugin delivers;
+ *                test/fake_core the rest (configuration, logging).
  */
 #ifndef UCX_TEST_FAKE_H
 #define UCX_TEST_FAKE_H
@@ -17,6 +18,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "fake_core_common.h"
 #include "pscom_plugin.h"
 #include "ucx_wrap.h"
 

@@ -1,11 +1,10 @@
 /*
- * The core services of pscom_plugin.h, faked for the ucx plugin's unit
+ * The connection services of pscom_plugin.h, faked for the ucx plugin's unit
  * tests (see fake.h): one send queue per connection, a receive state
  * machine that splits what the plugin delivers into messages, and records of
- * errors, file descriptors and log lines.
+ * errors and file descriptors. The rest comes from test/fake_core.
  */
 #include <assert.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -74,21 +73,10 @@ int pscom_plugin_tx_peek(pscom_plugin_con_t *c, struct iovec *iov, int iov_max,
     for (int i = 0; i < c->qn; i++) {
         struct fake_frame *f = c->q[i];
         size_t skip = f->head_len + f->body_len - f->left;
-        struct iovec parts[2] = {{f->head, f->head_len}, {f->body, f->body_len}};
-        for (int k = 0; k < 2; k++) {
-            if (skip >= parts[k].iov_len) {
-                skip -= parts[k].iov_len;
-                continue;
-            }
-            if (n == iov_max) goto out;
-            iov[n].iov_base = (char *)parts[k].iov_base + skip;
-            iov[n].iov_len = parts[k].iov_len - skip;
-            sum += iov[n].iov_len;
-            skip = 0;
-            n++;
-        }
+        if (fake_core_frame_iov(iov, &n, iov_max, f->head, f->head_len,
+                                f->body, f->body_len, &skip, &sum) < 0)
+            break;
     }
-out:
     *total = sum;
     return n;
 }
@@ -139,13 +127,7 @@ int pscom_plugin_rx_push(pscom_plugin_con_t *c, const void *buf, size_t len)
             if (!c->body_left) msg_done(c);
             continue;
         }
-        size_t take = c->need - c->have;
-        if (take > len) take = len;
-        memcpy(c->hbuf + c->have, p, take);
-        c->have += take;
-        p += take;
-        len -= take;
-        if (c->have < c->need) continue;
+        if (!fake_core_collect(c->hbuf, &c->have, c->need, &p, &len)) continue;
         pscom_header_net_t h;
         memcpy(&h, c->hbuf, sizeof(h));
         if (c->need == sizeof(h) && h.xheader_len) {
@@ -231,12 +213,6 @@ void pscom_plugin_con_error(pscom_plugin_con_t *c, pscom_op_t op,
     snprintf(c->err_what, sizeof(c->err_what), "%s", what);
 }
 
-pscom_connection_t *pscom_plugin_con_pub(pscom_plugin_con_t *c)
-{
-    (void)c;
-    return NULL;
-}
-
 pscom_socket_t *pscom_plugin_con_socket(pscom_plugin_con_t *c)
 {
     (void)c;
@@ -268,13 +244,6 @@ int pscom_plugin_fd_add(int fd, uint32_t events, int hot,
     return 0;
 }
 
-int pscom_plugin_fd_mod(int fd, uint32_t events)
-{
-    (void)fd;
-    (void)events;
-    return 0;
-}
-
 void pscom_plugin_fd_del(int fd)
 {
     (void)fd;
@@ -285,48 +254,4 @@ void fake_fd_owner(struct psc_con *c);
 void fake_fd_owner(struct psc_con *c)
 {
     fd_owner = c;
-}
-
-void pscom_plugin_log(int level, const char *fmt, ...)
-{
-    if (!getenv("FAKE_LOG")) return;
-    va_list ap;
-    va_start(ap, fmt);
-    fprintf(stderr, "[log %d] ", level);
-    vfprintf(stderr, fmt, ap);
-    fputc('\n', stderr);
-    va_end(ap);
-}
-
-static char reason[256];
-
-void pscom_plugin_set_reason(const char *text)
-{
-    snprintf(reason, sizeof(reason), "%s", text);
-}
-
-int pscom_plugin_log_level(void)
-{
-    return 0;
-}
-
-/* Defaults only: sizes with k/M suffixes and "inf". */
-void pscom_plugin_config_register(const pscom_config_row_t *rows, size_t count)
-{
-    for (size_t i = 0; i < count; i++) {
-        const pscom_config_row_t *r = &rows[i];
-        const char *env = getenv(r->name);
-        const char *v = env ? env : r->defval;
-        if (r->type == PSCOM_CONFIG_SIZE) {
-            char *end;
-            unsigned long long n = strtoull(v, &end, 0);
-            if (!strcmp(v, "inf")) n = (unsigned long long)SIZE_MAX;
-            else if (*end == 'k') n <<= 10;
-            else if (*end == 'M') n <<= 20;
-            *(size_t *)r->var = (size_t)n;
-        } else if (r->type == PSCOM_CONFIG_UINT || r->type == PSCOM_CONFIG_INT ||
-                   r->type == PSCOM_CONFIG_BOOL) {
-            *(int *)r->var = atoi(v);
-        }
-    }
 }

@@ -17,6 +17,7 @@
 #include <string.h>
 #include <cmocka.h>
 
+#include "fake_core_common.h"
 #include "fake_verbs.h"
 #include "pscom_plugin.h"
 #include "wireup.h"
@@ -26,63 +27,16 @@ static const pscom_plugin_ops_t *ops;
 
 /* ---------------------------------------------------------------------- */
 /* The core's services, as far as init and the handshake use them         */
+/* (configuration, logging and descriptors: test/fake_core)               */
 /* ---------------------------------------------------------------------- */
 
-static char logbuf[16384];
 static char rows_seen[2048];
 
-void pscom_plugin_log(int level, const char *fmt, ...)
+static void see_row(const pscom_config_row_t *r)
 {
-    size_t off = strlen(logbuf);
-    va_list ap;
-    va_start(ap, fmt);
-    if (off < sizeof(logbuf) - 2) {
-        vsnprintf(logbuf + off, sizeof(logbuf) - off - 1, fmt, ap);
-        strcat(logbuf, "\n");
-    }
-    va_end(ap);
-}
-
-int pscom_plugin_log_level(void)
-{
-    return 6;
-}
-
-static char init_reason[128];
-
-void pscom_plugin_set_reason(const char *reason)
-{
-    snprintf(init_reason, sizeof(init_reason), "%s", reason);
-}
-
-/* A size setting: "inf", or a number with an optional k or M. */
-static size_t size_of(const char *v)
-{
-    if (!v) return 0;
-    if (!strcmp(v, "inf")) return SIZE_MAX;
-    char *end;
-    size_t n = strtoull(v, &end, 0);
-    return *end == 'k' ? n << 10 : *end == 'M' ? n << 20 : n;
-}
-
-void pscom_plugin_config_register(const pscom_config_row_t *rows, size_t count)
-{
-    for (size_t i = 0; i < count; i++) {
-        const pscom_config_row_t *r = &rows[i];
-        const char *v = getenv(r->name);
-        if (!v && r->parent) v = getenv(r->parent);
-        if (!v) v = r->defval;
-        size_t off = strlen(rows_seen);
-        snprintf(rows_seen + off, sizeof(rows_seen) - off, "%s(%s) ", r->name,
-                 r->parent ? r->parent : "");
-        switch (r->type) {
-        case PSCOM_CONFIG_INT:
-        case PSCOM_CONFIG_BOOL: *(int *)r->var = v ? atoi(v) : 0; break;
-        case PSCOM_CONFIG_UINT: *(unsigned *)r->var = v ? (unsigned)strtoul(v, NULL, 0) : 0; break;
-        case PSCOM_CONFIG_SIZE: *(size_t *)r->var = size_of(v); break;
-        default: *(const char **)r->var = v; break;
-        }
-    }
+    size_t off = strlen(rows_seen);
+    snprintf(rows_seen + off, sizeof(rows_seen) - off, "%s(%s) ", r->name,
+             r->parent ? r->parent : "");
 }
 
 const char *pscom_plugin_con_str(pscom_plugin_con_t *con)
@@ -133,27 +87,14 @@ void pscom_plugin_rma_done(void *token, int err)
     ndone++;
 }
 
-int pscom_plugin_fd_add(int fd, uint32_t events, int hot,
-                        pscom_plugin_fd_cb_t cb, void *arg)
-{
-    return 0;
-}
-
-int pscom_plugin_fd_mod(int fd, uint32_t events)
-{
-    return 0;
-}
-
-void pscom_plugin_fd_del(int fd)
-{
-}
-
 /* ---------------------------------------------------------------------- */
 
 static int setup(void **state)
 {
     fake_reset();
-    logbuf[0] = 0;
+    fake_core_reset();
+    fake_core_log_level = 6;
+    fake_core_row_hook = see_row;
     rows_seen[0] = 0;
     errors_reported = 0;
     ndone = 0;
@@ -198,9 +139,9 @@ static void no_device(void **state)
 {
     fake_cfg.ndev = 0;
     assert_int_equal(ops->init(), -ENODEV);
-    assert_non_null(strstr(logbuf, "verbs: no RDMA device found "
+    assert_non_null(strstr(fake_core_log, "verbs: no RDMA device found "
                                    "(ibv_get_device_list returned 0 devices)"));
-    assert_string_equal(init_reason, "no RDMA device found");
+    assert_string_equal(fake_core_reason, "no RDMA device found");
     /* The settings are registered even so (pscom_info -c lists them). */
     const char *rows[] = {"PSP_VERBS_HCA(", "PSP_VERBS_PORT(",
                           "PSP_VERBS_GID_INDEX(", "PSP_VERBS_MCACHE_SIZE(",
@@ -218,8 +159,8 @@ static void no_device_list(void **state)
     fake_cfg.ndev = 0;
     fake_cfg.list_errno = ENOSYS;
     assert_int_equal(ops->init(), -ENODEV);
-    assert_non_null(strstr(logbuf, "verbs: no RDMA device found"));
-    assert_non_null(strstr(logbuf, strerror(ENOSYS)));
+    assert_non_null(strstr(fake_core_log, "verbs: no RDMA device found"));
+    assert_non_null(strstr(fake_core_log, strerror(ENOSYS)));
     all_released();
 }
 
@@ -228,8 +169,8 @@ static void named_device_missing(void **state)
     fake_cfg.ndev = 2;
     setenv("PSP_VERBS_HCA", "mlx5_9", 1);
     assert_int_equal(ops->init(), -ENODEV);
-    assert_non_null(strstr(logbuf, "PSP_VERBS_HCA=mlx5_9"));
-    assert_non_null(strstr(logbuf, "fake0, fake1"));
+    assert_non_null(strstr(fake_core_log, "PSP_VERBS_HCA=mlx5_9"));
+    assert_non_null(strstr(fake_core_log, "fake0, fake1"));
     unsetenv("PSP_VERBS_HCA");
     all_released();
 }
@@ -239,7 +180,7 @@ static void named_device_chosen(void **state)
     fake_cfg.ndev = 2;
     setenv("PSP_VERBS_HCA", "fake1", 1);
     assert_int_equal(ops->init(), 0);
-    assert_non_null(strstr(logbuf, "using fake1 port 1"));
+    assert_non_null(strstr(fake_core_log, "using fake1 port 1"));
     ops->destroy();
     unsetenv("PSP_VERBS_HCA");
     all_released();
@@ -249,7 +190,7 @@ static void port_down(void **state)
 {
     fake_cfg.port_state = IBV_PORT_DOWN;
     assert_int_equal(ops->init(), -ENETDOWN);
-    assert_non_null(strstr(logbuf, "no usable active port"));
+    assert_non_null(strstr(fake_core_log, "no usable active port"));
     all_released();
 }
 
@@ -355,7 +296,7 @@ static void rtr_failure_fails_hs_connect(void **state)
     int rc = ops->hs_connect((pscom_plugin_con_t *)&con_b, p.b, p.blob_a,
                              p.len_a);
     assert_int_equal(rc, -EINVAL);
-    assert_non_null(strstr(logbuf, "INIT->RTR failed"));
+    assert_non_null(strstr(fake_core_log, "INIT->RTR failed"));
     /* The core aborts both ends and tries the next plugin. */
     pair_abort(&p);
     ops->destroy();
@@ -413,7 +354,7 @@ static void cq_full_skips_plugin(void **state)
     len = sizeof(blob);
     assert_int_equal(ops->hs_start((pscom_plugin_con_t *)&con_b, b, blob, &len),
                      -ENOSPC);
-    assert_non_null(strstr(logbuf, "PSP_VERBS_CQ_SIZE"));
+    assert_non_null(strstr(fake_core_log, "PSP_VERBS_CQ_SIZE"));
     ops->hs_abort((pscom_plugin_con_t *)&con_a, a);
     /* Room again. */
     len = sizeof(blob);
@@ -435,7 +376,7 @@ static void registration_failure_at_hs_start(void **state)
     size_t len = sizeof(blob);
     assert_int_equal(ops->hs_start((pscom_plugin_con_t *)&con_a, a, blob, &len),
                      -ENOMEM);
-    assert_non_null(strstr(logbuf, "ulimit -l"));
+    assert_non_null(strstr(fake_core_log, "ulimit -l"));
     /* hs_start cleaned up itself: the core frees priv without hs_abort. */
     free(a);
     ops->destroy();
@@ -585,7 +526,7 @@ static void rma_keys_are_checked(void **state)
     other[24 + 15] ^= 0x40; /* the GID */
     assert_int_equal(ops->rma_rkey((pscom_plugin_con_t *)&con_a, p.a, other,
                                    sizeof(other), &prkey), -EPERM);
-    assert_non_null(strstr(logbuf, "another port"));
+    assert_non_null(strstr(fake_core_log, "another port"));
     ops->rma_deregister(NULL, r.handle);
     /* The whole address space: not with verbs. */
     uint8_t key[PSCOM_PLUGIN_RKEY_MAX];
@@ -628,7 +569,7 @@ static void rma_failed_completion(void **state)
     assert_int_equal(done[0].err, -EACCES);
     assert_int_equal(done[0].errors_before, 1);
     assert_int_equal(errors_reported, 1);
-    assert_non_null(strstr(logbuf, "one-sided RDMA completion failed"));
+    assert_non_null(strstr(fake_core_log, "one-sided RDMA completion failed"));
     /* No more on a failed connection. */
     assert_int_equal(ops->rma_get((pscom_plugin_con_t *)&con_a, p.a, rk, src,
                                   (uintptr_t)target, sizeof(src), &tok),

@@ -1,0 +1,144 @@
+/*
+ * Core services shared by the plugin unit tests' fake cores (see
+ * fake_core_common.h).
+ */
+#include "fake_core_common.h"
+
+#include <ctype.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+char fake_core_log[16384];
+int fake_core_log_level;
+char fake_core_reason[512];
+void (*fake_core_row_hook)(const pscom_config_row_t *row);
+
+void fake_core_reset(void)
+{
+    fake_core_log[0] = '\0';
+    fake_core_reason[0] = '\0';
+}
+
+size_t fake_core_size(const char *v)
+{
+    unsigned long long n;
+    char *end;
+
+    if (!v) return 0;
+    if (!strcmp(v, "inf")) return SIZE_MAX;
+    n = strtoull(v, &end, 0);
+    switch (tolower((unsigned char)*end)) {
+    case 'k': n <<= 10; break;
+    case 'm': n <<= 20; break;
+    case 'g': n <<= 30; break;
+    }
+    return (size_t)n;
+}
+
+void pscom_plugin_config_register(const pscom_config_row_t *rows, size_t count)
+{
+    for (size_t i = 0; i < count; i++) {
+        const pscom_config_row_t *r = &rows[i];
+        const char *v = getenv(r->name);
+        if (!v && r->parent) v = getenv(r->parent);
+        if (!v) v = r->defval;
+        if (fake_core_row_hook) fake_core_row_hook(r);
+        switch (r->type) {
+        case PSCOM_CONFIG_INT:
+        case PSCOM_CONFIG_BOOL:
+            *(int *)r->var = v ? atoi(v) : 0;
+            break;
+        case PSCOM_CONFIG_UINT:
+            *(unsigned *)r->var = (unsigned)fake_core_size(v);
+            break;
+        case PSCOM_CONFIG_SIZE:
+            *(size_t *)r->var = fake_core_size(v);
+            break;
+        case PSCOM_CONFIG_STR:
+        case PSCOM_CONFIG_DIR:
+            *(const char **)r->var = v;
+            break;
+        }
+    }
+}
+
+void pscom_plugin_log(int level, const char *fmt, ...)
+{
+    size_t off = strlen(fake_core_log);
+    va_list ap;
+
+    if (off + 2 < sizeof(fake_core_log)) {
+        va_start(ap, fmt);
+        vsnprintf(fake_core_log + off, sizeof(fake_core_log) - off - 1, fmt,
+                  ap);
+        va_end(ap);
+        strcat(fake_core_log, "\n");
+    }
+    if (getenv("FAKE_CORE_LOG")) {
+        va_start(ap, fmt);
+        fprintf(stderr, "[log %d] ", level);
+        vfprintf(stderr, fmt, ap);
+        fputc('\n', stderr);
+        va_end(ap);
+    }
+}
+
+int pscom_plugin_log_level(void)
+{
+    return getenv("FAKE_CORE_LOG") ? 6 : fake_core_log_level;
+}
+
+void pscom_plugin_set_reason(const char *reason)
+{
+    snprintf(fake_core_reason, sizeof(fake_core_reason), "%s", reason);
+}
+
+pscom_connection_t *pscom_plugin_con_pub(pscom_plugin_con_t *con)
+{
+    (void)con;
+    return NULL;
+}
+
+int pscom_plugin_fd_mod(int fd, uint32_t events)
+{
+    (void)fd;
+    (void)events;
+    return 0;
+}
+
+int fake_core_collect(uint8_t *dst, size_t *have, size_t need,
+                      const uint8_t **p, size_t *len)
+{
+    size_t take = need - *have;
+    if (take > *len) take = *len;
+    memcpy(dst + *have, *p, take);
+    *have += take;
+    *p += take;
+    *len -= take;
+    return *have == need;
+}
+
+int fake_core_frame_iov(struct iovec *iov, int *n, int iov_max,
+                        const void *head, size_t head_len, const void *body,
+                        size_t body_len, size_t *skip, size_t *sum)
+{
+    struct iovec parts[2] = {{(void *)head, head_len},
+                             {(void *)body, body_len}};
+
+    for (int k = 0; k < 2; k++) {
+        if (*skip >= parts[k].iov_len) {
+            *skip -= parts[k].iov_len;
+            continue;
+        }
+        if (*n == iov_max) return -1;
+        iov[*n].iov_base = (char *)parts[k].iov_base + *skip;
+        iov[*n].iov_len = parts[k].iov_len - *skip;
+        *sum += iov[*n].iov_len;
+        *skip = 0;
+        (*n)++;
+    }
+    return 0;
+}
