@@ -200,9 +200,12 @@ struct wait {
 };
 
 /* Between two rounds of progress, given whether the last one did
- * something; also lets other threads have the lock. */
-static void wait_step(struct wait *w, int did)
+ * something; also lets other threads have the lock. 1 when it slept and
+ * ran the callbacks of ready descriptors: they may have done anything a
+ * round of progress does (read a message, accepted a connection). */
+static int wait_step(struct wait *w, int did)
 {
+    int woken = 0;
     if (did) {
         w->idle = 0;
         w->resting = false;
@@ -222,6 +225,7 @@ static void wait_step(struct wait *w, int did)
              * follows soon. */
             w->idle = 0;
             w->resting = false;
+            woken = 1;
         } else if (slept < 0) {
             sched_yield();
         }
@@ -233,6 +237,7 @@ static void wait_step(struct wait *w, int did)
         psc_lock_handoff();
         psc_lock();
     }
+    return woken;
 }
 
 int psc_progress_until(bool (*cond_fn)(void *arg), void *arg,
@@ -252,12 +257,14 @@ int psc_progress_until(bool (*cond_fn)(void *arg), void *arg,
 
 void psc_progress_wait_event(void)
 {
-    /* Until a round did something: moved data, completed a request (also
-     * one completed just before its connection ended), failed a connection.
-     * Such a round resets nothing here: the caller returns at once. */
+    /* Until a round did something (moved data, accepted a connection),
+     * completed a request (also one completed just before its connection
+     * ended) or failed a connection, or a sleep ran descriptor callbacks
+     * (which may have done any of these). */
     unsigned long events = psc_ctx.events;
     struct wait w = {0};
-    while (!psc_progress() && psc_ctx.events == events) wait_step(&w, 0);
+    while (!psc_progress() && psc_ctx.events == events && !wait_step(&w, 0))
+        ;
 }
 
 void psc_progress_cleanup(void)

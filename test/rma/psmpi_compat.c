@@ -21,6 +21,17 @@
  *   order (ParaStation MPI's self messages: "the transport reports more
  *   bytes written than were queued", duplicated frames).
  *
+ * accept_wait_any: a listener waits for its next connection the way
+ *   ParaStation MPI's MPI_Comm_accept does, `while (!(c =
+ *   pscom_get_next_connection(s, NULL))) pscom_wait_any();`, while the
+ *   peer connects only after a pause and sends only after another (so
+ *   the wait rests: over tcp it sleeps on the descriptors; meson sets
+ *   PSP_WAIT_SPIN=0). pscom_wait_any must return once the connection is
+ *   there, also when it was accepted, or its message read, while the wait
+ *   slept.
+ *   (spawn/disconnect_reconnect, spawnmanyarg and spawnminfo1 hung over
+ *   tcp.)
+ *
  * ondemand_suspend, ondemand_stop: both sides connect on demand, then
  *   suspend (ParaStation MPI's connection setup) or stop listening (its
  *   spawn and connect/accept). The first send must still connect: pending
@@ -95,6 +106,59 @@ static int case_wait_any_eof(void)
     itest_link_send_u64(&rcv.link, itest_link_recv_u64(&snd.link));
     itest_child_t *list[2] = {&rcv, &snd};
     return itest_children_check(list, 2);
+}
+
+/* ---------------------------------------------------------------------- */
+
+static int accept_listener(itest_link_t *link, void *arg)
+{
+    itest_pscom_init();
+    pscom_socket_t *s = itest_open_socket("listener", 1);
+    char *ep = itest_ep_str(s);
+    itest_link_send_str(link, ep);
+    free(ep);
+    itest_step("waiting for a connection with pscom_wait_any");
+    itest_watchdog(20);
+    pscom_connection_t *c;
+    while (!(c = pscom_get_next_connection(s, NULL))) pscom_wait_any();
+    int in = 0;
+    ITEST_ASSERT_EQ(pscom_recv_from(c, NULL, 0, &in, sizeof(in)),
+                    PSCOM_SUCCESS, "receive");
+    ITEST_ASSERT_EQ(in, 17, "the message");
+    pscom_close_socket(s);
+    return 0;
+}
+
+static int accept_connector(itest_link_t *link, void *arg)
+{
+    itest_pscom_init();
+    char *ep = itest_link_recv_str(link);
+    pscom_socket_t *s = itest_open_socket("connector", 0);
+    itest_sleep_ms(300);
+    pscom_connection_t *c = itest_connect(s, ep);
+    free(ep);
+    itest_sleep_ms(300); /* the listener rests again meanwhile */
+    int out = 17;
+    pscom_send(c, NULL, 0, &out, sizeof(out));
+    pscom_flush(c);
+    itest_link_send_u64(link, 1);
+    itest_link_recv_u64(link);
+    pscom_close_socket(s);
+    return 0;
+}
+
+static int case_accept_wait_any(void)
+{
+    itest_child_t lst, con;
+    itest_spawn(&lst, "listener", accept_listener, NULL);
+    itest_spawn(&con, "connector", accept_connector, NULL);
+    char *ep = itest_link_recv_str(&lst.link);
+    itest_link_send_str(&con.link, ep);
+    free(ep);
+    itest_link_recv_u64(&con.link);
+    int failed = itest_child_check(&lst);
+    itest_link_send_u64(&con.link, 1);
+    return itest_child_check(&con) || failed;
 }
 
 /* ---------------------------------------------------------------------- */
@@ -261,6 +325,7 @@ int main(void)
     itest_set_role("main");
     const char *c = test_case();
     if (!strcmp(c, "wait_any_eof")) return case_wait_any_eof();
+    if (!strcmp(c, "accept_wait_any")) return case_accept_wait_any();
     if (!strcmp(c, "ondemand_suspend")) return case_ondemand_suspend();
     if (!strcmp(c, "ondemand_stop")) {
         setenv("COMPAT_STOP", "1", 1);
@@ -276,7 +341,8 @@ int main(void)
         itest_spawn(&k, "loopback", loopback_main, NULL);
         return itest_child_check(&k);
     }
-    fprintf(stderr, "COMPAT_CASE must be wait_any_eof, loopback, "
-                    "loop_reentrant, ondemand_suspend or ondemand_stop\n");
+    fprintf(stderr, "COMPAT_CASE must be wait_any_eof, accept_wait_any, "
+                    "loopback, loop_reentrant, ondemand_suspend or "
+                    "ondemand_stop\n");
     return 1;
 }
