@@ -513,6 +513,8 @@ static inline void psc_req_state_add(struct psc_req *req, pscom_req_state_t bits
 /* Free the requests kept for reuse (req.c): at exit, and before a second
  * thread may use the library. */
 void psc_req_cache_drain(void);
+/* Requests kept for reuse now (for tests). */
+unsigned psc_req_cache_count(void);
 
 /* Node identity (util.c). */
 void psc_node_identity_init(void);

@@ -25,7 +25,8 @@ static size_t xheader_room(size_t xlen)
 #else
 #define REQ_CACHE_SLOTS 64
 #endif
-#define REQ_CACHE_SEARCH 8 /* entries looked at, newest first */
+#define REQ_CACHE_SEARCH 8     /* entries looked at, newest first */
+#define REQ_CACHE_MAX_SIZE 4096 /* larger ones (pscom_send's copies) are freed */
 static struct psc_req *req_cache[REQ_CACHE_SLOTS + 1];
 static unsigned req_cached;
 
@@ -44,9 +45,16 @@ static struct psc_req *req_cache_take(size_t size)
 
 static bool req_cache_put(struct psc_req *req)
 {
-    if (psc_ctx.threaded || req_cached >= REQ_CACHE_SLOTS) return false;
+    if (psc_ctx.threaded || req_cached >= REQ_CACHE_SLOTS ||
+        req->alloc_size > REQ_CACHE_MAX_SIZE)
+        return false;
     req_cache[req_cached++] = req;
     return true;
+}
+
+unsigned psc_req_cache_count(void)
+{
+    return req_cached;
 }
 
 void psc_req_cache_drain(void)
