@@ -467,23 +467,42 @@ int psc_plugins_progress(void)
     return did;
 }
 
-/* The plugins armed for a sleep: the active set may change while the
- * callbacks of the woken descriptors run (a connection opens). */
+/* The plugins armed for sleeps: they stay armed until
+ * psc_plugins_wait_disarm, and the active set may change meanwhile. */
 static const pscom_plugin_ops_t *armed[MAX_PLUGINS];
 static unsigned narmed;
 
+static bool is_armed(const pscom_plugin_ops_t *ops)
+{
+    for (unsigned i = 0; i < narmed; i++)
+        if (armed[i] == ops) return true;
+    return false;
+}
+
 bool psc_plugins_wait_arm(void)
 {
-    narmed = 0;
     for (unsigned i = 0; i < nactive; i++) {
         const pscom_plugin_ops_t *ops = active_ops[i];
-        if (!ops || !ops->wait_arm || !ops->wait_disarm || !ops->wait_arm()) {
+        if (!ops || !ops->wait_arm || !ops->wait_disarm) {
+            psc_plugins_wait_disarm();
+            return false;
+        }
+    }
+    for (unsigned i = 0; i < nactive; i++) {
+        const pscom_plugin_ops_t *ops = active_ops[i];
+        if (is_armed(ops)) continue;
+        if (!ops->wait_arm()) {
             psc_plugins_wait_disarm();
             return false;
         }
         armed[narmed++] = ops;
     }
     return true;
+}
+
+bool psc_plugins_armed(void)
+{
+    return narmed > 0;
 }
 
 void psc_plugins_wait_disarm(void)

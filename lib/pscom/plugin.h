@@ -83,10 +83,12 @@ void psc_plugin_con_closed(struct psc_plugin *p);
 int psc_plugins_progress(void);
 
 /* Before a sleeping wait: ask every plugin with open connections to have
- * what it waits for signalled on its descriptors (ops.wait_arm). true when
- * all agreed; then psc_plugins_wait_disarm() must follow the sleep. false
- * (nothing left armed) when one needs polling. */
+ * what it waits for signalled on its descriptors (ops.wait_arm; plugins
+ * armed already are not asked again). true when all agreed; they stay
+ * armed until psc_plugins_wait_disarm(). false (nothing left armed) when
+ * one needs polling. */
 bool psc_plugins_wait_arm(void);
+bool psc_plugins_armed(void);
 void psc_plugins_wait_disarm(void);
 
 /* Destroy all plugins (library teardown). */

@@ -179,7 +179,10 @@ static int sleep_on_fds(void)
         return -1;
     psc_enter();
     int woken = dispatch_fds(SLEEP_MAX_MS);
-    psc_plugins_wait_disarm();
+    /* On an oversubscribed node the next sleep follows soon: the plugins
+     * stay armed (for tcp: every socket in the epoll set) rather than
+     * paying a few system calls per sleep to disarm and arm again. */
+    if (!psc_oversubscribed()) psc_plugins_wait_disarm();
     psc_precon_check_timeouts();
     psc_leave();
     return woken;
@@ -213,6 +216,8 @@ static int wait_step(struct wait *w, int did)
         ++w->idle;
         if (w->idle == OVERSUB_IDLE_ROUNDS && psc_oversubscribed())
             w->resting = true;
+        else if (w->idle == OVERSUB_IDLE_ROUNDS && psc_plugins_armed())
+            psc_plugins_wait_disarm(); /* no longer oversubscribed */
         else if (w->idle == SPIN_CLOCK_ROUNDS)
             w->spin_end = now_us() + psc_settings.wait_spin_us;
         else if (w->idle % SPIN_CLOCK_ROUNDS == 0 && now_us() >= w->spin_end)

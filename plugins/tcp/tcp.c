@@ -86,20 +86,22 @@ static int tcp_hs_connect(pscom_plugin_con_t *con, void *priv, const void *blob,
     return 0;
 }
 
-/* The core sleeps in its epoll set (ops.wait_arm): the sockets' events
- * must reach it even in direct mode. */
+/* The core sleeps in its epoll set (ops.wait_arm; on an oversubscribed
+ * node it stays armed between sleeps): the sockets' events must reach it,
+ * so while armed every socket is in the epoll set, as beyond
+ * PSP_TCP_DIRECT_POLL connections. */
 static bool armed;
 
 static bool direct_mode(void)
 {
-    return tcp_count <= cfg_direct_poll;
+    return tcp_count <= cfg_direct_poll && !armed;
 }
 
 /* In direct mode progress reads and retries blocked writes itself, which
  * costs one system call per connection and round instead of two. */
 static uint32_t wanted_events(struct tcp_con *tc)
 {
-    if (direct_mode() && !armed) return 0;
+    if (direct_mode()) return 0;
     return EPOLLIN | (tc->want_out ? EPOLLOUT : 0);
 }
 
@@ -280,14 +282,14 @@ static int tcp_progress(void)
 static int tcp_wait_arm(void)
 {
     armed = true;
-    if (direct_mode()) update_epoll();
+    update_epoll(); /* no system call for sockets armed already */
     return 1;
 }
 
 static void tcp_wait_disarm(void)
 {
     armed = false;
-    if (direct_mode()) update_epoll();
+    update_epoll();
 }
 
 static const pscom_plugin_ops_t tcp_ops = {
