@@ -128,12 +128,8 @@ static void recv_counting(pscom_connection_t *con, uint32_t seed, int any)
 
 static int receiver(itest_link_t *link, void *arg)
 {
-    itest_pscom_init();
-    pscom_socket_t *sock = itest_open_socket("receiver", 1);
-    char *ep = itest_ep_str(sock);
-    itest_link_send_str(link, ep);
-    free(ep);
-    pscom_connection_t *con = itest_wait_accept(1);
+    pscom_socket_t *sock;
+    pscom_connection_t *con = itest_accept_peer(link, "receiver", &sock);
 
     itest_step("waiting with pscom_wait_any for a message %d ms away",
                PAUSE_MS);
@@ -150,11 +146,8 @@ static int receiver(itest_link_t *link, void *arg)
 
 static int sender(itest_link_t *link, void *arg)
 {
-    itest_pscom_init();
-    char *ep = itest_link_recv_str(link);
-    pscom_socket_t *sock = itest_open_socket("sender", 0);
-    pscom_connection_t *con = itest_connect(sock, ep);
-    free(ep);
+    pscom_socket_t *sock;
+    pscom_connection_t *con = itest_connect_to_peer(link, "sender", &sock);
     itest_step("sending two messages, each after a pause");
     send_after_pause(con, 1);
     send_after_pause(con, 2);
@@ -178,10 +171,9 @@ int main(void)
 
     itest_watchdog(ITEST_DEFAULT_TIMEOUT + 10);
     itest_spawn(&rcv, "receiver", receiver, NULL);
-    char *ep = itest_link_recv_str(&rcv.link);
     itest_spawn(&snd, "sender", sender, NULL);
-    itest_link_send_str(&snd.link, ep);
-    free(ep);
+    itest_link_relay(&rcv.link, &snd.link); /* the endpoint */
+    /* Both are done: let them close. */
     itest_link_recv_u64(&rcv.link);
     itest_link_recv_u64(&snd.link);
     itest_link_send_u64(&rcv.link, 0);

@@ -152,9 +152,7 @@ static int case_accept_wait_any(void)
     itest_child_t lst, con;
     itest_spawn(&lst, "listener", accept_listener, NULL);
     itest_spawn(&con, "connector", accept_connector, NULL);
-    char *ep = itest_link_recv_str(&lst.link);
-    itest_link_send_str(&con.link, ep);
-    free(ep);
+    itest_link_relay(&lst.link, &con.link); /* the endpoint */
     itest_link_recv_u64(&con.link);
     int failed = itest_child_check(&lst);
     itest_link_send_u64(&con.link, 1);
