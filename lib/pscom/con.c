@@ -481,6 +481,9 @@ bool psc_oversubscribed(void)
         psc_debug("%u processes on this node with %ld CPUs: waits %s", procs,
                   cpus, now ? "rest early (oversubscribed)"
                             : "spin PSP_WAIT_SPIN microseconds");
+    /* Plugins stay armed between the sleeps of an oversubscribed node
+     * only (progress.c). */
+    if (over && !now) psc_plugins_wait_disarm();
     over = now;
     return over;
 }

@@ -500,11 +500,6 @@ bool psc_plugins_wait_arm(void)
     return true;
 }
 
-bool psc_plugins_armed(void)
-{
-    return narmed > 0;
-}
-
 void psc_plugins_wait_disarm(void)
 {
     while (narmed) armed[--narmed]->wait_disarm();

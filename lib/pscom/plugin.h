@@ -88,7 +88,6 @@ int psc_plugins_progress(void);
  * armed until psc_plugins_wait_disarm(). false (nothing left armed) when
  * one needs polling. */
 bool psc_plugins_wait_arm(void);
-bool psc_plugins_armed(void);
 void psc_plugins_wait_disarm(void);
 
 /* Destroy all plugins (library teardown). */

@@ -142,11 +142,16 @@ int psc_progress(void)
     return did;
 }
 
-uint64_t psc_now_ms(void)
+static uint64_t now_us(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+    return (uint64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
+uint64_t psc_now_ms(void)
+{
+    return now_us() / 1000;
 }
 
 /* Longest sleep of a waiting process in one go: timers (connection
@@ -160,13 +165,6 @@ uint64_t psc_now_ms(void)
  * tens of nanoseconds, and reading the clock in every short wait (a
  * message's round trip) would cost a few percent of it. */
 #define SPIN_CLOCK_ROUNDS 256
-
-static uint64_t now_us(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
-}
 
 /* Sleep until a descriptor is ready, at most SLEEP_MAX_MS, and run the
  * callbacks of the ready ones, when every plugin with open connections
@@ -216,8 +214,6 @@ static int wait_step(struct wait *w, int did)
         ++w->idle;
         if (w->idle == OVERSUB_IDLE_ROUNDS && psc_oversubscribed())
             w->resting = true;
-        else if (w->idle == OVERSUB_IDLE_ROUNDS && psc_plugins_armed())
-            psc_plugins_wait_disarm(); /* no longer oversubscribed */
         else if (w->idle == SPIN_CLOCK_ROUNDS)
             w->spin_end = now_us() + psc_settings.wait_spin_us;
         else if (w->idle % SPIN_CLOCK_ROUNDS == 0 && now_us() >= w->spin_end)

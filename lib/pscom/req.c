@@ -70,7 +70,7 @@ struct psc_req *psc_req_alloc(size_t xlen, size_t user_size)
     size_t size = user_off + user_size;
     if (size > UINT32_MAX) return NULL;
     struct psc_req *req = NULL;
-    if (req_cached && !psc_ctx.threaded) req = req_cache_take(size);
+    if (req_cached) req = req_cache_take(size); /* never with threads */
     if (!req) req = calloc(1, size);
     if (!req) return NULL;
 
@@ -89,7 +89,6 @@ void psc_req_release(struct psc_req *req)
 {
     req->magic = PSC_REQ_FREED;
     free(req->gbuf);
-    req->gbuf = NULL;
     if (!req_cache_put(req)) free(req);
 }
 

@@ -61,18 +61,27 @@ static pscom_request_t *post_rndv_send_queued(void)
     return r;
 }
 
+/* Peek at the frame the plugin is to send next into iov[4]: it has n_iov
+ * pieces and the message type `type`; its header, and its length in
+ * *total. */
+static const pscom_header_net_t *peek_frame(struct iovec *iov, int n_iov,
+                                            uint8_t type, size_t *total)
+{
+    *total = 0;
+    int n = pscom_plugin_tx_peek(con_of(con), iov, 4, total);
+    assert_int_equal(n, n_iov);
+    const pscom_header_net_t *h = iov[0].iov_base;
+    assert_int_equal(h->msg_type, type);
+    return h;
+}
+
 /* A rendezvous send, handed to the "transport" (peeked) but not reported
  * written. */
 static pscom_request_t *post_rndv_send(size_t *frame_len)
 {
     pscom_request_t *r = post_rndv_send_queued();
     struct iovec iov[4];
-    size_t total = 0;
-    int n = pscom_plugin_tx_peek(con_of(con), iov, 4, &total);
-    assert_int_equal(n, 1);
-    const pscom_header_net_t *h = iov[0].iov_base;
-    assert_int_equal(h->msg_type, PSC_MSG_RNDV_REQ);
-    *frame_len = total;
+    peek_frame(iov, 1, PSC_MSG_RNDV_REQ, frame_len);
     return r;
 }
 
@@ -104,11 +113,9 @@ static void expect_failed(pscom_request_t *r)
 static void expect_data_frame(pscom_request_t *r, uint64_t receiver_id)
 {
     struct iovec iov[4];
-    size_t total = 0;
-    int n = pscom_plugin_tx_peek(con_of(con), iov, 4, &total);
-    assert_int_equal(n, 2);
-    const pscom_header_net_t *h = iov[0].iov_base;
-    assert_int_equal(h->msg_type, PSC_MSG_RNDV_DATA);
+    size_t total;
+    const pscom_header_net_t *h =
+        peek_frame(iov, 2, PSC_MSG_RNDV_DATA, &total);
     assert_int_equal(h->data_len, BODY_LEN);
     struct psc_rndv_data_hdr dh;
     memcpy(&dh, h + 1, sizeof(dh));
