@@ -117,6 +117,7 @@ struct ux_txe {
     size_t len;          /* head + body bytes */
     bool done;           /* UCX no longer needs the buffers */
     int status;          /* how the send ended */
+    uxw_op_t op;         /* tx_cb(this) */
     uint8_t *hdr;        /* what UCX reads until done: the AM header, or the
                           * whole frame when packed (hinline or malloc'ed) */
     uint8_t hinline[KEY_LEN + HDR_INLINE];
@@ -151,6 +152,7 @@ struct ux_rop {
     bool direct;
     bool done;
     int status;
+    uxw_op_t op;         /* rop_cb(this) */
 };
 
 struct ux_con {
@@ -192,6 +194,7 @@ struct ux_sock {
     unsigned refs;       /* connections from hs_start to close/hs_abort */
     bool unused;         /* refs dropped to 0 during progress: destroy after */
     unsigned closing;    /* endpoint closes under way */
+    uxw_op_t closed_op;  /* ep_closed_cb(this) */
     struct ux_con **slots;
     uint32_t *gens;
     uint32_t *free_slots;
@@ -635,15 +638,12 @@ static int send_frame(struct ux_con *uc, const struct iovec *head,
     int eager = blen < cfg_rendezvous;
     *uc->txq_tail = e;
     uc->txq_tail = &e->next;
+    e->op = (uxw_op_t){.cb.done = tx_cb, .user = e};
+    us->inflight++; /* first: UCX may call tx_cb inside the call */
     int rc = uxw_am_send(uc->ep, id, hlen ? e->hdr : NULL, hlen, data, dcnt,
-                         eager, tx_cb, e);
-    if (rc == UXW_PENDING) {
-        us->inflight++;
-        return 0;
-    }
-    e->done = true;
-    e->status = rc;
-    mark_pending(uc);
+                         eager, &e->op);
+    if (rc == UXW_PENDING) return 0;
+    if (!e->done) tx_cb(e, rc);
     return rc ? -1 : 0;
 }
 
@@ -786,14 +786,10 @@ static int start_rop(struct ux_con *uc, void *desc, size_t len, bool may_direct)
     } else {
         uc->rop = rop;
     }
-    int rc = uxw_am_recv(us->w, desc, rop->buf, len, rop_cb, rop);
-    if (rc == UXW_PENDING) {
-        us->inflight++;
-    } else {
-        rop->done = true;
-        rop->status = rc;
-        mark_pending(uc);
-    }
+    rop->op = (uxw_op_t){.cb.recv = rop_cb, .user = rop};
+    us->inflight++; /* first: UCX may call rop_cb inside the call */
+    int rc = uxw_am_recv(us->w, desc, rop->buf, len, &rop->op);
+    if (rc != UXW_PENDING && !rop->done) rop_cb(rop, rc, 0);
     return 0;
 }
 
@@ -1019,6 +1015,7 @@ static struct ux_sock *sock_get(pscom_socket_t *key, char *why, size_t why_len)
     size_t max = uxw_worker_max_am_header(us->w);
     us->max_head = max > KEY_LEN ? max - KEY_LEN : 0;
     us->key = key;
+    us->closed_op = (uxw_op_t){.cb.done = ep_closed_cb, .user = us};
     us->next = socks;
     socks = us;
     return us;
@@ -1126,10 +1123,14 @@ static void con_release(struct ux_con *uc)
     if (uc->ep) {
         uxw_ep_t *ep = uc->ep;
         uc->ep = NULL;
-        if (uxw_ep_close(us->w, ep, broken, broken ? ep_dropped_cb : ep_closed_cb,
-                         us) == UXW_PENDING &&
-            !broken)
-            us->closing++;
+        static const uxw_op_t dropped_op = {.cb.done = ep_dropped_cb};
+        if (broken) {
+            uxw_ep_close(us->w, ep, 1, &dropped_op);
+        } else {
+            us->closing++; /* first: ep_closed_cb may run inside the call */
+            if (uxw_ep_close(us->w, ep, 0, &us->closed_op) != UXW_PENDING)
+                us->closing--;
+        }
     }
     /* Bodies on their way into receive buffers: the core hands the
      * buffers back once we return, so UCX must be done with them first (a
@@ -1326,6 +1327,7 @@ struct ux_rma {
     void *token;         /* NULL once the core knows how it ended */
     unsigned left;       /* UCX operations not finished (put + flush, get) */
     int status;          /* the first failure */
+    uxw_op_t op;         /* rma_cb(this) */
 };
 
 /* FNV-1a: enough to tell the workers of two processes apart. */
@@ -1497,12 +1499,10 @@ static void rma_cb(void *user, int status)
     mark_pending(op->uc);
 }
 
-/* One UCX step of op: count it when it is under way. */
+/* One UCX step of op: it no longer counts unless under way. */
 static void rma_step(struct ux_rma *op, int rc)
 {
-    if (rc == UXW_PENDING) return;
-    op->left--;
-    if (rc && !op->status) op->status = rc;
+    if (rc != UXW_PENDING) rma_cb(op, rc);
 }
 
 /* Start a put (get: false) of len bytes. 0 when done now, 1 when started,
@@ -1518,18 +1518,21 @@ static int rma_start(struct ux_con *uc, struct ux_rkey *rk, bool put,
     op->us = uc->us;
     op->rk = rk;
     op->token = token;
-    op->left = put ? 2 : 1;
+    op->op = (uxw_op_t){.cb.done = rma_cb, .user = op};
+    /* The steps, and one count of ours while they start: UCX may end a step
+     * inside the call that starts it (rma_cb), the last one only after. */
+    op->left = (put ? 2 : 1) + 1;
     if (put) {
-        rma_step(op, uxw_put(uc->ep, buf, len, raddr, rk->k, rma_cb, op));
+        rma_step(op, uxw_put(uc->ep, buf, len, raddr, rk->k, &op->op));
         /* A put that failed to start needs no flush. */
         if (!op->status)
-            rma_step(op, uxw_ep_flush(uc->ep, rma_cb, op));
+            rma_step(op, uxw_ep_flush(uc->ep, &op->op));
         else
             op->left--;
     } else {
-        rma_step(op, uxw_get(uc->ep, buf, len, raddr, rk->k, rma_cb, op));
+        rma_step(op, uxw_get(uc->ep, buf, len, raddr, rk->k, &op->op));
     }
-    if (!op->left) {
+    if (!--op->left) {
         int st = op->status;
         free(op);
         return st ? uxw_status_errno(st) : 0;

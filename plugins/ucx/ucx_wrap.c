@@ -2,9 +2,10 @@
  * The UCX calls of the ucx plugin (see ucx_wrap.h). Nothing here knows about
  * pscom: this file only translates to UCP and back.
  *
- * Requests: every context reserves room in UCX's requests (request_size) for
- * the callback the plugin asked for; UCX calls back into this file, which
- * calls the plugin and then frees the request.
+ * Requests: the plugin's uxw_op_t goes to UCX as the operation's user data;
+ * UCX calls back into this file, which calls the plugin and then frees the
+ * request. Nothing is stored in a request after the call that starts it:
+ * UCX may end the operation (and call back) inside that call.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -28,15 +29,6 @@ struct uxw_worker {
     void *am_arg;
     uxw_ep_err_cb_t err_cb; /* the same for every endpoint of the worker */
     void *err_arg;
-};
-
-/* The plugin's part of every UCX request (request_size). */
-struct req_priv {
-    union {
-        uxw_done_cb_t done;
-        uxw_recv_cb_t recv;
-    } cb;
-    void *user;
 };
 
 /* A UCX variable is set by the user: then the plugin leaves it alone. */
@@ -92,10 +84,9 @@ int uxw_context_create(const uxw_config_t *cfg, uxw_context_t **ctx_p,
         modify(config, "MM_ERROR_HANDLING", "y");
 
     ucp_params_t params = {
-        .field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_REQUEST_SIZE |
+        .field_mask = UCP_PARAM_FIELD_FEATURES |
                       UCP_PARAM_FIELD_MT_WORKERS_SHARED | UCP_PARAM_FIELD_NAME,
         .features = UCP_FEATURE_AM | (cfg->rma ? UCP_FEATURE_RMA : 0),
-        .request_size = sizeof(struct req_priv),
         .mt_workers_shared = 0,
         .name = "pscom",
     };
@@ -295,56 +286,55 @@ int uxw_ep_create(uxw_worker_t *w, const void *addr, size_t len,
 
 static void send_done(void *request, ucs_status_t status, void *user_data)
 {
-    struct req_priv *rp = request;
-    (void)user_data;
-    rp->cb.done(rp->user, status);
+    const uxw_op_t *op = user_data;
+    op->cb.done(op->user, status); /* may end op's owner */
     ucp_request_free(request);
 }
 
 static void recv_done(void *request, ucs_status_t status, size_t length,
                       void *user_data)
 {
-    struct req_priv *rp = request;
-    (void)user_data;
-    rp->cb.recv(rp->user, status, length);
+    const uxw_op_t *op = user_data;
+    op->cb.recv(op->user, status, length);
     ucp_request_free(request);
 }
 
-/* What an nbx call returned: done, pending (remember the callback), or an
- * error. */
-static int started(ucs_status_ptr_t sp, uxw_done_cb_t done, uxw_recv_cb_t recv,
-                   void *user)
+/* Parameters of an operation that ends with send_done (sends, closes,
+ * one-sided operations) and op. */
+static ucp_request_param_t done_param(const uxw_op_t *op)
+{
+    return (ucp_request_param_t){
+        .op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK |
+                        UCP_OP_ATTR_FIELD_USER_DATA,
+        .cb.send = send_done,
+        .user_data = (void *)op,
+    };
+}
+
+/* What an nbx call returned: done, under way (op follows), or an error. */
+static int started(ucs_status_ptr_t sp)
 {
     if (sp == NULL) return UXW_OK;
     if (UCS_PTR_IS_ERR(sp)) return UCS_PTR_STATUS(sp);
-    struct req_priv *rp = sp;
-    if (done) rp->cb.done = done;
-    else rp->cb.recv = recv;
-    rp->user = user;
     return UXW_PENDING;
 }
 
-int uxw_ep_close(uxw_worker_t *w, uxw_ep_t *ep, int force, uxw_done_cb_t cb,
-                 void *user)
+int uxw_ep_close(uxw_worker_t *w, uxw_ep_t *ep, int force, const uxw_op_t *op)
 {
     (void)w;
-    ucp_request_param_t p = {
-        .op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_FLAGS,
-        .cb.send = send_done,
-        .flags = force ? UCP_EP_CLOSE_FLAG_FORCE : 0,
-    };
-    return started(ucp_ep_close_nbx((ucp_ep_h)ep, &p), cb, NULL, user);
+    ucp_request_param_t p = done_param(op);
+    p.op_attr_mask |= UCP_OP_ATTR_FIELD_FLAGS;
+    p.flags = force ? UCP_EP_CLOSE_FLAG_FORCE : 0;
+    return started(ucp_ep_close_nbx((ucp_ep_h)ep, &p));
 }
 
 int uxw_am_send(uxw_ep_t *ep, unsigned id, const void *hdr, size_t hdr_len,
                 const struct iovec *iov, int iovcnt, int eager,
-                uxw_done_cb_t cb, void *user)
+                const uxw_op_t *op)
 {
-    ucp_request_param_t p = {
-        .op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_FLAGS,
-        .cb.send = send_done,
-        .flags = eager ? UCP_AM_SEND_FLAG_EAGER : 0,
-    };
+    ucp_request_param_t p = done_param(op);
+    p.op_attr_mask |= UCP_OP_ATTR_FIELD_FLAGS;
+    p.flags = eager ? UCP_AM_SEND_FLAG_EAGER : 0;
     const void *buf = NULL;
     size_t count = 0;
     if (iovcnt == 1) {
@@ -358,19 +348,19 @@ int uxw_am_send(uxw_ep_t *ep, unsigned id, const void *hdr, size_t hdr_len,
         count = (size_t)iovcnt;
     }
     return started(ucp_am_send_nbx((ucp_ep_h)ep, id, hdr, hdr_len, buf, count,
-                                   &p),
-                   cb, NULL, user);
+                                   &p));
 }
 
 int uxw_am_recv(uxw_worker_t *w, void *desc, void *buf, size_t len,
-                uxw_recv_cb_t cb, void *user)
+                const uxw_op_t *op)
 {
     ucp_request_param_t p = {
-        .op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK,
+        .op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK |
+                        UCP_OP_ATTR_FIELD_USER_DATA,
         .cb.recv_am = recv_done,
+        .user_data = (void *)op,
     };
-    return started(ucp_am_recv_data_nbx(w->worker, desc, buf, len, &p), NULL,
-                   cb, user);
+    return started(ucp_am_recv_data_nbx(w->worker, desc, buf, len, &p));
 }
 
 void uxw_am_release(uxw_worker_t *w, void *data)
@@ -437,32 +427,26 @@ void uxw_rkey_destroy(uxw_rkey_t *rkey)
     ucp_rkey_destroy((ucp_rkey_h)rkey);
 }
 
-/* Operations whose end calls send_done. */
-static const ucp_request_param_t done_param = {
-    .op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK,
-    .cb.send = send_done,
-};
-
 int uxw_put(uxw_ep_t *ep, const void *src, size_t len, uint64_t raddr,
-            uxw_rkey_t *rkey, uxw_done_cb_t cb, void *user)
+            uxw_rkey_t *rkey, const uxw_op_t *op)
 {
-    return started(ucp_put_nbx((ucp_ep_h)ep, src, len, raddr,
-                               (ucp_rkey_h)rkey, &done_param),
-                   cb, NULL, user);
+    ucp_request_param_t p = done_param(op);
+    return started(ucp_put_nbx((ucp_ep_h)ep, src, len, raddr, (ucp_rkey_h)rkey,
+                               &p));
 }
 
 int uxw_get(uxw_ep_t *ep, void *dst, size_t len, uint64_t raddr,
-            uxw_rkey_t *rkey, uxw_done_cb_t cb, void *user)
+            uxw_rkey_t *rkey, const uxw_op_t *op)
 {
-    return started(ucp_get_nbx((ucp_ep_h)ep, dst, len, raddr,
-                               (ucp_rkey_h)rkey, &done_param),
-                   cb, NULL, user);
+    ucp_request_param_t p = done_param(op);
+    return started(ucp_get_nbx((ucp_ep_h)ep, dst, len, raddr, (ucp_rkey_h)rkey,
+                               &p));
 }
 
-int uxw_ep_flush(uxw_ep_t *ep, uxw_done_cb_t cb, void *user)
+int uxw_ep_flush(uxw_ep_t *ep, const uxw_op_t *op)
 {
-    return started(ucp_ep_flush_nbx((ucp_ep_h)ep, &done_param), cb, NULL,
-                   user);
+    ucp_request_param_t p = done_param(op);
+    return started(ucp_ep_flush_nbx((ucp_ep_h)ep, &p));
 }
 
 int uxw_status_errno(int status)

@@ -24,7 +24,6 @@
 
 typedef struct uxw_worker uxw_worker_t; /* a UCP context and its worker */
 typedef struct uxw_ep uxw_ep_t;         /* a UCP endpoint */
-typedef struct uxw_req uxw_req_t;       /* an operation under way */
 
 #define UXW_OK      0
 #define UXW_PENDING 1 /* under way: the callback comes from progress */
@@ -57,6 +56,21 @@ typedef void (*uxw_ep_err_cb_t)(void *arg, uxw_ep_t *ep, int status);
 typedef void (*uxw_done_cb_t)(void *user, int status);
 /* A uxw_am_recv() finished; `len` bytes arrived. */
 typedef void (*uxw_recv_cb_t)(void *user, int status, size_t len);
+
+/* What to call when an operation under way ends: cb.recv(user, ...) for
+ * uxw_am_recv(), cb.done(user, ...) for the others. It goes to UCX with the
+ * operation, so it must stay valid and unchanged until the callback ran.
+ * UCX may end an operation, and call back, inside the call that starts it
+ * (a failing endpoint purges its requests, a new one included): that call
+ * then still returns UXW_PENDING, so a caller counts the operation as under
+ * way before it starts it. */
+typedef struct uxw_op {
+    union {
+        uxw_done_cb_t done;
+        uxw_recv_cb_t recv;
+    } cb;
+    void *user;
+} uxw_op_t;
 
 /* UCX settings the plugin gives a context (each one only when the user did
  * not set the UCX_ variable). */
@@ -97,23 +111,22 @@ int uxw_ep_create(uxw_worker_t *w, const void *addr, size_t len,
                   int peer_errors, uxw_ep_err_cb_t err_cb, void *err_arg,
                   uxw_ep_t **ep_p);
 /* Close ep: flush what was sent first, or (force) drop it. UXW_OK when
- * closed now; UXW_PENDING when cb(user) follows; or an error (closed). */
-int uxw_ep_close(uxw_worker_t *w, uxw_ep_t *ep, int force, uxw_done_cb_t cb,
-                 void *user);
+ * closed now; UXW_PENDING when op follows; or an error (closed). */
+int uxw_ep_close(uxw_worker_t *w, uxw_ep_t *ep, int force, const uxw_op_t *op);
 
 /* Send an active message: hdr (kept by UCX until done, so it must stay valid
  * until then) and the data of iov[0..iovcnt) (0 to 2 entries). eager: force
  * UCX's eager protocol; otherwise UCX chooses (eager or its rendezvous).
- * UXW_OK: done now, cb does not run. UXW_PENDING: cb(user, status) follows.
- * Negative: failed. */
+ * UXW_OK: done now, op does not run. UXW_PENDING: op follows. Negative:
+ * failed. */
 int uxw_am_send(uxw_ep_t *ep, unsigned id, const void *hdr, size_t hdr_len,
                 const struct iovec *iov, int iovcnt, int eager,
-                uxw_done_cb_t cb, void *user);
+                const uxw_op_t *op);
 
 /* Receive the data of a kept AM (desc) into buf[0..len). The descriptor is
- * consumed, also on error. UXW_OK: done now. UXW_PENDING: cb follows. */
+ * consumed, also on error. UXW_OK: done now. UXW_PENDING: op follows. */
 int uxw_am_recv(uxw_worker_t *w, void *desc, void *buf, size_t len,
-                uxw_recv_cb_t cb, void *user);
+                const uxw_op_t *op);
 /* Drop kept AM data or a kept rendezvous descriptor. */
 void uxw_am_release(uxw_worker_t *w, void *data);
 
@@ -140,16 +153,16 @@ void uxw_rkey_destroy(uxw_rkey_t *rkey);
 
 /* Write len bytes at src to the peer's raddr (put), or read them from raddr
  * into dst (get). The buffer and rkey stay valid until done. UXW_OK: done
- * now (a put locally: src may be reused), cb does not run; UXW_PENDING:
- * cb(user, status) follows; negative: failed. */
+ * now (a put locally: src may be reused), op does not run; UXW_PENDING:
+ * op follows; negative: failed. */
 int uxw_put(uxw_ep_t *ep, const void *src, size_t len, uint64_t raddr,
-            uxw_rkey_t *rkey, uxw_done_cb_t cb, void *user);
+            uxw_rkey_t *rkey, const uxw_op_t *op);
 int uxw_get(uxw_ep_t *ep, void *dst, size_t len, uint64_t raddr,
-            uxw_rkey_t *rkey, uxw_done_cb_t cb, void *user);
+            uxw_rkey_t *rkey, const uxw_op_t *op);
 /* Every operation started on ep so far is complete at the peer (its puts
  * are in the target's memory) when this is done: UXW_OK now, UXW_PENDING
- * and cb later, or negative. */
-int uxw_ep_flush(uxw_ep_t *ep, uxw_done_cb_t cb, void *user);
+ * and op later, or negative. */
+int uxw_ep_flush(uxw_ep_t *ep, const uxw_op_t *op);
 
 /* A status as a negative errno: -ECONNRESET when the peer is gone,
  * -ECANCELED, -ENOMEM, else -EIO. */

@@ -37,17 +37,15 @@ struct fake_send {
     size_t data_len;
     int iovcnt;
     int eager;
-    uxw_done_cb_t cb;
-    void *user;
-    bool pending; /* the plugin waits for cb */
+    const uxw_op_t *op;
+    bool pending; /* the plugin waits for op */
 };
 
 struct fake_recv {
     void *desc;
     void *buf;
     size_t len;
-    uxw_recv_cb_t cb;
-    void *user;
+    const uxw_op_t *op;
     bool pending;
 };
 
@@ -59,8 +57,7 @@ struct fake_rma {
     size_t len;
     uint64_t raddr;
     uxw_rkey_t *rkey;
-    uxw_done_cb_t cb;
-    void *user;
+    const uxw_op_t *op;
     bool pending;
 };
 
@@ -74,6 +71,11 @@ struct fake_wrap {
     int recv_result;      /* UXW_OK (fills the buffer now) or UXW_PENDING */
     int ep_create_result; /* 0 or an error */
     int close_result;     /* UXW_OK or UXW_PENDING */
+    /* An operation that is to be under way (UXW_PENDING) ends with
+     * end_status inside the call that starts it, as UCX ends those of a
+     * failing endpoint; the call still returns UXW_PENDING. */
+    bool end_inside;
+    int end_status;
     size_t max_am_header;
 
     /* What happened. */
@@ -102,8 +104,7 @@ struct fake_wrap {
     void *am_arg;
     uxw_ep_err_cb_t err_cb;
     void *err_arg;
-    uxw_done_cb_t close_cb;
-    void *close_user;
+    const uxw_op_t *close_op;
 };
 
 extern struct fake_wrap fw;

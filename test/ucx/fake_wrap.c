@@ -120,8 +120,7 @@ uxw_ep_t *fake_last_ep(void)
     return (uxw_ep_t *)&ep_objs[(next_ep - 1) % 16];
 }
 
-int uxw_ep_close(uxw_worker_t *w, uxw_ep_t *ep, int force, uxw_done_cb_t cb,
-                 void *user)
+int uxw_ep_close(uxw_worker_t *w, uxw_ep_t *ep, int force, const uxw_op_t *op)
 {
     (void)w;
     (void)ep;
@@ -131,16 +130,13 @@ int uxw_ep_close(uxw_worker_t *w, uxw_ep_t *ep, int force, uxw_done_cb_t cb,
         for (int i = 0; i < fw.nrecvs; i++)
             if (fw.recvs[i].pending)
                 fake_recv_complete(i, NULL, fw.force_close_status);
-    if (fw.close_result == UXW_PENDING) {
-        fw.close_cb = cb;
-        fw.close_user = user;
-    }
+    if (fw.close_result == UXW_PENDING) fw.close_op = op;
     return fw.close_result;
 }
 
 int uxw_am_send(uxw_ep_t *ep, unsigned id, const void *hdr, size_t hdr_len,
                 const struct iovec *iov, int iovcnt, int eager,
-                uxw_done_cb_t cb, void *user)
+                const uxw_op_t *op)
 {
     assert(fw.nsends < FAKE_MAX_OPS);
     struct fake_send *s = &fw.sends[fw.nsends++];
@@ -158,9 +154,10 @@ int uxw_am_send(uxw_ep_t *ep, unsigned id, const void *hdr, size_t hdr_len,
     }
     s->iovcnt = iovcnt;
     s->eager = eager;
-    s->cb = cb;
-    s->user = user;
+    s->op = op;
     s->pending = fw.send_result == UXW_PENDING;
+    if (s->pending && fw.end_inside)
+        fake_send_complete(fw.nsends - 1, fw.end_status);
     return fw.send_result;
 }
 
@@ -168,11 +165,11 @@ void fake_send_complete(int i, int status)
 {
     assert(i < fw.nsends && fw.sends[i].pending);
     fw.sends[i].pending = false;
-    fw.sends[i].cb(fw.sends[i].user, status);
+    fw.sends[i].op->cb.done(fw.sends[i].op->user, status);
 }
 
 int uxw_am_recv(uxw_worker_t *w, void *desc, void *buf, size_t len,
-                uxw_recv_cb_t cb, void *user)
+                const uxw_op_t *op)
 {
     (void)w;
     assert(fw.nrecvs < FAKE_MAX_OPS);
@@ -180,10 +177,11 @@ int uxw_am_recv(uxw_worker_t *w, void *desc, void *buf, size_t len,
     r->desc = desc;
     r->buf = buf;
     r->len = len;
-    r->cb = cb;
-    r->user = user;
+    r->op = op;
     r->pending = fw.recv_result == UXW_PENDING;
     if (!r->pending) memcpy(buf, desc, len); /* desc is the data here */
+    if (r->pending && fw.end_inside)
+        fake_recv_complete(fw.nrecvs - 1, desc, fw.end_status);
     return fw.recv_result;
 }
 
@@ -193,7 +191,7 @@ void fake_recv_complete(int i, const void *src, int status)
     assert(i < fw.nrecvs && r->pending);
     r->pending = false;
     if (!status && src) memcpy(r->buf, src, r->len);
-    r->cb(r->user, status, status ? 0 : r->len);
+    r->op->cb.recv(r->op->user, status, status ? 0 : r->len);
 }
 
 void uxw_am_release(uxw_worker_t *w, void *data)
@@ -259,38 +257,39 @@ void uxw_rkey_destroy(uxw_rkey_t *rkey)
 
 static int rma_op(char kind, uxw_ep_t *ep, void *buf, size_t len,
                   uint64_t raddr, uxw_rkey_t *rkey, int result,
-                  uxw_done_cb_t cb, void *user)
+                  const uxw_op_t *op)
 {
     assert(fw.nrmas < FAKE_MAX_OPS);
     struct fake_rma *r = &fw.rmas[fw.nrmas++];
     *r = (struct fake_rma){.kind = kind, .ep = ep, .buf = buf, .len = len,
-                           .raddr = raddr, .rkey = rkey, .cb = cb,
-                           .user = user, .pending = result == UXW_PENDING};
+                           .raddr = raddr, .rkey = rkey, .op = op,
+                           .pending = result == UXW_PENDING};
     /* A put's bytes travel now; a get's arrive when it completes. */
     if (kind == 'p' && result >= 0) memcpy((void *)(uintptr_t)raddr, buf, len);
     if (kind == 'g' && result == UXW_OK)
         memcpy(buf, (void *)(uintptr_t)raddr, len);
+    if (r->pending && fw.end_inside)
+        fake_rma_complete(fw.nrmas - 1, fw.end_status);
     return result;
 }
 
 int uxw_put(uxw_ep_t *ep, const void *src, size_t len, uint64_t raddr,
-            uxw_rkey_t *rkey, uxw_done_cb_t cb, void *user)
+            uxw_rkey_t *rkey, const uxw_op_t *op)
 {
     assert(rkey);
-    return rma_op('p', ep, (void *)src, len, raddr, rkey, fw.put_result, cb,
-                  user);
+    return rma_op('p', ep, (void *)src, len, raddr, rkey, fw.put_result, op);
 }
 
 int uxw_get(uxw_ep_t *ep, void *dst, size_t len, uint64_t raddr,
-            uxw_rkey_t *rkey, uxw_done_cb_t cb, void *user)
+            uxw_rkey_t *rkey, const uxw_op_t *op)
 {
     assert(rkey);
-    return rma_op('g', ep, dst, len, raddr, rkey, fw.get_result, cb, user);
+    return rma_op('g', ep, dst, len, raddr, rkey, fw.get_result, op);
 }
 
-int uxw_ep_flush(uxw_ep_t *ep, uxw_done_cb_t cb, void *user)
+int uxw_ep_flush(uxw_ep_t *ep, const uxw_op_t *op)
 {
-    return rma_op('f', ep, NULL, 0, 0, NULL, fw.flush_result, cb, user);
+    return rma_op('f', ep, NULL, 0, 0, NULL, fw.flush_result, op);
 }
 
 void fake_rma_complete(int i, int status)
@@ -300,7 +299,7 @@ void fake_rma_complete(int i, int status)
     r->pending = false;
     if (r->kind == 'g' && !status)
         memcpy(r->buf, (void *)(uintptr_t)r->raddr, r->len);
-    r->cb(r->user, status);
+    r->op->cb.done(r->op->user, status);
 }
 
 int uxw_status_errno(int status)

@@ -111,6 +111,15 @@ static void progress(void)
     OPS->progress();
 }
 
+/* Progress finds nothing more to do within a few rounds: nothing is under
+ * way. */
+static bool settles(void)
+{
+    for (int i = 0; i < 4; i++)
+        if (!OPS->progress()) return true;
+    return false;
+}
+
 /* An AM for t: key, then the frame head (xlen bytes of xheader, body of
  * body_len), as the peer's plugin builds it. */
 static size_t am_hdr(uint8_t *out, struct key k, size_t xlen,
@@ -545,6 +554,37 @@ static void rendezvous_done_at_once(void **state)
     progress();
     assert_int_equal(t->core.nmsgs, 2);
     assert_memory_equal(dst, src, sizeof(src));
+    tcon_close(t);
+}
+
+/* UCX may end an operation inside the call that starts it and still say
+ * it is under way (a failing endpoint purges its requests, a new one
+ * included): each is reported once, and none stays counted as under way. */
+static void operations_ending_inside_their_call(void **state)
+{
+    (void)state;
+    struct tcon *t = tcon_open(RNDV);
+    static char src[RNDV], dst[RNDV];
+    memset(src, 'n', sizeof(src));
+    t->core.direct_buf = dst;
+    t->core.direct_len = sizeof(dst);
+    fw.end_inside = true;
+    char b[8] = "frame";
+    fake_queue(&t->core, 0, b, sizeof(b));
+    OPS->tx_kick(&t->core, t->priv);
+    am_rndv(t->key, 0, src, sizeof(src), 1);
+    progress();
+    assert_int_equal(t->core.ndone, 1);
+    assert_int_equal(t->core.nmsgs, 1);
+    assert_memory_equal(dst, src, sizeof(src));
+    assert_true(settles());
+
+    /* A body that failed inside the call fails the connection. */
+    fw.end_status = -25; /* connection reset */
+    am_rndv(t->key, 0, src, sizeof(src), 2);
+    assert_true(settles());
+    assert_int_equal(t->core.errors, 1);
+    assert_int_equal(t->core.err, PSCOM_ERR_EOF);
     tcon_close(t);
 }
 
@@ -1142,6 +1182,28 @@ static void get_errors_reach_the_core(void **state)
     rfix_close(&f);
 }
 
+/* One-sided steps that UCX ends inside their calls: the operation is
+ * done (or failed) at once, and nothing stays counted as under way. */
+static void rma_ending_inside_their_call(void **state)
+{
+    (void)state;
+    static char target[4096], src[4096], dst[4096];
+    struct rfix f;
+    rfix_open(&f, target, sizeof(target));
+    memset(src, 'r', sizeof(src));
+    int token;
+    fw.end_inside = true;
+    assert_int_equal(put(&f, src, 0, sizeof(src), &token), 0);
+    assert_int_equal(fw.nrmas, 2); /* put and flush */
+    assert_memory_equal(target, src, sizeof(src));
+    fw.end_status = -25;
+    assert_int_equal(get(&f, dst, 0, sizeof(dst), &token), -ECONNRESET);
+    progress();
+    assert_int_equal(fake_ndone, 0); /* what ended at once is not reported */
+    assert_true(settles());
+    rfix_close(&f);
+}
+
 /* After an endpoint failure nothing more is reported: the core fails the
  * operations under way once the connection is closed. */
 static void endpoint_failure_ends_reports(void **state)
@@ -1311,6 +1373,8 @@ int main(void)
                                         teardown),
         cmocka_unit_test_setup_teardown(
             rendezvous_bodies_out_of_line_in_any_order, setup, teardown),
+        cmocka_unit_test_setup_teardown(operations_ending_inside_their_call,
+                                        setup, teardown),
         cmocka_unit_test_setup_teardown(body_in_line_after_bodies_out_of_line,
                                         setup, teardown),
         cmocka_unit_test_setup_teardown(failed_body_out_of_line, setup,
@@ -1346,6 +1410,8 @@ int main(void)
                                         rma_setup, rma_teardown),
         cmocka_unit_test_setup_teardown(get_errors_reach_the_core, rma_setup,
                                         rma_teardown),
+        cmocka_unit_test_setup_teardown(rma_ending_inside_their_call,
+                                        rma_setup, rma_teardown),
         cmocka_unit_test_setup_teardown(endpoint_failure_ends_reports,
                                         rma_setup, rma_teardown),
         cmocka_unit_test_setup_teardown(key_released_under_way, rma_setup,
