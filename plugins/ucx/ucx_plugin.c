@@ -1499,10 +1499,13 @@ static void rma_cb(void *user, int status)
     mark_pending(op->uc);
 }
 
-/* One UCX step of op: it no longer counts unless under way. */
+/* One UCX step of op: it no longer counts unless under way (never the
+ * last count: rma_start holds one). */
 static void rma_step(struct ux_rma *op, int rc)
 {
-    if (rc != UXW_PENDING) rma_cb(op, rc);
+    if (rc == UXW_PENDING) return;
+    op->left--;
+    if (rc && !op->status) op->status = rc;
 }
 
 /* Start a put (get: false) of len bytes. 0 when done now, 1 when started,
