@@ -235,8 +235,11 @@ typedef struct pscom_plugin {
 } pscom_plugin_t;
 
 /* A loadable plugin libpscom4NAME.so exports its descriptor under this name
- * followed by NAME: pscom_plugin_ucx. */
+ * followed by NAME: pscom_plugin_ucx. Modules are best built with hidden
+ * symbols (calls inside the module then need no PLT) and the descriptor
+ * marked PSCOM_PLUGIN_EXPORT. */
 #define PSCOM_PLUGIN_SYMBOL_PREFIX "pscom_plugin_"
+#define PSCOM_PLUGIN_EXPORT __attribute__((visibility("default")))
 
 /* ---------------------------------------------------------------------- */
 /* Core services                                                          */

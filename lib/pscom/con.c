@@ -97,7 +97,11 @@ pscom_socket_t *pscom_plugin_con_socket(pscom_plugin_con_t *con)
 void psc_con_kick(struct psc_con *con)
 {
     if (!con->plugin_open || con->failed) return;
+    /* Plugins may report completions from tx_kick, whose callbacks may
+     * close connections: those are freed only after it returned. */
+    psc_enter();
     con->plugin->desc->ops->tx_kick(con, con->plugin_priv);
+    psc_leave();
 }
 
 void psc_con_enqueue(struct psc_con *con, struct psc_req *req)

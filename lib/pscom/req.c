@@ -45,7 +45,7 @@ static struct psc_req *req_cache_take(size_t size)
 
 static bool req_cache_put(struct psc_req *req)
 {
-    if (psc_ctx.threaded || req_cached >= REQ_CACHE_SLOTS ||
+    if (psc_ctx.threaded || req_cached + 1 > REQ_CACHE_SLOTS ||
         req->alloc_size > REQ_CACHE_MAX_SIZE)
         return false;
     req_cache[req_cached++] = req;

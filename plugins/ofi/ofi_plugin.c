@@ -1691,7 +1691,7 @@ static const pscom_plugin_ops_t ofi_ops = {
     .progress = ofi_progress,
 };
 
-const pscom_plugin_t pscom_plugin_ofi = {
+PSCOM_PLUGIN_EXPORT const pscom_plugin_t pscom_plugin_ofi = {
     .api_version = PSCOM_PLUGIN_API_VERSION,
     .name = "ofi",
     .con_type = PSCOM_CON_TYPE_OFI,

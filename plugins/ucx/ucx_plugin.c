@@ -22,9 +22,10 @@
  * (UXW_AM_FRAME_LONG). Bodies below the core's rendezvous threshold (user
  * messages) go with UCX's eager protocol; larger ones are rendezvous bodies
  * (RNDV_DATA, sent after the receiver matched them) and UCX chooses,
- * normally its own zero-copy rendezvous. Frames handed to UCX wait in a
- * FIFO (ux_con.txq); the core learns of them (pscom_plugin_tx_done)
- * strictly in queue order, once UCX no longer needs their buffers.
+ * normally its own zero-copy rendezvous. A frame UCX takes at once while
+ * none is with UCX is done for the core at once; others wait in a FIFO
+ * (ux_con.txq) and the core learns of them (pscom_plugin_tx_done) strictly
+ * in queue order, once UCX no longer needs their buffers.
  *
  * Receiving: the AM callback only records the message (ux_con.rxq: the head
  * copied; data of a few KiB copied; larger eager data and rendezvous
@@ -580,7 +581,9 @@ static int am_cb(void *arg, unsigned id, const void *hdr, size_t hdr_len,
 /* Sending                                                                */
 /* ---------------------------------------------------------------------- */
 
-/* Hand one frame to UCX. 0, or -1 after recording the failure. */
+/* Hand one frame to UCX. 0 when it is under way (or failed: reported
+ * from progress); 1 when UCX took it at once and nothing older waits in
+ * txq, so the caller may tell the core now; -1 after recording a failure. */
 static int send_frame(struct ux_con *uc, const struct iovec *head,
                       const struct iovec *body)
 {
@@ -643,18 +646,24 @@ static int send_frame(struct ux_con *uc, const struct iovec *head,
     int rc = uxw_am_send(uc->ep, id, hlen ? e->hdr : NULL, hlen, data, dcnt,
                          eager, &e->op);
     if (rc == UXW_PENDING) return 0;
+    if (rc == UXW_OK && uc->txq == e) {
+        uc->txq = NULL;
+        uc->txq_tail = &uc->txq;
+        us->inflight--;
+        txe_put(e);
+        return 1;
+    }
     if (!e->done) tx_cb(e, rc);
     return rc ? -1 : 0;
 }
 
-static void ux_tx_kick(pscom_plugin_con_t *con, void *priv)
+/* Hand the frames of one peek to UCX. The bytes of the first ones, which
+ * UCX took at once, go to *done (the caller tells the core); -1 when the
+ * connection failed. */
+static int send_peeked(struct ux_con *uc, const struct iovec *iov, int n,
+                       size_t *done)
 {
-    struct ux_con *uc = priv;
-    if (!uc->open || uc->err) return;
-
-    struct iovec iov[PEEK_IOV];
-    size_t total;
-    int n = pscom_plugin_tx_peek(con, iov, PEEK_IOV, &total);
+    pscom_plugin_con_t *con = uc->con;
     struct ux_txe *h = uc->txq;
     for (int i = 0; i < n;) {
         pscom_header_net_t hdr;
@@ -664,7 +673,7 @@ static void ux_tx_kick(pscom_plugin_con_t *con, void *priv)
                              pscom_plugin_con_str(con), iov[i].iov_len);
             set_error(uc, PSCOM_OP_WRITE, PSCOM_ERR_IOERROR,
                       "send (internal error)");
-            return;
+            return -1;
         }
         memcpy(&hdr, iov[i].iov_base, sizeof(hdr));
         int cnt = hdr.data_len ? 2 : 1;
@@ -677,17 +686,39 @@ static void ux_tx_kick(pscom_plugin_con_t *con, void *priv)
                              iov[i + 1].iov_len);
             set_error(uc, PSCOM_OP_WRITE, PSCOM_ERR_IOERROR,
                       "send (internal error)");
-            return;
+            return -1;
         }
         /* Frames UCX has already are matched in order; entries whose frame
          * left the queue (cancelled) are passed over. */
         while (h && h->base != iov[i].iov_base) h = h->next;
         if (h) {
             h = h->next;
-        } else if (send_frame(uc, &iov[i], cnt == 2 ? &iov[i + 1] : NULL)) {
-            return;
+        } else {
+            size_t len = iov[i].iov_len + (cnt == 2 ? iov[i + 1].iov_len : 0);
+            int rc = send_frame(uc, &iov[i], cnt == 2 ? &iov[i + 1] : NULL);
+            if (rc < 0) return -1;
+            if (rc == 1) *done += len;
         }
         i += cnt;
+    }
+    return 0;
+}
+
+/* Frames UCX takes at once (small ones, normally) are done for the core at
+ * once, as with shm: the sender's completion is off the path of the reply. */
+static void ux_tx_kick(pscom_plugin_con_t *con, void *priv)
+{
+    struct ux_con *uc = priv;
+    for (;;) {
+        if (!uc->open || uc->err) return;
+        struct iovec iov[PEEK_IOV];
+        size_t total, done = 0;
+        int n = pscom_plugin_tx_peek(con, iov, PEEK_IOV, &total);
+        int rc = send_peeked(uc, iov, n, &done);
+        /* Completions may run callbacks that queue (and kick) more. */
+        if (done && pscom_plugin_tx_done(con, done)) return;
+        /* A full peek may have left frames behind. */
+        if (rc || !done || n < PEEK_IOV) return;
     }
 }
 
@@ -1729,7 +1760,7 @@ static const pscom_plugin_ops_t ux_ops = {
     .rma_get = ux_rma_get,
 };
 
-const pscom_plugin_t pscom_plugin_ucx = {
+PSCOM_PLUGIN_EXPORT const pscom_plugin_t pscom_plugin_ucx = {
     .api_version = PSCOM_PLUGIN_API_VERSION,
     .name = "ucx",
     .alias = NULL, /* the core registers PSP_UCP */

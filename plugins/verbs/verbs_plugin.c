@@ -54,8 +54,6 @@
 #include "verbs_wrap.h"
 #include "wireup.h"
 
-#define VB_EXPORT __attribute__((visibility("default")))
-
 #define IOV_BATCH 32
 #define CQ_BATCH 32
 #define RD_WR_MAX 4            /* RDMA reads in flight per connection */
@@ -1785,7 +1783,7 @@ static const pscom_plugin_ops_t vb_ops = {
     .rma_get = vb_rma_get,
 };
 
-VB_EXPORT const pscom_plugin_t pscom_plugin_verbs = {
+PSCOM_PLUGIN_EXPORT const pscom_plugin_t pscom_plugin_verbs = {
     .api_version = PSCOM_PLUGIN_API_VERSION,
     .name = "verbs",
     .alias = "openib",
