@@ -218,6 +218,7 @@ static struct ux_rx *rx_pool;
 static unsigned txe_pool_n, rx_pool_n;
 static bool warned_cancel;
 static unsigned progress_depth; /* nesting of ux_progress */
+static bool socks_unused;       /* some ux_sock.unused: destroy after */
 
 static uint64_t now_ms(void)
 {
@@ -963,7 +964,8 @@ static void dispatch(struct ux_con *uc)
     if (uc->err && !uc->err_reported && !uc->rx_busy) report_error(uc);
 }
 
-static int dispatch_pending(struct ux_sock *us)
+/* Out of line: an idle round of ux_progress stays a short loop. */
+static __attribute__((noinline)) int dispatch_pending(struct ux_sock *us)
 {
     struct ux_con *list = us->pending;
     us->pending = NULL;
@@ -979,6 +981,17 @@ static int dispatch_pending(struct ux_sock *us)
 
 static void sock_destroy(struct ux_sock *us);
 
+static __attribute__((noinline)) void destroy_unused_socks(void)
+{
+    socks_unused = false;
+    struct ux_sock *us = socks;
+    while (us) {
+        struct ux_sock *next = us->next;
+        if (us->unused && !us->refs) sock_destroy(us);
+        us = next;
+    }
+}
+
 /* Upcalls may nest progress (an application callback that waits) and run
  * handshakes that release sockets: sockets are destroyed only once the
  * outermost round is over. */
@@ -990,14 +1003,7 @@ static int ux_progress(void)
         did |= uxw_worker_progress(us->w) != 0 || us->inflight;
         if (us->pending) did |= dispatch_pending(us);
     }
-    if (--progress_depth == 0) {
-        struct ux_sock *us = socks;
-        while (us) {
-            struct ux_sock *next = us->next;
-            if (us->unused && !us->refs) sock_destroy(us);
-            us = next;
-        }
-    }
+    if (--progress_depth == 0 && socks_unused) destroy_unused_socks();
     return did;
 }
 
@@ -1062,6 +1068,7 @@ static void sock_put(struct ux_sock *us)
     if (--us->refs) return;
     if (progress_depth) {
         us->unused = true;
+        socks_unused = true;
         return;
     }
     sock_destroy(us);
