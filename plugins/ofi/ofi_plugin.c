@@ -304,6 +304,12 @@ static struct {
     unsigned rounds;
     unsigned in_progress; /* nesting of ofi_progress */
     uint64_t calls;       /* outermost ofi_progress calls */
+    /* Completions read from the queue and not yet handled, shared by nested
+     * ofi_progress calls: an upcall's callback may wait (close a
+     * connection, which waits for its sends) for completions that its outer
+     * call has read already. */
+    ofw_comp_t comp[CQ_BATCH];
+    unsigned comp_next, comp_n;
     struct peer **peers; /* open addressing, cap a power of two */
     unsigned npeers, peers_cap;
 } ofi;
@@ -1646,17 +1652,29 @@ static void expire_sinks(void)
     }
 }
 
+/* Handle the completions read and not yet handled; 1 when there were. */
+static int handle_comps(void)
+{
+    if (ofi.comp_next >= ofi.comp_n) return 0;
+    while (ofi.comp_next < ofi.comp_n) {
+        /* A copy: a nested call may refill the array. */
+        ofw_comp_t c = ofi.comp[ofi.comp_next++];
+        on_comp(&c);
+    }
+    return 1;
+}
+
 static int ofi_progress(void)
 {
     if (!ofi.ep) return 0;
     if (!ofi.in_progress++) ofi.calls++;
-    int did = 0;
-    ofw_comp_t comp[CQ_BATCH];
+    int did = handle_comps(); /* what an outer call read */
     for (int round = 0; round < 4; round++) {
-        ssize_t n = ofw_cq_read(ofi.ep, comp, CQ_BATCH);
+        ssize_t n = ofw_cq_read(ofi.ep, ofi.comp, CQ_BATCH);
         if (n > 0) {
-            did = 1;
-            for (ssize_t i = 0; i < n; i++) on_comp(&comp[i]);
+            ofi.comp_next = 0;
+            ofi.comp_n = (unsigned)n;
+            did |= handle_comps();
             if (n < CQ_BATCH) break;
             continue;
         }

@@ -166,6 +166,7 @@ struct ux_con {
     bool open;
     bool rx_busy;        /* between a message's head and body push */
     bool pending;        /* on ux_sock.pending */
+    bool nested_only;    /* ... only by mark_nested */
     struct ux_con *next_pending;
     bool err;            /* failed: report once from dispatch, then stop */
     bool err_reported;
@@ -369,10 +370,20 @@ static void slot_free(struct ux_sock *us, struct ux_con *uc)
 /* Dispatch this open connection on the next round of progress. */
 static void mark_pending(struct ux_con *uc)
 {
+    uc->nested_only = false;
     if (uc->pending || !uc->open) return;
     uc->pending = true;
     uc->next_pending = uc->us->pending;
     uc->us->pending = uc;
+}
+
+/* Before an upcall with more work of uc behind it (see dispatch): on the
+ * list for a nested round, without counting as progress by itself. */
+static void mark_nested(struct ux_con *uc)
+{
+    if (uc->pending) return;
+    mark_pending(uc);
+    uc->nested_only = true;
 }
 
 static void unmark_pending(struct ux_con *uc)
@@ -751,6 +762,7 @@ static int flush_tx(struct ux_con *uc)
             warned_cancel = true;
             continue;
         }
+        if (uc->txq && uc->txq->done) mark_nested(uc);
         if (pscom_plugin_tx_done(con, len)) return -1;
         flushed = true;
     }
@@ -860,6 +872,7 @@ static int finish_deferred(struct ux_con *uc)
             set_ucx_error(uc, PSCOM_OP_READ, "UCX receive", rop->status);
             err = -EIO;
         }
+        if (uc->deferred) mark_nested(uc);
         int rc = pscom_plugin_rx_defer_done(uc->con, rop->handle, err);
         rop_free(rop);
         if (rc) return -1;
@@ -911,6 +924,7 @@ static int deliver_rx(struct ux_con *uc)
         return 0;
     }
     for (;;) {
+        if (uc->rxq && (uc->rop || uc->rxq->next)) mark_nested(uc);
         if (uc->rop) {
             if (!uc->rop->done) return 0;
             if (finish_rop(uc)) return -1;
@@ -951,7 +965,11 @@ static void check_hup(struct ux_con *uc)
 }
 
 /* Give the core what UCX finished for this connection: sent frames first
- * (a reply may depend on them), then arrived messages, then a failure. */
+ * (a reply may depend on them), then arrived messages, then a failure.
+ * The connection is off the pending list while this runs, and an upcall's
+ * callback may wait (nested progress) for work this call would do after it
+ * returns; so before an upcall with more work behind it, the connection
+ * goes back on the list (mark_nested), and a nested round goes on with it. */
 static void dispatch(struct ux_con *uc)
 {
     if (!uc->open || uc->err_reported) return;
@@ -969,11 +987,13 @@ static __attribute__((noinline)) int dispatch_pending(struct ux_sock *us)
 {
     struct ux_con *list = us->pending;
     us->pending = NULL;
-    int did = list != NULL;
+    int did = 0;
     while (list) {
         struct ux_con *uc = list;
         list = uc->next_pending;
         uc->pending = false;
+        did |= !uc->nested_only;
+        uc->nested_only = false;
         dispatch(uc);
     }
     return did;
@@ -1600,30 +1620,25 @@ static int ux_rma_get(pscom_plugin_con_t *con, void *priv, void *prkey,
 }
 
 /* Take the finished operations off uc's queue (in start order). */
+/* Take one finished operation off uc->rmaq, or NULL. */
 static struct ux_rma *rma_take_finished(struct ux_con *uc)
 {
-    struct ux_rma *done = NULL;
-    for (struct ux_rma **pp = &uc->rmaq; *pp;) {
+    for (struct ux_rma **pp = &uc->rmaq; *pp; pp = &(*pp)->next) {
         struct ux_rma *op = *pp;
-        if (op->left) {
-            pp = &op->next;
-            continue;
-        }
+        if (op->left) continue;
         *pp = op->next;
-        op->next = done;
-        done = op;
+        return op;
     }
-    return done;
+    return NULL;
 }
 
 /* Tell the core how finished operations ended. Its callbacks may start,
- * release keys or close: the list is taken first. */
+ * release keys or close: each operation is taken before its upcall. */
 static void flush_rma(struct ux_con *uc)
 {
-    struct ux_rma *done = rma_take_finished(uc);
-    while (done) {
-        struct ux_rma *op = done;
-        done = op->next;
+    struct ux_rma *op;
+    while ((op = rma_take_finished(uc))) {
+        if (uc->rmaq) mark_nested(uc);
         void *token = op->token;
         int err = op->status ? uxw_status_errno(op->status) : 0;
         op->rk->ops--;

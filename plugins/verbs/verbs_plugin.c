@@ -218,6 +218,11 @@ static struct {
 
     struct ibv_wc *dq;        /* deferred completions (FIFO) */
     uint32_t dq_head, dq_count, dq_cap;
+    /* Completions taken and not yet handled, shared by nested vb_progress
+     * calls: an upcall's callback may wait for completions that its outer
+     * call has taken already (closing a connection waits for its sends). */
+    struct ibv_wc wc[CQ_BATCH];
+    int wc_next, wc_n;
 
     struct vb_con *dirty;
     struct vb_con *replay;
@@ -1265,6 +1270,18 @@ static void flush_dirty(void)
     }
 }
 
+/* Handle the completions taken and not yet handled; 1 when there were. */
+static int handle_wcs(void)
+{
+    if (vb.wc_next >= vb.wc_n) return 0;
+    while (vb.wc_next < vb.wc_n) {
+        /* A copy: a nested call may refill the array. */
+        struct ibv_wc wc = vb.wc[vb.wc_next++];
+        dispatch(&wc, false);
+    }
+    return 1;
+}
+
 static int vb_progress(void)
 {
     int did = 0;
@@ -1273,22 +1290,23 @@ static int vb_progress(void)
         replay_early();
         did = 1;
     }
+    did |= handle_wcs(); /* what an outer call took */
     for (;;) {
-        struct ibv_wc wc[CQ_BATCH];
         int n;
         bool from_cq = !vb.dq_count;
         if (from_cq) {
-            n = vb_poll_cq(vb.cq, CQ_BATCH, wc);
+            n = vb_poll_cq(vb.cq, CQ_BATCH, vb.wc);
             if (n < 0) {
                 pscom_plugin_log(LOG_ERR, "verbs: ibv_poll_cq failed (%d)", n);
                 break;
             }
         } else {
-            n = dq_take(wc, CQ_BATCH);
+            n = dq_take(vb.wc, CQ_BATCH);
         }
         if (n == 0) break;
-        did = 1;
-        for (int i = 0; i < n; i++) dispatch(&wc[i], false);
+        vb.wc_next = 0;
+        vb.wc_n = n;
+        did |= handle_wcs();
         if (from_cq && n < CQ_BATCH && !vb.dq_count) break;
     }
     flush_dirty();

@@ -7,16 +7,38 @@
  * must get all 50 messages intact, then con_error(op READ, PSCOM_ERR_EOF)
  * for that connection; a receive posted after that must end with
  * PSCOM_REQ_STATE_ERROR rather than hang.
+ *
+ * With CLOSE_FROM_CALLBACK=K the io_done callback of send K closes the
+ * connection instead (a transport may complete a small send inside
+ * pscom_post_send, so the close may come before the later sends are
+ * posted): every send posted before the close must succeed and arrive,
+ * every one posted after it must fail. CLOSE_MSG_LEN sets the message
+ * length (default 100 KiB).
  */
 #include "itest.h"
 
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
 #define N_MSGS    50
-#define MSG_LEN   (100 * 1024)
 #define PAUSE_AT  10
 #define DEADLINE  2.0
+
+static size_t msg_len = 100 * 1024;
+static bool closed; /* by the io_done callback */
+
+static void close_from_callback(pscom_request_t *req)
+{
+    pscom_close_connection(req->connection);
+    closed = true;
+}
+
+static long env_num(const char *name, long dflt)
+{
+    const char *v = getenv(name);
+    return v && *v ? strtol(v, NULL, 10) : dflt;
+}
 
 static uint32_t msg_seed(uint32_t seq)
 {
@@ -28,8 +50,11 @@ static int sender(itest_link_t *link, void *arg)
     pscom_socket_t *sock;
     pscom_connection_t *con;
     pscom_request_t *reqs[N_MSGS];
+    bool before_close[N_MSGS];
     void *bufs[N_MSGS];
     char *ep;
+    long close_at = env_num("CLOSE_FROM_CALLBACK", -1);
+    int posted = 0; /* before the close */
 
     itest_pscom_init();
     sock = itest_open_socket("sender", 0);
@@ -38,28 +63,46 @@ static int sender(itest_link_t *link, void *arg)
     con = itest_connect(sock, ep);
     free(ep);
 
-    itest_step("posting %d sends of %d bytes", N_MSGS, MSG_LEN);
+    itest_step("posting %d sends of %zu bytes%s", N_MSGS, msg_len,
+               close_at >= 0 ? itest_fmt(", the callback of send %ld closes",
+                                         close_at)
+                             : "");
     for (uint32_t i = 0; i < N_MSGS; i++) {
-        bufs[i] = malloc(MSG_LEN);
+        bufs[i] = malloc(msg_len);
         ITEST_ASSERT(bufs[i] != NULL, "out of memory");
-        itest_fill(bufs[i], MSG_LEN, msg_seed(i));
+        itest_fill(bufs[i], msg_len, msg_seed(i));
         reqs[i] = itest_request(8);
-        pscom_req_prepare(reqs[i], con, bufs[i], MSG_LEN, &i, sizeof(i));
+        pscom_req_prepare(reqs[i], con, bufs[i], msg_len, &i, sizeof(i));
+        if (i == close_at) reqs[i]->ops.io_done = close_from_callback;
+        before_close[i] = !closed;
+        posted += !closed;
         pscom_post_send(reqs[i]);
     }
-    itest_step("pscom_close_connection() with the sends in flight");
-    pscom_close_connection(con);
+    /* What was posted before the close is known now (a later close finds
+     * every send posted); the receiver reads while the close waits. */
+    itest_note("%d of %d sends were posted before the close", posted, N_MSGS);
+    itest_link_send_str(link, itest_fmt("%d", posted));
+    if (close_at < 0) {
+        itest_step("pscom_close_connection() with the sends in flight");
+        pscom_close_connection(con);
+    }
 
     itest_step("waiting for the sends to finish after the close");
     for (int i = 0; i < N_MSGS; i++) {
         itest_substep("waiting for send %d after the close", i);
         ITEST_PROGRESS_UNTIL(pscom_req_is_done(reqs[i]));
-        ITEST_ASSERT_REQ_OK(reqs[i], "send %d, posted before "
-                                     "pscom_close_connection()", i);
+        if (before_close[i])
+            ITEST_ASSERT_REQ_OK(reqs[i], "send %d, posted before "
+                                         "pscom_close_connection()", i);
+        else
+            ITEST_ASSERT_REQ_STATE(reqs[i], PSCOM_REQ_STATE_ERROR,
+                                   "send %d, posted after the connection was "
+                                   "closed", i);
         pscom_request_free(reqs[i]);
         free(bufs[i]);
     }
-    itest_link_send_str(link, "closed");
+    ITEST_ASSERT(close_at < 0 || closed, "the callback of send %ld ran",
+                 close_at);
 
     /* Keep driving progress (a close may finish in the background) until
      * the receiver has everything. */
@@ -89,31 +132,34 @@ static int receiver(itest_link_t *link, void *arg)
     itest_step("waiting for the sender to connect");
     con = itest_wait_accept(1);
 
-    itest_step("receiving %d messages", N_MSGS);
+    itest_step("receiving what the sender posted before it closed");
+    char *count = itest_link_recv_str(link);
+    int expected = atoi(count);
+    free(count);
     req = itest_request(8);
-    buf = itest_alloc_guarded(MSG_LEN);
-    for (uint32_t i = 0; i < N_MSGS; i++) {
+    buf = itest_alloc_guarded(msg_len);
+    for (uint32_t i = 0; i < (uint32_t)expected; i++) {
         uint32_t seq;
-        itest_substep("receiving message %u", i);
+        itest_substep("receiving message %u of %d", i, expected);
         if (i == PAUSE_AT) itest_sleep_ms(300);
-        memset(buf, 0, MSG_LEN);
+        memset(buf, 0, msg_len);
         req->connection  = con;
         req->socket      = sock;
         req->data        = buf;
-        req->data_len    = MSG_LEN;
+        req->data_len    = msg_len;
         req->xheader_len = sizeof(seq);
         pscom_post_recv(req);
         pscom_wait(req);
         ITEST_ASSERT_REQ_OK(req, "message %u of %d (sender closed after "
                                  "posting them; con_error %s)",
-                            i, N_MSGS,
+                            i, expected,
                             itest_con_error_of(con) ? "was called" :
                                                       "not called");
         memcpy(&seq, &req->xheader.user, sizeof(seq));
         ITEST_ASSERT_EQ(seq, i, "message order");
-        ITEST_ASSERT_EQ(req->header.data_len, MSG_LEN, "message %u length", i);
-        ITEST_ASSERT_PATTERN(buf, MSG_LEN, msg_seed(i), "message %u", i);
-        ITEST_ASSERT_GUARD(buf, MSG_LEN, "message %u", i);
+        ITEST_ASSERT_EQ(req->header.data_len, msg_len, "message %u length", i);
+        ITEST_ASSERT_PATTERN(buf, msg_len, msg_seed(i), "message %u", i);
+        ITEST_ASSERT_GUARD(buf, msg_len, "message %u", i);
         if (eof_seen_at < 0 && itest_con_error_of(con)) eof_seen_at = (int)i;
     }
     pscom_request_free(req);
@@ -166,6 +212,7 @@ int main(void)
     int failed;
 
     itest_watchdog(ITEST_DEFAULT_TIMEOUT + 10);
+    msg_len = (size_t)env_num("CLOSE_MSG_LEN", (long)msg_len);
     itest_note("transport %s", itest_transport_name());
     itest_spawn(&rcv, "receiver", receiver, NULL);
     ep = itest_link_recv_str(&rcv.link);
@@ -173,10 +220,11 @@ int main(void)
     itest_link_send_str(&snd.link, ep);
     free(ep);
 
+    note = itest_link_recv_str(&snd.link); /* sends before the close */
+    itest_link_send_str(&rcv.link, note);
+    free(note);
     note = itest_link_recv_str(&rcv.link); /* "done" */
     itest_link_send_str(&snd.link, note);
-    free(note);
-    note = itest_link_recv_str(&snd.link); /* "closed" */
     free(note);
 
     failed = itest_children_check((itest_child_t *[]){&rcv, &snd}, 2);
