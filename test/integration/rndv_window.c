@@ -357,6 +357,14 @@ static int part2(void)
     itest_child_t snk, str;
     int failed;
 
+    /* A transport that cannot survive a peer killed mid-stream, for a
+     * reason outside this library, names it here (the conformance suite
+     * sets it); the part is then reported as skipped, not passed. */
+    const char *why = getenv("RNDV_WINDOW_NO_KILL");
+    if (why && *why) {
+        itest_note("part 2 SKIPPED: %s", why);
+        return 0;
+    }
     itest_note("part 2: the sender is killed with several bodies in flight");
     itest_spawn(&snk, "sink", sink, NULL);
     itest_spawn(&str, "streamer", streamer, NULL);
