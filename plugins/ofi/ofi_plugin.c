@@ -1655,13 +1655,13 @@ static void expire_sinks(void)
 /* Handle the completions read and not yet handled; 1 when there were. */
 static int handle_comps(void)
 {
-    if (ofi.comp_next >= ofi.comp_n) return 0;
+    int did = ofi.comp_next < ofi.comp_n;
     while (ofi.comp_next < ofi.comp_n) {
         /* A copy: a nested call may refill the array. */
         ofw_comp_t c = ofi.comp[ofi.comp_next++];
         on_comp(&c);
     }
-    return 1;
+    return did;
 }
 
 static int ofi_progress(void)

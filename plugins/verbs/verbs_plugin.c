@@ -1273,13 +1273,13 @@ static void flush_dirty(void)
 /* Handle the completions taken and not yet handled; 1 when there were. */
 static int handle_wcs(void)
 {
-    if (vb.wc_next >= vb.wc_n) return 0;
+    int did = vb.wc_next < vb.wc_n;
     while (vb.wc_next < vb.wc_n) {
         /* A copy: a nested call may refill the array. */
         struct ibv_wc wc = vb.wc[vb.wc_next++];
         dispatch(&wc, false);
     }
-    return 1;
+    return did;
 }
 
 static int vb_progress(void)

@@ -200,24 +200,16 @@ static int receiver(itest_link_t *link, void *arg)
 int main(void)
 {
     itest_child_t rcv, snd;
-    char *ep, *note;
     int failed;
 
     itest_watchdog(ITEST_DEFAULT_TIMEOUT + 10);
     msg_len = (size_t)env_num("CLOSE_MSG_LEN", (long)msg_len);
     itest_note("transport %s", itest_transport_name());
     itest_spawn(&rcv, "receiver", receiver, NULL);
-    ep = itest_link_recv_str(&rcv.link);
     itest_spawn(&snd, "sender", sender, NULL);
-    itest_link_send_str(&snd.link, ep);
-    free(ep);
-
-    note = itest_link_recv_str(&snd.link); /* sends before the close */
-    itest_link_send_str(&rcv.link, note);
-    free(note);
-    note = itest_link_recv_str(&rcv.link); /* "done" */
-    itest_link_send_str(&snd.link, note);
-    free(note);
+    itest_link_relay(&rcv.link, &snd.link); /* the endpoint */
+    itest_link_relay(&snd.link, &rcv.link); /* sends before the close */
+    itest_link_relay(&rcv.link, &snd.link); /* "done" */
 
     failed = itest_children_check((itest_child_t *[]){&rcv, &snd}, 2);
     itest_note("%s", failed ? "FAILED" : "passed");

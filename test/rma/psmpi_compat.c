@@ -99,9 +99,7 @@ static int case_wait_any_eof(void)
     itest_child_t rcv, snd;
     itest_spawn(&rcv, "receiver", eof_receiver, NULL);
     itest_spawn(&snd, "sender", eof_sender, NULL);
-    char *ep = itest_link_recv_str(&rcv.link);
-    itest_link_send_str(&snd.link, ep);
-    free(ep);
+    itest_link_relay(&rcv.link, &snd.link); /* the endpoint */
     itest_link_send_u64(&snd.link, itest_link_recv_u64(&rcv.link));
     itest_link_send_u64(&rcv.link, itest_link_recv_u64(&snd.link));
     itest_child_t *list[2] = {&rcv, &snd};
