@@ -71,6 +71,46 @@ static inline uint64_t now_ns(void)
     return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
+/* The clock of the timed iterations. A round trip over shared memory lasts
+ * a fraction of a microsecond, and reading CLOCK_MONOTONIC costs ~18 ns in
+ * a virtual machine, a share the message never spent: on x86-64 iterations
+ * are timed by the time-stamp counter (a few ns, as ucx_perftest does) and
+ * its ticks converted to nanoseconds by the rate measured against
+ * CLOCK_MONOTONIC over the whole loop (tick_span). Elsewhere a tick is a
+ * nanosecond. */
+static inline uint64_t ticks(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    return __builtin_ia32_rdtsc();
+#else
+    return now_ns();
+#endif
+}
+
+struct tick_span {
+    uint64_t tick0, ns0;
+};
+
+static inline void tick_span_start(struct tick_span *s)
+{
+    s->ns0 = now_ns();
+    s->tick0 = ticks();
+}
+
+/* Nanoseconds per tick since tick_span_start. */
+static inline double tick_span_rate(const struct tick_span *s)
+{
+    uint64_t t = ticks(), ns = now_ns();
+    return t > s->tick0 && ns > s->ns0 ? (double)(ns - s->ns0) / (double)(t - s->tick0)
+                                       : 1.0;
+}
+
+/* Scale n times measured in ticks by factor (ns per tick / divisor). */
+static inline void times_scale(double *times, unsigned n, double factor)
+{
+    for (unsigned i = 0; i < n; i++) times[i] *= factor;
+}
+
 /* The verify pattern: a Weyl sequence of 64-bit words from a seed that
  * depends on size, iteration and direction. */
 uint64_t pat_seed(uint64_t size, uint64_t iter, unsigned dir);
