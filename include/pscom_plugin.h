@@ -43,8 +43,8 @@ extern "C" {
 /* Major in the high byte: a different major is refused at load time. */
 /* Minor in the low byte: the core reads the ops a minor added only from
  * descriptors of that minor or later (1.1 added the one-sided ops, 1.2 the
- * sleeping waits). */
-#define PSCOM_PLUGIN_API_VERSION 0x0102
+ * sleeping waits, 1.3 tx_now). */
+#define PSCOM_PLUGIN_API_VERSION 0x0103
 #define PSCOM_PLUGIN_API_MAJOR(v) (((v) >> 8) & 0xff)
 #define PSCOM_PLUGIN_API_MINOR(v) ((v) & 0xff)
 
@@ -213,6 +213,17 @@ typedef struct pscom_plugin_ops {
      * a process that uses pscom from several threads. */
     int (*wait_arm)(void);
     void (*wait_disarm)(void);
+
+    /* ---- API 1.3: sending without the queue (optional) ----
+     * A frame (iov[0] its head; iov[1] its body when iovcnt is 2) for a
+     * connection with nothing queued: return 1 when the transport took it
+     * whole and keeps no reference to its buffers, so it counts as sent
+     * (the core completes it; no tx_peek/tx_done for it); 0 to leave it to
+     * the queue and tx_kick. It must make no upcalls. The core calls it
+     * only for open connections that have not failed, and may always
+     * queue instead. */
+    int (*tx_now)(pscom_plugin_con_t *con, void *priv, const struct iovec *iov,
+                  int iovcnt);
 } pscom_plugin_ops_t;
 
 /* Largest plugin part of a packed remote key (rma_register). */

@@ -106,6 +106,19 @@ void psc_con_kick(struct psc_con *con)
 
 void psc_con_enqueue(struct psc_con *con, struct psc_req *req)
 {
+    /* Nothing queued before it, and the plugin takes it whole at once (a
+     * small frame, copied): sent, without the queue and tx_kick. */
+    if (con->tx_now && psc_list_empty(&con->sendq) &&
+        con->tx_now(con, con->plugin_priv, req->iov,
+                    req->iov[1].iov_len ? 2 : 1) > 0) {
+        req->tx_left = 0;
+        psc_req_state_add(req, PSCOM_REQ_STATE_IO_STARTED);
+        /* Its completion may close and free the connection: only after. */
+        psc_enter();
+        psc_proto_frame_sent(con, req);
+        psc_leave();
+        return;
+    }
     psc_list_add_tail(&req->next, &con->sendq);
     psc_con_kick(con);
 }
@@ -118,6 +131,8 @@ void psc_con_established(struct psc_con *con, struct psc_plugin *plugin,
     con->plugin = plugin;
     con->plugin_priv = priv;
     con->plugin_open = true;
+    con->tx_now = PSCOM_PLUGIN_API_MINOR(d->api_version) >= 3 ? d->ops->tx_now
+                                                             : NULL;
     psc_plugin_con_opened(plugin);
     psc_ctx.local_procs_stale = true;
     con->pub.type = d->con_type;
@@ -149,6 +164,7 @@ void psc_con_fail(struct psc_con *con, pscom_op_t op, pscom_err_t err)
 {
     if (con->failed) return;
     con->failed = true;
+    con->tx_now = NULL;
     con->error = err;
     con->pub.state = PSCOM_CON_STATE_CLOSED;
     psc_ctx.events++;
@@ -192,6 +208,7 @@ void psc_con_reap(void)
         psc_list_del(&con->next_dead);
         if (!con->plugin_open) continue;
         con->plugin_open = false;
+        con->tx_now = NULL;
         psc_plugin_con_closed(con->plugin);
         psc_ctx.local_procs_stale = true;
         psc_rma_con_release(con);
@@ -389,6 +406,7 @@ void psc_con_close(struct psc_con *con)
     con->closing = true;
     if (!con->failed) {
         con->failed = true;
+        con->tx_now = NULL;
         con->error = PSCOM_ERR_EOF;
         if (con->plugin_open)
             psc_proto_fail_receives(con); /* sends: after the plugin's close */

@@ -661,12 +661,44 @@ static int rx_header_done(struct psc_con *con)
     return 0;
 }
 
+/* buf[0..len) is one whole user message, aligned to be read in place. */
+static bool is_whole_user(const void *buf, size_t len)
+{
+    const pscom_header_net_t *hdr = buf;
+    return len >= PSC_HDR_LEN &&
+           (uintptr_t)buf % _Alignof(pscom_header_net_t) == 0 &&
+           hdr->msg_type == PSC_MSG_USER &&
+           len == PSC_HDR_LEN + hdr->xheader_len + hdr->data_len;
+}
+
+/* A whole user message between two messages, read in place: what the loop
+ * of pscom_plugin_rx_push does, without the header buffer. */
+static int rx_user_whole(struct psc_con *con, const void *buf)
+{
+    struct psc_rx *rx = &con->rx;
+    pscom_header_net_t *hdr = (pscom_header_net_t *)buf;
+    size_t total = hdr->data_len;
+
+    if (rx_user(con, hdr)) return -1;
+    if (con->failed || con->zombie) return -1;
+    if (!total) return 0; /* done by rx_user */
+    if (rx->dst_left)
+        memcpy(rx->dst, (const char *)(hdr + 1) + hdr->xheader_len,
+               rx->dst_left);
+    rx->req->received += total;
+    rx->left = 0;
+    return rx_body_done(con);
+}
+
 int pscom_plugin_rx_push(pscom_plugin_con_t *con, const void *buf, size_t len)
 {
     struct psc_rx *rx = &con->rx;
     const char *p = buf;
 
     if (con->failed || con->zombie) return -1;
+    if (rx->phase == PSC_RX_HEADER && !rx->have && !con->eof_pending &&
+        is_whole_user(buf, len))
+        return rx_user_whole(con, buf);
     while (len) {
         if (rx->phase == PSC_RX_DATA) {
             size_t take = len < rx->left ? len : rx->left;

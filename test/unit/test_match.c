@@ -1,7 +1,8 @@
 /*
  * Receive matching: posting order across per-connection and any-source
  * receives, recv_accept selection, unexpected messages received later,
- * partially arrived messages, probe, cancel, truncation, default_recv.
+ * partially arrived messages, probe, cancel, truncation, default_recv, and
+ * whole messages read in place against the general path.
  *
  * Messages are fed into connections with no transport through the plugin
  * receive upcall, so the real receive path runs without a network.
@@ -240,6 +241,90 @@ static void truncation_keeps_stream(void **state)
     pscom_request_free(r2);
 }
 
+/* A whole user message pushed at once from an aligned buffer is read in
+ * place, without the header buffer; pushed from an unaligned buffer or in
+ * pieces it takes the general path. The receives end the same either way. */
+enum push_how { WHOLE, UNALIGNED, BYTEWISE };
+
+struct outcome {
+    pscom_req_state_t state;
+    uint64_t data_len;
+    uint32_t tag;
+    char data[16];
+};
+
+static void push_as(pscom_connection_t *c, const struct frame *f,
+                    enum push_how how)
+{
+    static uint64_t spare[(sizeof(f->buf) + 16) / 8];
+    uint8_t *odd = (uint8_t *)spare + 1;
+    switch (how) {
+    case WHOLE:
+        assert_int_equal(feed(c, f), 0);
+        break;
+    case UNALIGNED:
+        memcpy(odd, f->buf, f->len);
+        assert_int_equal(pscom_plugin_rx_push(con_of(c), odd, f->len), 0);
+        break;
+    case BYTEWISE:
+        for (size_t i = 0; i < f->len; i++)
+            assert_int_equal(pscom_plugin_rx_push(con_of(c), f->buf + i, 1), 0);
+        break;
+    }
+}
+
+static void receive_as(enum push_how how, size_t rlen, size_t mlen,
+                       bool posted, struct outcome *o)
+{
+    static char body[40];
+    for (size_t i = 0; i < sizeof(body); i++) body[i] = (char)('a' + i);
+    pscom_connection_t *c = pscom_open_connection(sock);
+    pscom_request_t *r = NULL;
+    memset(o, 0, sizeof(*o));
+    if (posted) r = recv_req(c, o->data, rlen);
+    struct frame f;
+    frame_user(&f, 11, body, mlen);
+    uint8_t *hb = con_of(c)->rx.hinline;
+    memset(hb, 0xa5, PSC_HDR_LEN);
+    push_as(c, &f, how);
+    /* The header went through the header buffer unless read in place. */
+    bool untouched = true;
+    for (size_t i = 0; i < PSC_HDR_LEN; i++) untouched &= hb[i] == 0xa5;
+    assert_int_equal(untouched, how == WHOLE);
+    if (!posted) r = recv_req(c, o->data, rlen);
+    assert_true(pscom_req_is_done(r));
+    o->state = r->state;
+    o->data_len = r->header.data_len;
+    o->tag = tag_of(r);
+    assert_memory_equal(o->data, body, mlen < rlen ? mlen : rlen);
+    assert_int_equal(!!(o->state & PSCOM_REQ_STATE_TRUNCATED), mlen > rlen);
+    pscom_request_free(r);
+    pscom_close_connection(c);
+}
+
+static void whole_message_read_in_place(void **state)
+{
+    static const struct {
+        size_t rlen, mlen;
+        bool posted;
+    } cases[] = {
+        {16, 5, true},  {16, 16, true},  {4, 20, true}, {16, 0, true},
+        {16, 5, false}, {4, 20, false}, {16, 0, false},
+    };
+    for (size_t k = 0; k < sizeof(cases) / sizeof(cases[0]); k++) {
+        struct outcome whole, odd, bytes;
+        receive_as(WHOLE, cases[k].rlen, cases[k].mlen, cases[k].posted, &whole);
+        receive_as(UNALIGNED, cases[k].rlen, cases[k].mlen, cases[k].posted,
+                   &odd);
+        receive_as(BYTEWISE, cases[k].rlen, cases[k].mlen, cases[k].posted,
+                   &bytes);
+        assert_int_equal(whole.tag, 11);
+        assert_int_equal(whole.data_len, cases[k].mlen);
+        assert_memory_equal(&whole, &odd, sizeof(whole));
+        assert_memory_equal(&whole, &bytes, sizeof(whole));
+    }
+}
+
 static pscom_request_t *default_req;
 static char default_buf[16];
 
@@ -413,6 +498,7 @@ int main(void)
         cmocka_unit_test(partial_message_merged),
         cmocka_unit_test(cancel_unmatched),
         cmocka_unit_test(truncation_keeps_stream),
+        cmocka_unit_test(whole_message_read_in_place),
         cmocka_unit_test(default_recv_first),
         cmocka_unit_test(rendezvous_unexpected_sends_cts),
         cmocka_unit_test(body_fails_after_plugin_close),
