@@ -568,7 +568,9 @@ static int am_cb(void *arg, unsigned id, const void *hdr, size_t hdr_len,
         if (rx) {
             rx->kind = RX_COPY;
             rx->data = rx->buf + head_len;
-            if (len) memcpy(rx->data, data, len);
+            /* Packed: head and body lie together. */
+            if (packed) memcpy(rx->buf, head, head_len + len);
+            else if (len) memcpy(rx->data, data, len);
         }
     }
     if (!rx) {
@@ -582,7 +584,7 @@ static int am_cb(void *arg, unsigned id, const void *hdr, size_t hdr_len,
     rx->long_head = id == UXW_AM_FRAME_LONG;
     rx->head_len = head_len;
     rx->len = len;
-    memcpy(rx->buf, head, head_len);
+    if (!packed) memcpy(rx->buf, head, head_len);
     *uc->rxq_tail = rx;
     uc->rxq_tail = &rx->next;
     mark_pending(uc);
@@ -732,6 +734,24 @@ static void ux_tx_kick(pscom_plugin_con_t *con, void *priv)
         /* A full peek may have left frames behind. */
         if (rc || !done || n < PEEK_IOV) return;
     }
+}
+
+/* A small frame with nothing before it: packed on the stack and sent only
+ * if UCX copies it at once; 1 then, it counts as sent. Else 0: it goes
+ * through the queue (send_frame), where UCX may keep it. */
+static int ux_tx_now(pscom_plugin_con_t *con, void *priv,
+                     const struct iovec *iov, int iovcnt)
+{
+    struct ux_con *uc = priv;
+    size_t hlen = iov[0].iov_len, blen = iovcnt > 1 ? iov[1].iov_len : 0;
+    uint8_t buf[KEY_LEN + HDR_INLINE];
+    if (KEY_LEN + hlen + blen > sizeof(buf) || !uc->open || uc->err || uc->txq)
+        return 0;
+    key_put(buf, uc->peer_slot, uc->peer_gen);
+    memcpy(buf + KEY_LEN, iov[0].iov_base, hlen);
+    if (blen) memcpy(buf + KEY_LEN + hlen, iov[1].iov_base, blen);
+    return uxw_am_send_now(uc->us->w, uc->ep, UXW_AM_FRAME_PACKED, buf,
+                           KEY_LEN + hlen + blen) == UXW_OK;
 }
 
 /* Report the frames UCX is done with, in queue order. 0, or -1 when the
@@ -974,11 +994,11 @@ static void dispatch(struct ux_con *uc)
 {
     if (!uc->open || uc->err_reported) return;
     /* Bodies that arrived out of line came before what is queued now. */
-    if (flush_tx(uc) || finish_deferred(uc) || deliver_rx(uc) ||
-        finish_deferred(uc))
+    if ((uc->txq && flush_tx(uc)) || (uc->deferred && finish_deferred(uc)) ||
+        deliver_rx(uc) || (uc->deferred && finish_deferred(uc)))
         return;
-    flush_rma(uc);
-    check_hup(uc);
+    if (uc->rmaq) flush_rma(uc);
+    if (uc->hup) check_hup(uc);
     if (uc->err && !uc->err_reported && !uc->rx_busy) report_error(uc);
 }
 
@@ -1773,6 +1793,7 @@ static const pscom_plugin_ops_t ux_ops = {
     .open = ux_open,
     .close = ux_close,
     .tx_kick = ux_tx_kick,
+    .tx_now = ux_tx_now,
     .progress = ux_progress,
     .rma_register = ux_rma_register,
     .rma_deregister = ux_rma_deregister,

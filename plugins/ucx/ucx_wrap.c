@@ -351,6 +351,26 @@ int uxw_am_send(uxw_ep_t *ep, unsigned id, const void *hdr, size_t hdr_len,
                                    &p));
 }
 
+int uxw_am_send_now(uxw_worker_t *w, uxw_ep_t *ep, unsigned id,
+                    const void *buf, size_t len)
+{
+    static const ucp_request_param_t p = {
+        .op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS |
+                        UCP_OP_ATTR_FLAG_FORCE_IMM_CMPL,
+        .flags = UCP_AM_SEND_FLAG_EAGER,
+    };
+    ucs_status_ptr_t sp = ucp_am_send_nbx((ucp_ep_h)ep, id, NULL, 0, buf, len, &p);
+    if (!UCS_PTR_IS_PTR(sp)) return UCS_PTR_STATUS(sp);
+    /* A UCX that ignores FORCE_IMM_CMPL (it is there since UCX 1.10)
+     * reads buf until done: wait, buf is the caller's. Callbacks of
+     * progress only record. */
+    ucs_status_t st;
+    while ((st = ucp_request_check_status(sp)) == UCS_INPROGRESS)
+        ucp_worker_progress(w->worker);
+    ucp_request_free(sp);
+    return st;
+}
+
 int uxw_am_recv(uxw_worker_t *w, void *desc, void *buf, size_t len,
                 const uxw_op_t *op)
 {

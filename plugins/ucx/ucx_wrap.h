@@ -123,6 +123,13 @@ int uxw_am_send(uxw_ep_t *ep, unsigned id, const void *hdr, size_t hdr_len,
                 const struct iovec *iov, int iovcnt, int eager,
                 const uxw_op_t *op);
 
+/* Send buf[0..len) as the data of an AM only if UCX can take it at once
+ * (it copies it; UCX's eager short path): UXW_OK, nothing left in UCX
+ * then; otherwise a negative status (UCX had no room, or a failure) and
+ * nothing was sent. */
+int uxw_am_send_now(uxw_worker_t *w, uxw_ep_t *ep, unsigned id,
+                    const void *buf, size_t len);
+
 /* Receive the data of a kept AM (desc) into buf[0..len). The descriptor is
  * consumed, also on error. UXW_OK: done now. UXW_PENDING: op follows. */
 int uxw_am_recv(uxw_worker_t *w, void *desc, void *buf, size_t len,

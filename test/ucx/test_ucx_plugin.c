@@ -398,6 +398,62 @@ static void small_frames_are_packed(void **state)
     tcon_close(t);
 }
 
+/* tx_now: a small frame goes out packed only if UCX copies it at once
+ * (no op to wait for, nothing for the core to complete later); otherwise,
+ * and behind frames in UCX's hands, it is left to the queue. */
+static void small_frame_sent_now_or_left_to_the_queue(void **state)
+{
+    struct tcon *t = tcon_open(RNDV);
+    uint8_t head[64];
+    char b[8] = "payload";
+    size_t hl = fake_head(head, 4, sizeof(b), 0x44);
+    struct iovec iov[2] = {{head, hl}, {b, sizeof(b)}};
+
+    fw.send_result = UXW_OK;
+    assert_int_equal(OPS->tx_now(&t->core, t->priv, iov, 2), 1);
+    assert_int_equal(fw.nsends, 1);
+    struct fake_send *s = &fw.sends[0];
+    assert_int_equal(s->id, UXW_AM_FRAME_PACKED);
+    assert_null(s->op);
+    assert_false(s->pending);
+    assert_int_equal(s->data_len, 8 + hl + sizeof(b));
+    uint32_t key[2];
+    memcpy(key, s->data, 8);
+    assert_int_equal(key[0], PEER_SLOT);
+    assert_int_equal(key[1], PEER_GEN);
+    assert_memory_equal(s->data + 8, head, hl);
+    assert_memory_equal(s->data + 8 + hl, b, sizeof(b));
+    assert_true(settles());
+    assert_int_equal(t->core.ndone, 0); /* the core completes it itself */
+
+    /* A head alone. */
+    assert_int_equal(OPS->tx_now(&t->core, t->priv, iov, 1), 1);
+    assert_int_equal(fw.sends[1].data_len, 8 + hl);
+
+    /* UCX has no room: nothing sent. */
+    fw.send_result = UXW_PENDING;
+    assert_int_equal(OPS->tx_now(&t->core, t->priv, iov, 2), 0);
+    assert_int_equal(fw.nsends, 2);
+
+    /* A queued frame in UCX's hands: the next waits behind it. */
+    fake_queue(&t->core, 0, b, sizeof(b));
+    OPS->tx_kick(&t->core, t->priv);
+    assert_int_equal(fw.nsends, 3);
+    fw.send_result = UXW_OK;
+    assert_int_equal(OPS->tx_now(&t->core, t->priv, iov, 2), 0);
+    assert_int_equal(fw.nsends, 3);
+    fake_send_complete(2, 0);
+    progress();
+    assert_int_equal(t->core.ndone, 1);
+
+    /* Too large to travel packed. */
+    static char big[256];
+    struct iovec biov[2] = {{head, hl}, {big, sizeof(big)}};
+    assert_int_equal(OPS->tx_now(&t->core, t->priv, biov, 2), 0);
+    assert_int_equal(fw.nsends, 3);
+    tcon_close(t);
+}
+
 static void cancelled_frame_is_skipped(void **state)
 {
     struct tcon *t = tcon_open(RNDV);
@@ -1373,6 +1429,8 @@ int main(void)
                                         teardown),
         cmocka_unit_test_setup_teardown(small_frames_are_packed, setup,
                                         teardown),
+        cmocka_unit_test_setup_teardown(
+            small_frame_sent_now_or_left_to_the_queue, setup, teardown),
         cmocka_unit_test_setup_teardown(cancelled_frame_is_skipped, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(send_error_fails_the_connection, setup,
