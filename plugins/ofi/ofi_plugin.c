@@ -1602,6 +1602,30 @@ static void ofi_close(pscom_plugin_con_t *con, void *priv)
     ref_put(oc);
 }
 
+/* A frame small enough to inject, with nothing queued or in flight: sent
+ * now as the next frame, or left to the queue (no room: EAGAIN; a failure
+ * is met again and reported there). */
+static int ofi_tx_now(pscom_plugin_con_t *con, void *priv,
+                      const struct iovec *iov, int iovcnt)
+{
+    struct ofi_con *oc = priv;
+    size_t hl = iov[0].iov_len, bl = iovcnt > 1 ? iov[1].iov_len : 0;
+    size_t total = hl + bl;
+    if (!oc->open || oc->dead || oc->txp.active || oc->tx_blocked ||
+        oc->tx_head != oc->tx_tail || total > ofi.inject_max ||
+        total > oc->peer_bounce)
+        return 0;
+    uint8_t buf[INJECT_MAX];
+    memcpy(buf, iov[0].iov_base, hl);
+    if (bl) memcpy(buf + hl, iov[1].iov_base, bl);
+    if (ofw_tinject(ofi.ep, buf, total, oc->dest,
+                    ofi_tag(oc->peer_conid, (uint32_t)oc->tx_tail,
+                            OFI_PART_FIRST)))
+        return 0;
+    oc->tx_head = ++oc->tx_tail;
+    return 1;
+}
+
 static void ofi_tx_kick(pscom_plugin_con_t *con, void *priv)
 {
     struct ofi_con *oc = priv;
@@ -1706,6 +1730,7 @@ static const pscom_plugin_ops_t ofi_ops = {
     .open = ofi_open,
     .close = ofi_close,
     .tx_kick = ofi_tx_kick,
+    .tx_now = ofi_tx_now,
     .progress = ofi_progress,
 };
 

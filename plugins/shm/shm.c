@@ -480,6 +480,17 @@ static void shm_tx_kick(pscom_plugin_con_t *con, void *priv)
     }
 }
 
+/* A frame that fits one slot, with nothing queued: written now, or left to
+ * the queue when the ring is full. */
+static int shm_tx_now(pscom_plugin_con_t *con, void *priv,
+                      const struct iovec *iov, int iovcnt)
+{
+    struct shm_con *sc = priv;
+    size_t total = iov[0].iov_len + (iovcnt > 1 ? iov[1].iov_len : 0);
+    if (total > SHM_SLOT_INLINE || sc->dead || sc->tx_blocked) return 0;
+    return shm_tx_write(&sc->tx, iov, iovcnt, total) == total;
+}
+
 /* ---------------------------------------------------------------------- */
 /* Progress                                                               */
 /* ---------------------------------------------------------------------- */
@@ -740,6 +751,7 @@ static const pscom_plugin_ops_t shm_ops = {
     .open = shm_open,
     .close = shm_close,
     .tx_kick = shm_tx_kick,
+    .tx_now = shm_tx_now,
     .progress = shm_progress,
     .rndv_describe = shm_rndv_describe,
     .rndv_pull = shm_rndv_pull,

@@ -496,6 +496,50 @@ static void test_send_eagain(void **state)
     pair_close(&p);
 }
 
+/* tx_now: a frame small enough to inject goes out at once as the next
+ * frame, with no report to the core; with frames in flight, no room, or
+ * too large for an injection it is left to the queue, and the frames still
+ * arrive whole and in order. */
+static void test_send_now(void **state)
+{
+    struct pair p;
+    pair_open(&p);
+    uint8_t expect[3 * 10000];
+    size_t total = 0;
+
+    struct fake_frame *now = fake_frame_new(0, 4, 8, 11);
+    struct iovec iov[2] = {{now->head, now->hl}, {now->body, now->bl}};
+    assert_int_equal(ops->tx_now(&p.a, p.pa, iov, 2), 1);
+    assert_int_equal(fake.inject_calls, 1);
+    total += fake_frame_bytes(now, expect + total);
+
+    /* No room: nothing sent. */
+    fake.send_eagain = 1;
+    assert_int_equal(ops->tx_now(&p.a, p.pa, iov, 2), 0);
+    assert_int_equal(fake.eagains, 1);
+
+    /* Behind a frame in flight: the queue. */
+    struct fake_frame *big = fake_frame_new(0, 4, 5000, 12);
+    total += send_frames(&p, &p.a, &big, 1, expect + total);
+    assert_int_equal(ops->tx_now(&p.a, p.pa, iov, 2), 0);
+    progress(50);
+    assert_int_equal(p.a.qdone, 1);
+
+    /* Too large to inject: the queue. */
+    struct iovec biov[2] = {{big->head, big->hl}, {big->body, big->bl}};
+    assert_int_equal(ops->tx_now(&p.a, p.pa, biov, 2), 0);
+
+    /* Once more at once, then everything arrived in order. */
+    unsigned injects = fake.inject_calls;
+    assert_int_equal(ops->tx_now(&p.a, p.pa, iov, 2), 1);
+    assert_int_equal(fake.inject_calls, injects + 1);
+    total += fake_frame_bytes(now, expect + total);
+    progress(50);
+    check_stream(&p.b, expect, total, 3);
+    assert_int_equal(p.a.tx_done_bytes, big->hl + big->bl);
+    pair_close(&p);
+}
+
 /* A full receive queue when posting receives: retried from progress. */
 static void test_recv_eagain(void **state)
 {
@@ -927,6 +971,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_completion_fifo, setup, teardown),
         cmocka_unit_test_setup_teardown(test_cancel_in_flight, setup, teardown),
         cmocka_unit_test_setup_teardown(test_send_eagain, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_send_now, setup, teardown),
         cmocka_unit_test_setup_teardown(test_recv_eagain, setup, teardown),
         cmocka_unit_test_setup_teardown(test_direct_rendezvous_data, setup,
                                         teardown),
