@@ -31,7 +31,17 @@ bool vb_credit_can_send(const vb_credit_t *c)
 
 bool vb_credit_want_update(const vb_credit_t *c)
 {
-    return c->owed >= c->threshold && c->avail >= 1;
+    return c->owed && c->owed + c->held >= c->threshold && c->avail >= 1;
+}
+
+void vb_credit_hold(vb_credit_t *c)
+{
+    c->held++;
+}
+
+void vb_credit_unhold(vb_credit_t *c)
+{
+    if (c->held) c->held--;
 }
 
 uint32_t vb_credit_take(vb_credit_t *c)

@@ -24,6 +24,18 @@
  * with every update. Hence rings have at least 3 slots (2 <= threshold <=
  * ring - 1). The unit test runs both sides against each other with random
  * traffic to check both properties.
+ *
+ * Held slots: a slot whose message an upcall is still reading (the
+ * application's callback waits, in a nested progress call, for messages
+ * behind it) is consumed but can be re-posted only when the upcall returns.
+ * The stalled peer then has ring - 1 messages outstanding of which only
+ * ring - 1 - held can be consumed: held slots count toward the threshold
+ * (an update goes out when owed >= 1 and owed + held >= threshold), so
+ * the nested wait still returns credits, one per message. That holds while
+ * held <= ring - 2 (upcalls nested less deep on one connection than the
+ * ring has slots, less two); while both sides hold slots, each update can
+ * make the other owe enough for one back, so updates may flow until one
+ * side lets go.
  */
 #ifndef VB_CREDITS_H
 #define VB_CREDITS_H
@@ -44,6 +56,7 @@ typedef struct vb_credit {
     uint32_t owed;      /* our slots consumed and re-posted, not reported yet */
     uint32_t ring;      /* our ring size */
     uint32_t threshold; /* owed that warrants a credit-only message */
+    uint32_t held;      /* our slots consumed, still read by an upcall */
 } vb_credit_t;
 
 /* Start a connection: our ring and the peer's (both VB_CREDIT_RING_MIN ..
@@ -74,6 +87,12 @@ int vb_credit_returned(vb_credit_t *c, uint32_t n);
 /* One of our slots was consumed and posted again: it is owed to the peer.
  * 0, or -EPROTO when more is owed than the ring holds (a bug). */
 int vb_credit_consumed(vb_credit_t *c);
+
+/* One of our slots is read by an upcall that may wait for more messages
+ * (it counts toward the update threshold), and is no longer. The slot is
+ * owed (vb_credit_consumed) only once posted again, after vb_credit_unhold. */
+void vb_credit_hold(vb_credit_t *c);
+void vb_credit_unhold(vb_credit_t *c);
 
 /* A ring of `size` slots used in order: the send buffers. */
 typedef struct vb_ring {

@@ -1155,7 +1155,14 @@ static void on_recv(struct vb_con *vc, uint32_t slot, uint32_t byte_len)
             return;
         }
     }
-    if (h.len && pscom_plugin_rx_push(vc->con, vb_msg_payload(buf, &h), h.len)) {
+    /* The push may run callbacks that wait for later messages: meanwhile
+     * the slot counts as consumed for credit updates. */
+    vb_credit_hold(&vc->cr);
+    int pushed = h.len ? pscom_plugin_rx_push(vc->con, vb_msg_payload(buf, &h),
+                                              h.len)
+                       : 0;
+    vb_credit_unhold(&vc->cr);
+    if (pushed) {
         vc->dead = true; /* failed or closing: close() comes */
         return;
     }

@@ -121,6 +121,10 @@ struct side {
     unsigned sl_head, sl_count;
     unsigned delivered;     /* data messages this side consumed */
     unsigned updates;       /* credit-only messages this side sent */
+    /* An upcall that waits: the first data message's slot is held (read,
+     * not re-posted) until hold_for more data messages were consumed. */
+    unsigned hold_for, hold_left;
+    bool holding, held_once;
 };
 
 #define QCAP 100000
@@ -163,7 +167,8 @@ static int deliver(struct side *from, struct side *to)
     struct msg m = from->inflight[from->in_head];
     from->in_head = (from->in_head + 1) % QCAP;
     from->in_count--;
-    assert_true(to->sl_count < to->ring); /* a posted receive was there */
+    /* a posted receive was there */
+    assert_true(to->sl_count + to->holding < to->ring);
     to->slots[(to->sl_head + to->sl_count++) % to->ring] = m;
     return 1;
 }
@@ -177,8 +182,23 @@ static int consume(struct side *s)
     s->sl_head = (s->sl_head + 1) % s->ring;
     s->sl_count--;
     assert_int_equal(vb_credit_returned(&s->cr, m.credits), 0);
+    if (m.data && s->hold_for && !s->held_once) {
+        /* Read by an upcall that waits for the messages behind it. */
+        s->held_once = s->holding = true;
+        s->hold_left = s->hold_for;
+        vb_credit_hold(&s->cr);
+        s->delivered++;
+        while (try_send(s)) {}
+        return 1;
+    }
     assert_int_equal(vb_credit_consumed(&s->cr), 0);
     if (m.data) s->delivered++;
+    if (m.data && s->holding && !--s->hold_left) {
+        /* The upcall returns: its slot is posted again. */
+        s->holding = false;
+        vb_credit_unhold(&s->cr);
+        assert_int_equal(vb_credit_consumed(&s->cr), 0);
+    }
     while (try_send(s)) {}
     return 1;
 }
@@ -186,11 +206,13 @@ static int consume(struct side *s)
 /* Random interleavings until both sides got `target` data messages; fails
  * when no step is possible before that (a deadlock). */
 static void run_pair(uint32_t ring_a, uint32_t ring_b, unsigned target_a,
-                     unsigned target_b, unsigned seed, int lazy_b)
+                     unsigned target_b, unsigned seed, int lazy_b,
+                     unsigned hold_b)
 {
     struct side a, b;
     side_init(&a, ring_a, ring_b);
     side_init(&b, ring_b, ring_a);
+    b.hold_for = hold_b;
     a.pending = target_b; /* A sends what B should get */
     b.pending = target_a;
     srand(seed);
@@ -224,6 +246,7 @@ static void run_pair(uint32_t ring_a, uint32_t ring_b, unsigned target_a,
     }
     assert_int_equal(a.delivered, target_a);
     assert_int_equal(b.delivered, target_b);
+    assert_false(b.holding);
     side_free(&a);
     side_free(&b);
 }
@@ -231,9 +254,22 @@ static void run_pair(uint32_t ring_a, uint32_t ring_b, unsigned target_a,
 static void no_deadlock_both_flood(void **state)
 {
     for (unsigned seed = 1; seed <= 40; seed++) {
-        run_pair(3, 3, 2000, 2000, seed, 0);
-        run_pair(4, 16, 3000, 3000, seed, 0);
-        run_pair(16, 16, 5000, 5000, seed, 1);
+        run_pair(3, 3, 2000, 2000, seed, 0, 0);
+        run_pair(4, 16, 3000, 3000, seed, 0, 0);
+        run_pair(16, 16, 5000, 5000, seed, 1, 0);
+    }
+}
+
+/* B's upcall for its first message waits for 50 more messages (a callback
+ * that closes its connection waits for the sends behind it, whose
+ * acknowledgements arrive as messages): with one slot held, the others
+ * still return credits, also with the smallest ring. */
+static void no_deadlock_with_a_held_slot(void **state)
+{
+    for (unsigned seed = 1; seed <= 40; seed++) {
+        run_pair(3, 3, 0, 200, seed, 0, 50);
+        run_pair(3, 3, 200, 200, seed, 1, 50);
+        run_pair(8, 4, 100, 300, seed, 0, 60);
     }
 }
 
@@ -242,9 +278,9 @@ static void no_deadlock_one_way(void **state)
     /* B never sends data: A's credits come back only by credit-only
      * messages, which in turn use A's slots. */
     for (unsigned seed = 1; seed <= 40; seed++) {
-        run_pair(3, 3, 0, 3000, seed, 0);
-        run_pair(8, 3, 0, 3000, seed, 1);
-        run_pair(16, 16, 0, 3000, seed, 1);
+        run_pair(3, 3, 0, 3000, seed, 0, 0);
+        run_pair(8, 3, 0, 3000, seed, 1, 0);
+        run_pair(16, 16, 0, 3000, seed, 1, 0);
     }
 }
 
@@ -347,6 +383,7 @@ int main(void)
         cmocka_unit_test(bad_peer_rejected),
         cmocka_unit_test(no_deadlock_both_flood),
         cmocka_unit_test(no_deadlock_one_way),
+        cmocka_unit_test(no_deadlock_with_a_held_slot),
         cmocka_unit_test(both_out_of_credits),
         cmocka_unit_test(updates_die_out),
         cmocka_unit_test(ring_wraps),
