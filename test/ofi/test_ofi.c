@@ -538,6 +538,8 @@ static void test_send_now(void **state)
     check_stream(&p.b, expect, total, 3);
     assert_int_equal(p.a.tx_done_bytes, big->hl + big->bl);
     pair_close(&p);
+    free(now->body); /* never queued: the fake core does not own it */
+    free(now);
 }
 
 /* A full receive queue when posting receives: retried from progress. */
