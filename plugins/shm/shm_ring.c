@@ -3,6 +3,8 @@
  */
 #include "shm_ring.h"
 
+#include "../copy_small.h"
+
 #include <string.h>
 
 #ifdef SHM_RING_TEST_HOOK
@@ -103,33 +105,6 @@ static inline void gather(struct cursor *c, uint8_t *dst, size_t len)
             c->i++;
             c->off = 0;
         }
-    }
-}
-
-/* Copy n <= SHM_SLOT_INLINE bytes without a library call: most frames of
- * small messages are an 8-byte header, a short xheader and a few bytes. */
-static inline void copy_small(uint8_t *d, const uint8_t *s, size_t n)
-{
-    if (n >= 16) {
-        size_t i = 0;
-        for (; i + 16 <= n; i += 16) __builtin_memcpy(d + i, s + i, 16);
-        if (i < n) __builtin_memcpy(d + n - 16, s + n - 16, 16);
-    } else if (n >= 8) {
-        uint64_t a, b;
-        __builtin_memcpy(&a, s, 8);
-        __builtin_memcpy(&b, s + n - 8, 8);
-        __builtin_memcpy(d, &a, 8);
-        __builtin_memcpy(d + n - 8, &b, 8);
-    } else if (n >= 4) {
-        uint32_t a, b;
-        __builtin_memcpy(&a, s, 4);
-        __builtin_memcpy(&b, s + n - 4, 4);
-        __builtin_memcpy(d, &a, 4);
-        __builtin_memcpy(d + n - 4, &b, 4);
-    } else if (n) {
-        d[0] = s[0];
-        d[n / 2] = s[n / 2];
-        d[n - 1] = s[n - 1];
     }
 }
 

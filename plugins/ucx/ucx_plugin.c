@@ -57,6 +57,8 @@
 #include <unistd.h>
 
 #include "pscom_plugin.h"
+
+#include "../copy_small.h"
 #include "ucx_blob.h"
 #include "ucx_wrap.h"
 
@@ -218,7 +220,7 @@ static struct ux_txe *txe_pool;
 static struct ux_rx *rx_pool;
 static unsigned txe_pool_n, rx_pool_n;
 static bool warned_cancel;
-static unsigned progress_depth; /* nesting of ux_progress */
+static unsigned progress_depth; /* nesting of dispatch_pending (upcalls) */
 static bool socks_unused;       /* some ux_sock.unused: destroy after */
 
 static uint64_t now_ms(void)
@@ -568,8 +570,8 @@ static int am_cb(void *arg, unsigned id, const void *hdr, size_t hdr_len,
         if (rx) {
             rx->kind = RX_COPY;
             rx->data = rx->buf + head_len;
-            /* Packed: head and body lie together. */
-            if (packed) memcpy(rx->buf, head, head_len + len);
+            /* Packed (small): head and body lie together. */
+            if (packed) copy_small(rx->buf, head, head_len + len);
             else if (len) memcpy(rx->data, data, len);
         }
     }
@@ -748,8 +750,8 @@ static int ux_tx_now(pscom_plugin_con_t *con, void *priv,
     if (KEY_LEN + hlen + blen > sizeof(buf) || !uc->open || uc->err || uc->txq)
         return 0;
     key_put(buf, uc->peer_slot, uc->peer_gen);
-    memcpy(buf + KEY_LEN, iov[0].iov_base, hlen);
-    if (blen) memcpy(buf + KEY_LEN + hlen, iov[1].iov_base, blen);
+    copy_small(buf + KEY_LEN, iov[0].iov_base, hlen);
+    copy_small(buf + KEY_LEN + hlen, iov[1].iov_base, blen);
     return uxw_am_send_now(uc->us->w, uc->ep, UXW_AM_FRAME_PACKED, buf,
                            KEY_LEN + hlen + blen) == UXW_OK;
 }
@@ -1008,6 +1010,7 @@ static __attribute__((noinline)) int dispatch_pending(struct ux_sock *us)
     struct ux_con *list = us->pending;
     us->pending = NULL;
     int did = 0;
+    progress_depth++;
     while (list) {
         struct ux_con *uc = list;
         list = uc->next_pending;
@@ -1016,6 +1019,7 @@ static __attribute__((noinline)) int dispatch_pending(struct ux_sock *us)
         uc->nested_only = false;
         dispatch(uc);
     }
+    progress_depth--;
     return did;
 }
 
@@ -1032,18 +1036,18 @@ static __attribute__((noinline)) void destroy_unused_socks(void)
     }
 }
 
-/* Upcalls may nest progress (an application callback that waits) and run
- * handshakes that release sockets: sockets are destroyed only once the
- * outermost round is over. */
+/* Upcalls (only from dispatch_pending: UCX's callbacks record) may nest
+ * progress (an application callback that waits) and run handshakes that
+ * release sockets: sockets are destroyed only once the outermost round is
+ * over. An idle round is a UCX poll per socket and two tests. */
 static int ux_progress(void)
 {
     int did = 0;
-    progress_depth++;
     for (struct ux_sock *us = socks; us; us = us->next) {
         did |= uxw_worker_progress(us->w) != 0 || us->inflight;
         if (us->pending) did |= dispatch_pending(us);
     }
-    if (--progress_depth == 0 && socks_unused) destroy_unused_socks();
+    if (socks_unused && !progress_depth) destroy_unused_socks();
     return did;
 }
 
