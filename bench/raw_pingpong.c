@@ -143,7 +143,9 @@ static void run_size(struct side *s, size_t size, unsigned iters,
     unsigned n = iters + warm, it;
     int client = s->is_client, verify = o->c.verify;
     unsigned sdir = client ? DIR_C2S : DIR_S2C, rdir = client ? DIR_S2C : DIR_C2S;
+    struct tick_span span;
 
+    tick_span_start(&span);
     for (it = 0; it < n; it++) {
         uint64_t t0 = 0, t1 = 0;
         unsigned k;
@@ -153,10 +155,10 @@ static void run_size(struct side *s, size_t size, unsigned iters,
             pat_fill(s->sbuf, size, pat_seed(size, it, sdir));
         if (o->c.mode == MODE_PINGPONG) {
             if (client) {
-                t0 = now_ns();
+                t0 = ticks();
                 send_msgs(s->fd, s->sbuf, wlen, 1);
                 recv_msgs(s->fd, s->rbuf, wlen, 1);
-                t1 = now_ns();
+                t1 = ticks();
             } else {
                 recv_msgs(s->fd, s->rbuf, wlen, 1);
                 if (verify)
@@ -167,13 +169,13 @@ static void run_size(struct side *s, size_t size, unsigned iters,
             if (verify)
                 verify_or_die(s->rbuf[0], size, size, it, rdir, NO_SLOT, "");
         } else if (client) {
-            t0 = now_ns();
+            t0 = ticks();
             if (o->c.mode == MODE_BIDIR)
                 xfer(s->fd, s->sbuf, wlen, WINDOW, s->rbuf, wlen, WINDOW);
             else
                 send_msgs(s->fd, s->sbuf, wlen, WINDOW);
             recv_ack(s->fd, it);
-            t1 = now_ns();
+            t1 = ticks();
             if (verify && o->c.mode == MODE_BIDIR)
                 for (k = 0; k < WINDOW; k++)
                     verify_or_die(s->rbuf[k], size, size, it, rdir, k, "");
@@ -188,11 +190,12 @@ static void run_size(struct side *s, size_t size, unsigned iters,
             send_ack(s->fd, it);
             continue;
         }
-        if (it >= warm)
-            s->times[it - warm] = o->c.mode == MODE_PINGPONG ?
-                                      (double)(t1 - t0) / 2000.0 :
-                                      (double)(t1 - t0) / 1000.0 / WINDOW;
+        if (it >= warm) s->times[it - warm] = (double)(t1 - t0);
     }
+    if (client)
+        times_scale(s->times, iters, tick_span_rate(&span) /
+                                         (o->c.mode == MODE_PINGPONG ? 2000.0
+                                                                     : 1000.0 * WINDOW));
 }
 
 static void print_result(const struct opts *o, size_t size, unsigned iters,

@@ -751,7 +751,7 @@ static int ux_tx_now(pscom_plugin_con_t *con, void *priv,
         return 0;
     key_put(buf, uc->peer_slot, uc->peer_gen);
     copy_small(buf + KEY_LEN, iov[0].iov_base, hlen);
-    copy_small(buf + KEY_LEN + hlen, iov[1].iov_base, blen);
+    if (blen) copy_small(buf + KEY_LEN + hlen, iov[1].iov_base, blen);
     return uxw_am_send_now(uc->us->w, uc->ep, UXW_AM_FRAME_PACKED, buf,
                            KEY_LEN + hlen + blen) == UXW_OK;
 }
