@@ -16,8 +16,10 @@
  *      peer's blob. If either side fails, both call ops.hs_abort() and the
  *      next common plugin is tried; tcp comes last.
  *   3. ops.open() switches the connection to the plugin. From then on the core
- *      calls ops.tx_kick() when frames are queued, and the plugin hands
- *      arriving bytes to pscom_plugin_rx_push()/pscom_plugin_rx_direct*().
+ *      calls ops.tx_kick() when frames are queued (a frame for an empty
+ *      queue is first offered to ops.tx_now(), if the plugin has it), and
+ *      the plugin hands arriving bytes to
+ *      pscom_plugin_rx_push()/pscom_plugin_rx_direct*().
  *   4. ops.close() releases the plugin's state; it is called exactly once
  *      after a successful open(), on close and on error alike.
  *
