@@ -208,7 +208,6 @@ void psc_con_reap(void)
         psc_list_del(&con->next_dead);
         if (!con->plugin_open) continue;
         con->plugin_open = false;
-        con->tx_now = NULL;
         psc_plugin_con_closed(con->plugin);
         psc_ctx.local_procs_stale = true;
         psc_rma_con_release(con);

@@ -256,7 +256,8 @@ struct psc_con {
 
     struct psc_plugin *plugin; /* NULL until established */
     void *plugin_priv;         /* plugin->desc->con_priv_size bytes */
-    /* The plugin's tx_now (API 1.3) while it is open, else NULL. */
+    /* The plugin's tx_now (API 1.3): set when established, cleared when
+     * the connection fails or closes (every way to the plugin's close). */
     int (*tx_now)(struct psc_con *con, void *priv, const struct iovec *iov,
                   int iovcnt);
     struct psc_precon *precon; /* while connecting */

@@ -671,23 +671,38 @@ static bool is_whole_user(const void *buf, size_t len)
            len == PSC_HDR_LEN + hdr->xheader_len + hdr->data_len;
 }
 
-/* A whole user message between two messages, read in place: what the loop
- * of pscom_plugin_rx_push does, without the header buffer. */
-static int rx_user_whole(struct psc_con *con, const void *buf)
+/* Bytes of the body under way (phase PSC_RX_DATA): what fits goes to its
+ * buffer, the rest of a truncated body is dropped. Sets *took; -1 when the
+ * body ended and the connection is closing. */
+static int rx_body_bytes(struct psc_con *con, const char *p, size_t len,
+                         size_t *took)
 {
     struct psc_rx *rx = &con->rx;
+    size_t take = len < rx->left ? len : rx->left;
+    size_t keep = take < rx->dst_left ? take : rx->dst_left;
+    if (keep) {
+        memcpy(rx->dst, p, keep);
+        rx->dst += keep;
+        rx->dst_left -= keep;
+    }
+    rx->req->received += take;
+    rx->left -= take;
+    *took = take;
+    return !rx->left && rx_body_done(con) ? -1 : 0;
+}
+
+/* A whole user message between two messages, read in place: the steps of
+ * pscom_plugin_rx_push's loop without the header buffer. */
+static int rx_user_whole(struct psc_con *con, const void *buf)
+{
     pscom_header_net_t *hdr = (pscom_header_net_t *)buf;
-    size_t total = hdr->data_len;
+    size_t total = hdr->data_len, took;
 
     if (rx_user(con, hdr)) return -1;
     if (con->failed || con->zombie) return -1;
     if (!total) return 0; /* done by rx_user */
-    if (rx->dst_left)
-        memcpy(rx->dst, (const char *)(hdr + 1) + hdr->xheader_len,
-               rx->dst_left);
-    rx->req->received += total;
-    rx->left = 0;
-    return rx_body_done(con);
+    return rx_body_bytes(con, (const char *)(hdr + 1) + hdr->xheader_len,
+                         total, &took);
 }
 
 int pscom_plugin_rx_push(pscom_plugin_con_t *con, const void *buf, size_t len)
@@ -701,18 +716,10 @@ int pscom_plugin_rx_push(pscom_plugin_con_t *con, const void *buf, size_t len)
         return rx_user_whole(con, buf);
     while (len) {
         if (rx->phase == PSC_RX_DATA) {
-            size_t take = len < rx->left ? len : rx->left;
-            size_t keep = take < rx->dst_left ? take : rx->dst_left;
-            if (keep) {
-                memcpy(rx->dst, p, keep);
-                rx->dst += keep;
-                rx->dst_left -= keep;
-            }
-            rx->req->received += take;
-            rx->left -= take;
-            p += take;
-            len -= take;
-            if (!rx->left && rx_body_done(con)) return -1;
+            size_t took;
+            if (rx_body_bytes(con, p, len, &took)) return -1;
+            p += took;
+            len -= took;
             continue;
         }
         size_t take = rx->need - rx->have;

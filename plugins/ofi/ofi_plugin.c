@@ -907,6 +907,26 @@ static int txp_continue(struct ofi_con *oc)
     return 1;
 }
 
+/* A whole frame small enough for one injection (inject_frame). */
+static bool injectable(const struct ofi_con *oc, uint64_t total)
+{
+    return total <= ofi.inject_max && total <= oc->peer_bounce;
+}
+
+/* Send frame number `frame` (head and body, injectable) as one message;
+ * libfabric copies it. fi_tinject's result. */
+static ssize_t inject_frame(struct ofi_con *oc, uint64_t frame,
+                            const void *head, size_t hl, const void *body,
+                            size_t bl)
+{
+    uint8_t buf[INJECT_MAX];
+    memcpy(buf, head, hl);
+    if (bl) memcpy(buf + hl, body, bl);
+    return ofw_tinject(ofi.ep, buf, hl + bl, oc->dest,
+                       ofi_tag(oc->peer_conid, (uint32_t)frame,
+                               OFI_PART_FIRST));
+}
+
 /* Pull mode: send a frame too large to inject as its head (or as much of
  * it as fits) and a descriptor of the rest, which the peer copies from our
  * memory; the frame is done when the peer acknowledges that (poll_acks).
@@ -1066,13 +1086,8 @@ static int tx_post(struct ofi_con *oc)
         }
 
         uint64_t frame = oc->tx_tail;
-        if (ftotal <= ofi.inject_max && ftotal <= oc->peer_bounce) {
-            uint8_t buf[INJECT_MAX];
-            memcpy(buf, head, hl);
-            if (bl) memcpy(buf + hl, body, bl);
-            ssize_t rc = ofw_tinject(ofi.ep, buf, (size_t)ftotal, oc->dest,
-                                     ofi_tag(oc->peer_conid, (uint32_t)frame,
-                                             OFI_PART_FIRST));
+        if (injectable(oc, ftotal)) {
+            ssize_t rc = inject_frame(oc, frame, head, hl, body, bl);
             int sent = send_result(oc, rc, "fi_tinject");
             if (sent <= 0) return sent;
             oc->fifo[frame % oc->nfifo] =
@@ -1610,17 +1625,10 @@ static int ofi_tx_now(pscom_plugin_con_t *con, void *priv,
 {
     struct ofi_con *oc = priv;
     size_t hl = iov[0].iov_len, bl = iovcnt > 1 ? iov[1].iov_len : 0;
-    size_t total = hl + bl;
     if (!oc->open || oc->dead || oc->txp.active || oc->tx_blocked ||
-        oc->tx_head != oc->tx_tail || total > ofi.inject_max ||
-        total > oc->peer_bounce)
-        return 0;
-    uint8_t buf[INJECT_MAX];
-    memcpy(buf, iov[0].iov_base, hl);
-    if (bl) memcpy(buf + hl, iov[1].iov_base, bl);
-    if (ofw_tinject(ofi.ep, buf, total, oc->dest,
-                    ofi_tag(oc->peer_conid, (uint32_t)oc->tx_tail,
-                            OFI_PART_FIRST)))
+        oc->tx_head != oc->tx_tail || !injectable(oc, hl + bl) ||
+        inject_frame(oc, oc->tx_tail, iov[0].iov_base, hl,
+                     bl ? iov[1].iov_base : NULL, bl))
         return 0;
     oc->tx_head = ++oc->tx_tail;
     return 1;

@@ -600,6 +600,18 @@ static int am_cb(void *arg, unsigned id, const void *hdr, size_t hdr_len,
 /* Hand one frame to UCX. 0 when it is under way (or failed: reported
  * from progress); 1 when UCX took it at once and nothing older waits in
  * txq, so the caller may tell the core now; -1 after recording a failure. */
+/* A frame of at most HDR_INLINE bytes as one piece of data (FRAME_PACKED):
+ * key, head, body. Its length. */
+static size_t pack_frame(uint8_t *dst, const struct ux_con *uc,
+                         const void *head, size_t hl, const void *body,
+                         size_t bl)
+{
+    key_put(dst, uc->peer_slot, uc->peer_gen);
+    copy_small(dst + KEY_LEN, head, hl);
+    if (bl) copy_small(dst + KEY_LEN + hl, body, bl);
+    return KEY_LEN + hl + bl;
+}
+
 static int send_frame(struct ux_con *uc, const struct iovec *head,
                       const struct iovec *body)
 {
@@ -620,14 +632,13 @@ static int send_frame(struct ux_con *uc, const struct iovec *head,
     int dcnt = 0;
     unsigned id;
     size_t hlen;
-    if (KEY_LEN + e->len <= sizeof(e->hinline)) {
-        /* Small: key, head and body as one piece of data, which UCX sends
-         * by its shortest path. */
+    if (e->len <= HDR_INLINE) {
+        /* Small: one piece of data, which UCX sends by its shortest path. */
         id = UXW_AM_FRAME_PACKED;
         hlen = 0;
-        memcpy(e->hdr + KEY_LEN, head->iov_base, head->iov_len);
-        if (blen) memcpy(e->hdr + KEY_LEN + head->iov_len, body->iov_base, blen);
-        data[dcnt++] = (struct iovec){e->hdr, KEY_LEN + e->len};
+        data[dcnt++] = (struct iovec){
+            e->hdr, pack_frame(e->hdr, uc, head->iov_base, head->iov_len,
+                               blen ? body->iov_base : NULL, blen)};
     } else if (head->iov_len <= us->max_head) {
         id = UXW_AM_FRAME;
         hlen = KEY_LEN + head->iov_len;
@@ -649,7 +660,7 @@ static int send_frame(struct ux_con *uc, const struct iovec *head,
         data[dcnt++] = *head;
         if (body) data[dcnt++] = *body;
     }
-    key_put(e->hdr, uc->peer_slot, uc->peer_gen);
+    if (hlen) key_put(e->hdr, uc->peer_slot, uc->peer_gen);
 
     /* Bodies below our threshold are user messages: eager, so that the
      * receiver has them at once. Larger ones are rendezvous bodies whose
@@ -747,13 +758,11 @@ static int ux_tx_now(pscom_plugin_con_t *con, void *priv,
     struct ux_con *uc = priv;
     size_t hlen = iov[0].iov_len, blen = iovcnt > 1 ? iov[1].iov_len : 0;
     uint8_t buf[KEY_LEN + HDR_INLINE];
-    if (KEY_LEN + hlen + blen > sizeof(buf) || !uc->open || uc->err || uc->txq)
-        return 0;
-    key_put(buf, uc->peer_slot, uc->peer_gen);
-    copy_small(buf + KEY_LEN, iov[0].iov_base, hlen);
-    if (blen) copy_small(buf + KEY_LEN + hlen, iov[1].iov_base, blen);
-    return uxw_am_send_now(uc->us->w, uc->ep, UXW_AM_FRAME_PACKED, buf,
-                           KEY_LEN + hlen + blen) == UXW_OK;
+    if (hlen + blen > HDR_INLINE || !uc->open || uc->err || uc->txq) return 0;
+    size_t len = pack_frame(buf, uc, iov[0].iov_base, hlen,
+                            blen ? iov[1].iov_base : NULL, blen);
+    return uxw_am_send_now(uc->us->w, uc->ep, UXW_AM_FRAME_PACKED, buf, len) ==
+           UXW_OK;
 }
 
 /* Report the frames UCX is done with, in queue order. 0, or -1 when the
