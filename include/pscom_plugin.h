@@ -45,8 +45,9 @@ extern "C" {
 /* Major in the high byte: a different major is refused at load time. */
 /* Minor in the low byte: the core reads the ops a minor added only from
  * descriptors of that minor or later (1.1 added the one-sided ops, 1.2 the
- * sleeping waits, 1.3 tx_now). */
-#define PSCOM_PLUGIN_API_VERSION 0x0103
+ * sleeping waits, 1.3 tx_now; 1.4 added no op, only the upcall
+ * pscom_plugin_rx_now). */
+#define PSCOM_PLUGIN_API_VERSION 0x0104
 #define PSCOM_PLUGIN_API_MAJOR(v) (((v) >> 8) & 0xff)
 #define PSCOM_PLUGIN_API_MINOR(v) ((v) & 0xff)
 
@@ -275,6 +276,18 @@ int pscom_plugin_tx_pending(pscom_plugin_con_t *con);
  * keeps, so buf may be reused when the call returns. Returns 0, or -1 when
  * the connection failed or is closing: then stop reading it. */
 int pscom_plugin_rx_push(pscom_plugin_con_t *con, const void *buf, size_t len);
+/* From inside a transport's own callback, during the progress op (where
+ * application code must not run: it may wait, and so re-enter the
+ * transport): take buf[0..len) now if it is one whole user message, the
+ * connection expects a new message, and a posted receive takes it. 1: taken
+ * (copied; the receive is complete, but its callbacks run only before the
+ * next upcall or when the progress op returns); 0: not taken, deliver it
+ * later with pscom_plugin_rx_push() as usual. Only the receive's
+ * recv_accept may run inside. The caller keeps the connection's order:
+ * nothing of this connection may wait undelivered before buf. buf must be
+ * aligned for pscom_header_net_t. Added with API 1.4; a plugin that calls
+ * it does not load into an older library. */
+int pscom_plugin_rx_now(pscom_plugin_con_t *con, const void *buf, size_t len);
 /* Where the next bytes of a message body may go directly (a user buffer),
  * or 0 when they must go through pscom_plugin_rx_push(). */
 size_t pscom_plugin_rx_direct(pscom_plugin_con_t *con, void **buf);

@@ -150,6 +150,7 @@ void psc_con_established(struct psc_con *con, struct psc_plugin *plugin,
 void pscom_plugin_con_error(pscom_plugin_con_t *con, pscom_op_t op,
                             pscom_err_t err, const char *what, int sys_errno)
 {
+    psc_run_held();
     if (con->failed) return;
     if (err == PSCOM_ERR_EOF)
         psc_debug("%s: the peer closed the connection (%s)", psc_con_str(con),

@@ -164,6 +164,8 @@ struct psc_req {
     struct psc_con *gcon;       /* generated: where it arrived */
     struct psc_req *merged_into; /* generated, still arriving: its receive */
 
+    pscom_req_state_t held_extra; /* in psc_ctx.held: psc_req_done's extra */
+
     /* pscom_send_inplace */
     void (*inplace_done)(pscom_req_state_t state, void *priv);
     void *inplace_priv;
@@ -184,6 +186,8 @@ void psc_req_release(struct psc_req *req);
 /* Mark done with extra state bits and call io_done. The request must not be
  * touched afterwards (io_done may free or repost it). */
 void psc_req_done(struct psc_req *req, pscom_req_state_t extra);
+void psc_req_run_held(void);
+
 
 /* ---------------------------------------------------------------------- */
 /* Sockets and connections                                                */
@@ -453,6 +457,9 @@ struct psc_ctx {
     struct psc_list zombies;     /* psc_con.next_con: to be freed */
     struct psc_list dead;        /* psc_con.next_dead: plugin to be closed */
     struct psc_list precons;     /* psc_precon.next: handshakes under way */
+    struct psc_list held;        /* psc_req.next: done while callbacks were
+                                  * held (pscom_plugin_rx_now) */
+    unsigned hold;               /* > 0: psc_req_done holds callbacks */
     uint64_t seq;                /* posting/arrival order counter */
     uint64_t next_id;            /* request and connection ids */
     unsigned depth;              /* nesting of progress rounds */
@@ -468,6 +475,14 @@ struct psc_ctx {
 };
 
 extern struct psc_ctx psc_ctx;
+
+/* Requests completed inside a transport's callback (pscom_plugin_rx_now)
+ * whose callbacks were held: complete them now. Before every other upcall
+ * of a plugin and after each progress round. */
+static inline void psc_run_held(void)
+{
+    if (__builtin_expect(!psc_list_empty(&psc_ctx.held), 0)) psc_req_run_held();
+}
 
 static inline void psc_lock(void)
 {

@@ -17,6 +17,7 @@ struct psc_ctx psc_ctx = {
     .zombies = PSC_LIST_HEAD_INIT(psc_ctx.zombies),
     .dead = PSC_LIST_HEAD_INIT(psc_ctx.dead),
     .precons = PSC_LIST_HEAD_INIT(psc_ctx.precons),
+    .held = PSC_LIST_HEAD_INIT(psc_ctx.held),
     .spare_fd = -1,
 };
 

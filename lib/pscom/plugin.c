@@ -464,6 +464,7 @@ int psc_plugins_progress(void)
 {
     int did = 0;
     for (unsigned i = 0; i < nactive; i++) did |= active[i]();
+    psc_run_held();
     return did;
 }
 

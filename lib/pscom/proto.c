@@ -229,6 +229,7 @@ out:
 
 int pscom_plugin_tx_done(pscom_plugin_con_t *con, size_t n)
 {
+    psc_run_held();
     struct psc_list sent;
     psc_list_init(&sent);
 
@@ -450,9 +451,10 @@ static struct psc_req *find_by_id(struct psc_list *queue, uint64_t id)
     return NULL;
 }
 
-static int rx_user(struct psc_con *con, pscom_header_net_t *hdr)
+/* A user message for req (its receive; NULL: none, keep it unexpected). */
+static int rx_user_to(struct psc_con *con, pscom_header_net_t *hdr,
+                      struct psc_req *req)
 {
-    struct psc_req *req = find_receiver(con, hdr);
     if (req) {
         accept_into(req, con, hdr);
     } else {
@@ -462,6 +464,11 @@ static int rx_user(struct psc_con *con, pscom_header_net_t *hdr)
     rx_body_to(&con->rx, req, hdr->data_len);
     if (!hdr->data_len) return rx_body_done(con);
     return 0;
+}
+
+static int rx_user(struct psc_con *con, pscom_header_net_t *hdr)
+{
+    return rx_user_to(con, hdr, find_receiver(con, hdr));
 }
 
 static int rx_rndv_req(struct psc_con *con, pscom_header_net_t *hdr)
@@ -691,18 +698,42 @@ static int rx_body_bytes(struct psc_con *con, const char *p, size_t len,
     return !rx->left && rx_body_done(con) ? -1 : 0;
 }
 
-/* A whole user message between two messages, read in place: the steps of
- * pscom_plugin_rx_push's loop without the header buffer. */
-static int rx_user_whole(struct psc_con *con, const void *buf)
+/* A whole user message between two messages, read in place, for req (as
+ * rx_user_to): the steps of pscom_plugin_rx_push's loop without the header
+ * buffer. */
+static int rx_user_whole(struct psc_con *con, pscom_header_net_t *hdr,
+                         struct psc_req *req)
 {
-    pscom_header_net_t *hdr = (pscom_header_net_t *)buf;
     size_t total = hdr->data_len, took;
 
-    if (rx_user(con, hdr)) return -1;
+    if (rx_user_to(con, hdr, req)) return -1;
     if (con->failed || con->zombie) return -1;
     if (!total) return 0; /* done by rx_user */
     return rx_body_bytes(con, (const char *)(hdr + 1) + hdr->xheader_len,
                          total, &took);
+}
+
+/* The connection expects the first byte of a message next. */
+static bool between_messages(const struct psc_con *con)
+{
+    return con->rx.phase == PSC_RX_HEADER && !con->rx.have &&
+           !con->eof_pending;
+}
+
+int pscom_plugin_rx_now(pscom_plugin_con_t *con, const void *buf, size_t len)
+{
+    if (con->failed || con->zombie || !between_messages(con) ||
+        con->sock->pub.ops.default_recv || !is_whole_user(buf, len))
+        return 0;
+    pscom_header_net_t *hdr = (pscom_header_net_t *)buf;
+    struct psc_req *req = psc_match_posted(con, hdr);
+    if (!req) return 0;
+    /* A matched receive: no allocation, nothing that can fail the
+     * connection; only its callbacks must wait. */
+    psc_ctx.hold++;
+    rx_user_whole(con, hdr, req);
+    psc_ctx.hold--;
+    return 1;
 }
 
 int pscom_plugin_rx_push(pscom_plugin_con_t *con, const void *buf, size_t len)
@@ -710,10 +741,12 @@ int pscom_plugin_rx_push(pscom_plugin_con_t *con, const void *buf, size_t len)
     struct psc_rx *rx = &con->rx;
     const char *p = buf;
 
+    psc_run_held();
     if (con->failed || con->zombie) return -1;
-    if (rx->phase == PSC_RX_HEADER && !rx->have && !con->eof_pending &&
-        is_whole_user(buf, len))
-        return rx_user_whole(con, buf);
+    if (between_messages(con) && is_whole_user(buf, len)) {
+        pscom_header_net_t *hdr = (pscom_header_net_t *)buf;
+        return rx_user_whole(con, hdr, find_receiver(con, hdr));
+    }
     while (len) {
         if (rx->phase == PSC_RX_DATA) {
             size_t took;
@@ -749,6 +782,7 @@ size_t pscom_plugin_rx_direct(pscom_plugin_con_t *con, void **buf)
 
 int pscom_plugin_rx_direct_done(pscom_plugin_con_t *con, size_t n)
 {
+    psc_run_held();
     struct psc_rx *rx = &con->rx;
     if (con->failed || con->zombie || !rx->req || n > rx->dst_left) return -1;
     rx->dst += n;
@@ -777,6 +811,7 @@ void *pscom_plugin_rx_defer(pscom_plugin_con_t *con, void **buf, size_t *len)
 
 int pscom_plugin_rx_defer_done(pscom_plugin_con_t *con, void *handle, int err)
 {
+    psc_run_held();
     struct psc_req *req = handle;
     if (!req || req->magic != PSC_REQ_MAGIC) {
         psc_err("%s: internal error: the transport finished a deferred "

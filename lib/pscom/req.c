@@ -137,6 +137,14 @@ void pscom_request_free(pscom_request_t *request)
 
 void psc_req_done(struct psc_req *req, pscom_req_state_t extra)
 {
+    if (psc_ctx.hold && (req->pub.ops.io_done || req->inplace_done) &&
+        req->kind != PSC_REQ_CONTROL) {
+        /* Inside a transport's callback: the request stays unfinished (not
+         * DONE, so its owner keeps off it) until psc_req_run_held. */
+        req->held_extra = extra;
+        psc_list_add_tail(&req->next, &psc_ctx.held);
+        return;
+    }
     pscom_req_state_t state = req->pub.state | extra |
                               PSCOM_REQ_STATE_IO_DONE | PSCOM_REQ_STATE_DONE;
     psc_ctx.events++;
@@ -156,6 +164,16 @@ void psc_req_done(struct psc_req *req, pscom_req_state_t extra)
     if (inplace_done) inplace_done(state, priv);
     if (io_done) io_done(&req->pub);
     if (self_free) psc_req_release(req);
+}
+
+void psc_req_run_held(void)
+{
+    if (psc_ctx.hold) return;
+    while (!psc_list_empty(&psc_ctx.held)) {
+        struct psc_req *req = psc_list_first(&psc_ctx.held, struct psc_req, next);
+        psc_list_del(&req->next);
+        psc_req_done(req, req->held_extra);
+    }
 }
 
 static bool con_usable(pscom_connection_t *connection, const char *what)

@@ -221,6 +221,8 @@ static struct ux_rx *rx_pool;
 static unsigned txe_pool_n, rx_pool_n;
 static bool warned_cancel;
 static unsigned progress_depth; /* nesting of dispatch_pending (upcalls) */
+static bool polling;            /* in ux_progress's UCX poll: am_cb may hand
+                                 * a message to the core at once */
 static bool socks_unused;       /* some ux_sock.unused: destroy after */
 
 static uint64_t now_ms(void)
@@ -508,6 +510,25 @@ static const char *check_am(unsigned id, size_t head_len, size_t len,
     return NULL;
 }
 
+/* A small frame (head and body together) straight to the core from the
+ * AM callback (pscom_plugin_rx_now: only if a posted receive takes it; its
+ * callbacks run when ux_progress returns). Only while nothing of its
+ * connection waits for the dispatch — no message queued, no finished send,
+ * body or error to report (all of which put it on the pending list) — so
+ * that the core sees everything in order; the core itself refuses while a
+ * message is half delivered (a body moving in line). true: taken. */
+static bool deliver_now(struct ux_con *uc, const uint8_t *frame, size_t len)
+{
+    if (!polling || len > HDR_INLINE || !uc->open || uc->pending || uc->rxq)
+        return false;
+    uint64_t aligned[HDR_INLINE / 8 + 1];
+    if ((uintptr_t)frame % _Alignof(pscom_header_net_t)) {
+        copy_small(aligned, frame, len);
+        frame = (const uint8_t *)aligned;
+    }
+    return pscom_plugin_rx_now(uc->con, frame, len) == 1;
+}
+
 static int am_cb(void *arg, unsigned id, const void *hdr, size_t hdr_len,
                  void *data, size_t len, unsigned flags)
 {
@@ -547,6 +568,8 @@ static int am_cb(void *arg, unsigned id, const void *hdr, size_t hdr_len,
                   "receive (malformed message: %s)", bad);
         return UXW_AM_DONE;
     }
+
+    if (packed && deliver_now(uc, head, head_len + len)) return UXW_AM_DONE;
 
     int ret = UXW_AM_DONE;
     struct ux_rx *rx;
@@ -1053,7 +1076,9 @@ static int ux_progress(void)
 {
     int did = 0;
     for (struct ux_sock *us = socks; us; us = us->next) {
+        polling = true;
         did |= uxw_worker_progress(us->w) != 0 || us->inflight;
+        polling = false;
         if (us->pending) did |= dispatch_pending(us);
     }
     if (socks_unused && !progress_depth) destroy_unused_socks();

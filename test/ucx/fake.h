@@ -99,6 +99,10 @@ struct fake_wrap {
     int maps;       /* mapped regions alive */
     int rkeys;      /* unpacked keys alive */
 
+    /* Run inside the next uxw_worker_progress (then cleared): arrivals
+     * during UCX's progress, as UCX calls the AM callback. */
+    void (*in_progress)(void);
+
     /* The worker's callbacks. */
     uxw_am_cb_t am_cb;
     void *am_arg;
@@ -159,6 +163,7 @@ struct psc_con {
         int defer_err;
         void *defer_buf;
         size_t defer_len;
+        bool now; /* taken by pscom_plugin_rx_now */
     } msgs[FAKE_MAX_MSGS];
     int nmsgs;
     /* Receive state: header bytes collected, body bytes left. */
@@ -166,6 +171,8 @@ struct psc_con {
     size_t have, need;
     size_t body_left;
     bool in_body;
+    /* pscom_plugin_rx_now takes whole messages (a receive is posted). */
+    bool take_now;
     /* A buffer for rx_direct (the posted receive), or NULL. */
     void *direct_buf;
     size_t direct_len;

@@ -144,6 +144,27 @@ int pscom_plugin_rx_push(pscom_plugin_con_t *c, const void *buf, size_t len)
     return c->closing ? -1 : 0;
 }
 
+int pscom_plugin_rx_now(pscom_plugin_con_t *c, const void *buf, size_t len)
+{
+    pscom_header_net_t h;
+    /* The core reads the header in place. */
+    assert((uintptr_t)buf % _Alignof(pscom_header_net_t) == 0);
+    if (!c->take_now || c->closing || c->in_body || c->have || len < sizeof(h))
+        return 0;
+    memcpy(&h, buf, sizeof(h));
+    size_t head_len = sizeof(h) + h.xheader_len;
+    assert(len == head_len + h.data_len); /* one whole message */
+    assert(c->nmsgs < FAKE_MAX_MSGS);
+    struct fake_msg *m = &c->msgs[c->nmsgs++];
+    memset(m, 0, sizeof(*m));
+    memcpy(m->head, buf, head_len);
+    m->head_len = head_len;
+    memcpy(m->body, (const uint8_t *)buf + head_len, h.data_len);
+    m->body_len = h.data_len;
+    m->now = true;
+    return 1;
+}
+
 size_t pscom_plugin_rx_direct(pscom_plugin_con_t *c, void **buf)
 {
     if (!c->in_body || !c->direct_buf || !c->direct_len) return 0;

@@ -92,6 +92,12 @@ unsigned uxw_worker_progress(uxw_worker_t *w)
 {
     (void)w;
     unsigned n = 0;
+    if (fw.in_progress) {
+        void (*run)(void) = fw.in_progress;
+        fw.in_progress = NULL;
+        run();
+        n++;
+    }
     for (int i = 0; fw.rma_in_progress && i < fw.nrmas; i++)
         if (fw.rmas[i].pending) {
             fake_rma_complete(i, 0);

@@ -1,0 +1,252 @@
+/*
+ * Receiving from inside a transport's callback (pscom_plugin_rx_now, plugin
+ * interface 1.4): a whole user message that a posted receive takes is
+ * matched and copied at once, but the receive's callbacks (and its DONE)
+ * wait until the next upcall or the end of the progress round, so that no
+ * application code runs inside the transport; everything else is refused
+ * and left to pscom_plugin_rx_push, with nothing changed.
+ *
+ * Messages are fed into connections with no transport, as in test_match.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <cmocka.h>
+
+#include "frames.h"
+
+static pscom_socket_t *sock;
+static pscom_connection_t *con_a;
+
+static int setup(void **state)
+{
+    assert_int_equal(pscom_init(PSCOM_VERSION), PSCOM_SUCCESS);
+    sock = pscom_open_socket(0, 0, 0, 0);
+    assert_non_null(sock);
+    con_a = pscom_open_connection(sock);
+    assert_non_null(con_a);
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    pscom_close_socket(sock);
+    return 0;
+}
+
+/* The order in which io_done callbacks ran (their tags), and whether each
+ * request looked done to its own callback. */
+static uint32_t done_order[8];
+static int ndone;
+static bool done_flag_seen;
+
+static uint32_t tag_of(pscom_request_t *r)
+{
+    uint32_t t;
+    memcpy(&t, &r->xheader, 4);
+    return t;
+}
+
+static void record_done(pscom_request_t *r)
+{
+    assert_true(ndone < 8);
+    done_order[ndone++] = tag_of(r);
+    done_flag_seen = pscom_req_is_done(r);
+}
+
+static pscom_request_t *recv_req(void *buf, size_t len,
+                                 void (*io_done)(pscom_request_t *))
+{
+    pscom_request_t *r = pscom_request_create(4, 0);
+    r->connection = con_a;
+    r->data = buf;
+    r->data_len = len;
+    r->xheader_len = 4;
+    r->ops.io_done = io_done;
+    pscom_post_recv(r);
+    return r;
+}
+
+static int now(const struct frame *f)
+{
+    return pscom_plugin_rx_now(con_of(con_a), f->buf, f->len);
+}
+
+static void taken_for_a_posted_receive(void **state)
+{
+    char b[16] = {0};
+    pscom_request_t *r = recv_req(b, sizeof(b), NULL);
+    struct frame f;
+    frame_user(&f, 7, "seven", 6);
+    assert_int_equal(now(&f), 1);
+    /* No callback: done at once, as from rx_push. */
+    assert_true(pscom_req_successful(r));
+    assert_string_equal(b, "seven");
+    assert_int_equal(tag_of(r), 7);
+    assert_int_equal(r->header.data_len, 6);
+    assert_ptr_equal(r->connection, con_a);
+    pscom_request_free(r);
+
+    /* Too long for the receive: taken, truncated, the rest dropped. */
+    char small[4] = {0};
+    r = recv_req(small, sizeof(small), NULL);
+    frame_user(&f, 8, "truncated", 10);
+    assert_int_equal(now(&f), 1);
+    assert_true(pscom_req_is_done(r));
+    assert_true(r->state & PSCOM_REQ_STATE_TRUNCATED);
+    assert_memory_equal(small, "trun", 4);
+    pscom_request_free(r);
+
+    /* The connection goes on with the next message. */
+    r = recv_req(b, sizeof(b), NULL);
+    frame_user(&f, 9, "next", 5);
+    assert_int_equal(feed(con_a, &f), 0);
+    assert_true(pscom_req_successful(r));
+    assert_string_equal(b, "next");
+    pscom_request_free(r);
+}
+
+static void callbacks_wait_for_the_next_upcall(void **state)
+{
+    char b1[8], b2[8], b3[8];
+    ndone = 0;
+    pscom_request_t *r1 = recv_req(b1, sizeof(b1), record_done);
+    pscom_request_t *r2 = recv_req(b2, sizeof(b2), record_done);
+    pscom_request_t *r3 = recv_req(b3, sizeof(b3), record_done);
+    struct frame f;
+    frame_user(&f, 1, "one", 4);
+    assert_int_equal(now(&f), 1);
+    frame_user(&f, 2, "two", 4);
+    assert_int_equal(now(&f), 1);
+    /* Copied, but neither callback ran nor is either receive done yet:
+     * its owner must keep off it until the callback ran. */
+    assert_string_equal(b1, "one");
+    assert_string_equal(b2, "two");
+    assert_int_equal(ndone, 0);
+    assert_false(pscom_req_is_done(r1));
+    assert_false(pscom_req_is_done(r2));
+    /* Not cancellable either: the message is in. */
+    assert_int_equal(pscom_cancel_recv(r1), 0);
+
+    /* The next upcall runs them first, in arrival order. */
+    frame_user(&f, 3, "three", 6);
+    assert_int_equal(feed(con_a, &f), 0);
+    assert_int_equal(ndone, 3);
+    assert_int_equal(done_order[0], 1);
+    assert_int_equal(done_order[1], 2);
+    assert_int_equal(done_order[2], 3);
+    assert_true(done_flag_seen);
+    assert_true(pscom_req_successful(r1));
+    assert_true(pscom_req_successful(r2));
+    assert_true(pscom_req_successful(r3));
+    pscom_request_free(r1);
+    pscom_request_free(r2);
+    pscom_request_free(r3);
+}
+
+static void callbacks_run_when_the_round_ends(void **state)
+{
+    char b[8];
+    ndone = 0;
+    pscom_request_t *r = recv_req(b, sizeof(b), record_done);
+    struct frame f;
+    frame_user(&f, 4, "four", 5);
+    assert_int_equal(now(&f), 1);
+    assert_int_equal(ndone, 0);
+    /* A progress round (here with no plugin at all) ends with them. */
+    psc_progress();
+    assert_int_equal(ndone, 1);
+    assert_true(pscom_req_successful(r));
+    pscom_request_free(r);
+
+    /* And an error upcall, too. */
+    ndone = 0;
+    r = recv_req(b, sizeof(b), record_done);
+    frame_user(&f, 5, "five", 5);
+    assert_int_equal(now(&f), 1);
+    pscom_connection_t *c = pscom_open_connection(sock);
+    pscom_plugin_con_error(con_of(c), PSCOM_OP_READ, PSCOM_ERR_EOF, "test", 0);
+    assert_int_equal(ndone, 1);
+    assert_true(pscom_req_successful(r));
+    pscom_request_free(r);
+    pscom_close_connection(c);
+}
+
+static pscom_request_t *never(pscom_connection_t *c, pscom_header_net_t *h)
+{
+    return NULL;
+}
+
+static int reject_all(pscom_request_t *r, pscom_connection_t *c,
+                      pscom_header_net_t *h)
+{
+    return 0;
+}
+
+static void refused_and_left_for_the_push(void **state)
+{
+    struct frame f;
+    frame_user(&f, 6, "six", 4);
+
+    /* No receive posted: refused; the push keeps it as unexpected. */
+    assert_int_equal(now(&f), 0);
+    assert_int_equal(feed(con_a, &f), 0);
+    char b[8];
+    pscom_request_t *r = recv_req(b, sizeof(b), NULL);
+    assert_true(pscom_req_successful(r));
+    assert_string_equal(b, "six");
+    pscom_request_free(r);
+
+    /* The only receive does not accept it. */
+    r = recv_req(b, sizeof(b), NULL);
+    r->ops.recv_accept = reject_all;
+    assert_int_equal(now(&f), 0);
+    assert_false(pscom_req_is_done(r));
+    assert_int_equal(pscom_cancel_recv(r), 1);
+    pscom_request_free(r);
+
+    r = recv_req(b, sizeof(b), NULL);
+    /* A socket with default_recv (application code decides). */
+    sock->ops.default_recv = never;
+    assert_int_equal(now(&f), 0);
+    sock->ops.default_recv = NULL;
+
+    /* Not a user message. */
+    struct frame c;
+    struct psc_rndv_cts cts = {.sender_id = 1, .receiver_id = 2};
+    frame_make(&c, PSC_MSG_RNDV_CTS, &cts, sizeof(cts), NULL, 0, 0);
+    assert_int_equal(now(&c), 0);
+
+    /* Not one whole message: shorter, longer, unaligned. */
+    struct frame part = f;
+    part.len--;
+    assert_int_equal(now(&part), 0);
+    struct frame more = f;
+    more.len++;
+    assert_int_equal(now(&more), 0);
+    static uint8_t odd[sizeof(f.buf) + 1] __attribute__((aligned(8)));
+    memcpy(odd + 1, f.buf, f.len);
+    assert_int_equal(pscom_plugin_rx_now(con_of(con_a), odd + 1, f.len), 0);
+
+    /* The connection is inside a message (part of a header pushed). */
+    assert_int_equal(pscom_plugin_rx_push(con_of(con_a), f.buf, 3), 0);
+    assert_int_equal(now(&f), 0);
+    assert_false(pscom_req_is_done(r));
+    /* ... which the push completes; the receive took nothing before. */
+    assert_int_equal(pscom_plugin_rx_push(con_of(con_a), f.buf + 3, f.len - 3),
+                     0);
+    assert_true(pscom_req_successful(r));
+    assert_string_equal(b, "six");
+    pscom_request_free(r);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(taken_for_a_posted_receive),
+        cmocka_unit_test(callbacks_wait_for_the_next_upcall),
+        cmocka_unit_test(callbacks_run_when_the_round_ends),
+        cmocka_unit_test(refused_and_left_for_the_push),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
