@@ -451,10 +451,9 @@ static struct psc_req *find_by_id(struct psc_list *queue, uint64_t id)
     return NULL;
 }
 
-/* A user message for req (its receive; NULL: none, keep it unexpected). */
-static int rx_user_to(struct psc_con *con, pscom_header_net_t *hdr,
-                      struct psc_req *req)
+static int rx_user(struct psc_con *con, pscom_header_net_t *hdr)
 {
+    struct psc_req *req = find_receiver(con, hdr);
     if (req) {
         accept_into(req, con, hdr);
     } else {
@@ -464,11 +463,6 @@ static int rx_user_to(struct psc_con *con, pscom_header_net_t *hdr,
     rx_body_to(&con->rx, req, hdr->data_len);
     if (!hdr->data_len) return rx_body_done(con);
     return 0;
-}
-
-static int rx_user(struct psc_con *con, pscom_header_net_t *hdr)
-{
-    return rx_user_to(con, hdr, find_receiver(con, hdr));
 }
 
 static int rx_rndv_req(struct psc_con *con, pscom_header_net_t *hdr)
@@ -698,19 +692,30 @@ static int rx_body_bytes(struct psc_con *con, const char *p, size_t len,
     return !rx->left && rx_body_done(con) ? -1 : 0;
 }
 
-/* A whole user message between two messages, read in place, for req (as
- * rx_user_to): the steps of pscom_plugin_rx_push's loop without the header
- * buffer. */
+/* A whole user message between two messages, read in place, for req (its
+ * receive; NULL: keep it as unexpected). The outcome is the receive loop's
+ * (test_match compares them), without the loop's steps: the connection
+ * expects the next message all along. 0, or -1 when it is closing. */
 static int rx_user_whole(struct psc_con *con, pscom_header_net_t *hdr,
                          struct psc_req *req)
 {
-    size_t total = hdr->data_len, took;
+    size_t total = hdr->data_len;
+    const char *body = (const char *)(hdr + 1) + hdr->xheader_len;
 
-    if (rx_user_to(con, hdr, req)) return -1;
-    if (con->failed || con->zombie) return -1;
-    if (!total) return 0; /* done by rx_user */
-    return rx_body_bytes(con, (const char *)(hdr + 1) + hdr->xheader_len,
-                         total, &took);
+    if (!req) {
+        req = generate(con, hdr, NULL, NULL);
+        if (!req) return -1;
+        if (total) memcpy(req->gbuf, body, total);
+        req->received = total;
+        req->got_all = true;
+        return 0;
+    }
+    accept_into(req, con, hdr);
+    size_t fit = total < req->pub.data_len ? total : req->pub.data_len;
+    if (fit) memcpy(req->pub.data, body, fit);
+    req->received = total;
+    psc_req_done(req, total > fit ? PSCOM_REQ_STATE_TRUNCATED : 0);
+    return con->failed || con->zombie ? -1 : 0;
 }
 
 /* The connection expects the first byte of a message next. */

@@ -620,9 +620,6 @@ static int am_cb(void *arg, unsigned id, const void *hdr, size_t hdr_len,
 /* Sending                                                                */
 /* ---------------------------------------------------------------------- */
 
-/* Hand one frame to UCX. 0 when it is under way (or failed: reported
- * from progress); 1 when UCX took it at once and nothing older waits in
- * txq, so the caller may tell the core now; -1 after recording a failure. */
 /* A frame of at most HDR_INLINE bytes as one piece of data (FRAME_PACKED):
  * key, head, body. Its length. */
 static size_t pack_frame(uint8_t *dst, const struct ux_con *uc,
@@ -635,6 +632,9 @@ static size_t pack_frame(uint8_t *dst, const struct ux_con *uc,
     return KEY_LEN + hl + bl;
 }
 
+/* Hand one frame to UCX. 0 when it is under way (or failed: reported
+ * from progress); 1 when UCX took it at once and nothing older waits in
+ * txq, so the caller may tell the core now; -1 after recording a failure. */
 static int send_frame(struct ux_con *uc, const struct iovec *head,
                       const struct iovec *body)
 {

@@ -250,6 +250,7 @@ struct outcome {
     pscom_req_state_t state;
     uint64_t data_len;
     uint32_t tag;
+    size_t received; /* body bytes the receive counted (kept or dropped) */
     char data[16];
 };
 
@@ -296,8 +297,18 @@ static void receive_as(enum push_how how, size_t rlen, size_t mlen,
     o->state = r->state;
     o->data_len = r->header.data_len;
     o->tag = tag_of(r);
+    o->received = req_of(r)->received;
     assert_memory_equal(o->data, body, mlen < rlen ? mlen : rlen);
     assert_int_equal(!!(o->state & PSCOM_REQ_STATE_TRUNCATED), mlen > rlen);
+    pscom_request_free(r);
+
+    /* The connection expects the next message, whichever way it comes. */
+    char next[8];
+    r = recv_req(c, next, sizeof(next));
+    frame_user(&f, 12, "next", 5);
+    push_as(c, &f, BYTEWISE);
+    assert_true(pscom_req_successful(r));
+    assert_string_equal(next, "next");
     pscom_request_free(r);
     pscom_close_connection(c);
 }
