@@ -184,10 +184,11 @@ struct psc_req *psc_req_alloc(size_t xlen, size_t user_size);
 void psc_req_release(struct psc_req *req);
 
 /* Mark done with extra state bits and call io_done. The request must not be
- * touched afterwards (io_done may free or repost it). */
+ * touched afterwards (io_done may free or repost it). Inside
+ * pscom_plugin_rx_now (psc_ctx.hold), a request with callbacks is only put
+ * on psc_ctx.held; psc_req_run_held finishes those. */
 void psc_req_done(struct psc_req *req, pscom_req_state_t extra);
 void psc_req_run_held(void);
-
 
 /* ---------------------------------------------------------------------- */
 /* Sockets and connections                                                */
