@@ -533,8 +533,10 @@ static int am_cb(void *arg, unsigned id, const void *hdr, size_t hdr_len,
                  void *data, size_t len, unsigned flags)
 {
     struct ux_sock *us = arg;
-    /* A small frame comes whole as data (key, head, body): make it look
-     * like the others; it is always copied. */
+    struct ux_con *uc;
+    /* A small frame comes whole as data (key, head, body): to the core at
+     * once if it can (which checks that it is one whole message), else
+     * made to look like the others; it is always copied. */
     bool packed = id == UXW_AM_FRAME_PACKED;
     if (packed) {
         pscom_header_net_t h;
@@ -543,6 +545,10 @@ static int am_cb(void *arg, unsigned id, const void *hdr, size_t hdr_len,
                              "dropped", len);
             return UXW_AM_DONE;
         }
+        uc = key_lookup(us, data);
+        if (uc && !uc->err &&
+            deliver_now(uc, (uint8_t *)data + KEY_LEN, len - KEY_LEN))
+            return UXW_AM_DONE;
         memcpy(&h, (uint8_t *)data + KEY_LEN, sizeof(h));
         size_t head_len = sizeof(h) + h.xheader_len;
         hdr = data;
@@ -550,8 +556,9 @@ static int am_cb(void *arg, unsigned id, const void *hdr, size_t hdr_len,
         data = (uint8_t *)data + hdr_len;
         len -= hdr_len;
         id = UXW_AM_FRAME;
+    } else {
+        uc = hdr_len >= KEY_LEN ? key_lookup(us, hdr) : NULL;
     }
-    struct ux_con *uc = hdr_len >= KEY_LEN ? key_lookup(us, hdr) : NULL;
     if (!uc || uc->err) {
         pscom_plugin_log(5, "ucx: message of %zu bytes for a closed or "
                          "unknown connection dropped", len);
@@ -568,8 +575,6 @@ static int am_cb(void *arg, unsigned id, const void *hdr, size_t hdr_len,
                   "receive (malformed message: %s)", bad);
         return UXW_AM_DONE;
     }
-
-    if (packed && deliver_now(uc, head, head_len + len)) return UXW_AM_DONE;
 
     int ret = UXW_AM_DONE;
     struct ux_rx *rx;
