@@ -24,9 +24,12 @@
  *      after a successful open(), on close and on error alike.
  *
  * All callbacks run with the library lock held (if the application enabled
- * threads) and must not block. Upcalls into the core may run application
- * callbacks that post or close; the int results of the upcalls tell the
- * plugin when to stop using a connection.
+ * threads) and must not block. Requests that upcalls complete keep their
+ * application callbacks (io_done) until the core's call into the plugin
+ * (progress, a descriptor callback, tx_kick) returned: those callbacks may
+ * post, wait or close, and never re-enter a plugin in the middle of its
+ * work. The int results of the upcalls tell the plugin when to stop using
+ * a connection (closed by the core, or failed).
  */
 #ifndef PSCOM_PLUGIN_H_
 #define PSCOM_PLUGIN_H_
@@ -280,10 +283,10 @@ int pscom_plugin_rx_push(pscom_plugin_con_t *con, const void *buf, size_t len);
  * application code must not run: it may wait, and so re-enter the
  * transport): take buf[0..len) now if it is one whole user message, the
  * connection expects a new message, and a posted receive takes it. 1: taken
- * (copied; the receive is complete, but its callbacks run only before the
- * next upcall or when the progress op returns); 0: not taken, deliver it
- * later with pscom_plugin_rx_push() as usual. Only the receive's
- * recv_accept may run inside. The caller keeps the connection's order:
+ * (copied; the receive is complete, its callbacks run when the progress op
+ * returned, as for every upcall); 0: not taken, deliver it later with
+ * pscom_plugin_rx_push() as usual. Only the receive's recv_accept may run
+ * inside. The caller keeps the connection's order:
  * nothing of this connection may wait undelivered before buf. buf must be
  * aligned for pscom_header_net_t. Added with API 1.4; a plugin that calls
  * it does not load into an older library. */

@@ -97,10 +97,12 @@ pscom_socket_t *pscom_plugin_con_socket(pscom_plugin_con_t *con)
 void psc_con_kick(struct psc_con *con)
 {
     if (!con->plugin_open || con->failed) return;
-    /* Plugins may report completions from tx_kick, whose callbacks may
-     * close connections: those are freed only after it returned. */
+    /* Plugins may report completions from tx_kick: their callbacks run
+     * after it returned, and connections they close are freed after them. */
     psc_enter();
+    psc_hold();
     con->plugin->desc->ops->tx_kick(con, con->plugin_priv);
+    psc_unhold();
     psc_leave();
 }
 
@@ -150,7 +152,6 @@ void psc_con_established(struct psc_con *con, struct psc_plugin *plugin,
 void pscom_plugin_con_error(pscom_plugin_con_t *con, pscom_op_t op,
                             pscom_err_t err, const char *what, int sys_errno)
 {
-    psc_run_held();
     if (con->failed) return;
     if (err == PSCOM_ERR_EOF)
         psc_debug("%s: the peer closed the connection (%s)", psc_con_str(con),

@@ -164,7 +164,11 @@ struct psc_req {
     struct psc_con *gcon;       /* generated: where it arrived */
     struct psc_req *merged_into; /* generated, still arriving: its receive */
 
-    pscom_req_state_t held_extra; /* in psc_ctx.held: psc_req_done's extra */
+    /* Done inside a plugin, callbacks not yet run: psc_ctx.held (its own
+     * link: `next` may still be in use, by group.c for one), and the extra
+     * state psc_req_done will add. */
+    struct psc_list next_held;
+    pscom_req_state_t held_extra;
 
     /* pscom_send_inplace */
     void (*inplace_done)(pscom_req_state_t state, void *priv);
@@ -184,9 +188,9 @@ struct psc_req *psc_req_alloc(size_t xlen, size_t user_size);
 void psc_req_release(struct psc_req *req);
 
 /* Mark done with extra state bits and call io_done. The request must not be
- * touched afterwards (io_done may free or repost it). Inside
- * pscom_plugin_rx_now (psc_ctx.hold), a request with callbacks is only put
- * on psc_ctx.held; psc_req_run_held finishes those. */
+ * touched afterwards (io_done may free or repost it). Inside a call into a
+ * plugin (psc_hold), a request with callbacks is only put on psc_ctx.held;
+ * psc_req_run_held finishes those, in order. */
 void psc_req_done(struct psc_req *req, pscom_req_state_t extra);
 void psc_req_run_held(void);
 
@@ -458,8 +462,8 @@ struct psc_ctx {
     struct psc_list zombies;     /* psc_con.next_con: to be freed */
     struct psc_list dead;        /* psc_con.next_dead: plugin to be closed */
     struct psc_list precons;     /* psc_precon.next: handshakes under way */
-    struct psc_list held;        /* psc_req.next: done while callbacks were
-                                  * held (pscom_plugin_rx_now) */
+    struct psc_list held;        /* psc_req.next_held: done inside a
+                                  * plugin, callbacks not yet run */
     unsigned hold;               /* > 0: psc_req_done holds callbacks */
     uint64_t seq;                /* posting/arrival order counter */
     uint64_t next_id;            /* request and connection ids */
@@ -477,12 +481,22 @@ struct psc_ctx {
 
 extern struct psc_ctx psc_ctx;
 
-/* Requests completed inside a transport's callback (pscom_plugin_rx_now)
- * whose callbacks were held: complete them now. Before every other upcall
- * of a plugin and after each progress round. */
-static inline void psc_run_held(void)
+/* Around the core's calls into plugins (progress ops, descriptor
+ * callbacks, tx_kick): a request that completes inside keeps its callbacks
+ * (psc_req_done puts it on psc_ctx.held) until the outermost such call
+ * returned, so an application callback that waits or closes never
+ * re-enters a plugin in the middle of its work (as ParaStation pscom runs
+ * io_done from a queue). Called inside psc_enter: connections the
+ * callbacks close are freed after them. */
+static inline void psc_hold(void)
 {
-    if (__builtin_expect(!psc_list_empty(&psc_ctx.held), 0)) psc_req_run_held();
+    psc_ctx.hold++;
+}
+
+static inline void psc_unhold(void)
+{
+    if (--psc_ctx.hold == 0 && !psc_list_empty(&psc_ctx.held))
+        psc_req_run_held();
 }
 
 static inline void psc_lock(void)

@@ -463,8 +463,9 @@ void psc_plugin_con_closed(struct psc_plugin *p)
 int psc_plugins_progress(void)
 {
     int did = 0;
+    psc_hold();
     for (unsigned i = 0; i < nactive; i++) did |= active[i]();
-    psc_run_held();
+    psc_unhold();
     return did;
 }
 

@@ -124,12 +124,14 @@ static int dispatch_fds(int timeout_ms)
 {
     struct epoll_event ev[64];
     int n = epoll_wait(epfd, ev, 64, timeout_ms);
+    psc_hold();
     for (int i = 0; i < n; i++) {
         int fd = ev[i].data.fd;
         /* An earlier callback of this batch may have removed it. */
         if (fd >= ufd_cap || !ufds[fd].cb) continue;
         ufds[fd].cb(fd, ev[i].events, ufds[fd].arg);
     }
+    psc_unhold();
     return n > 0;
 }
 

@@ -229,7 +229,6 @@ out:
 
 int pscom_plugin_tx_done(pscom_plugin_con_t *con, size_t n)
 {
-    psc_run_held();
     struct psc_list sent;
     psc_list_init(&sent);
 
@@ -734,7 +733,8 @@ int pscom_plugin_rx_now(pscom_plugin_con_t *con, const void *buf, size_t len)
     struct psc_req *req = psc_match_posted(con, hdr);
     if (!req) return 0;
     /* A matched receive: no allocation, nothing that can fail the
-     * connection; only its callbacks must wait. */
+     * connection; only its callbacks must wait — also should a plugin call
+     * this outside the core's call into it (then they wait for the next). */
     psc_ctx.hold++;
     rx_user_whole(con, hdr, req);
     psc_ctx.hold--;
@@ -746,7 +746,6 @@ int pscom_plugin_rx_push(pscom_plugin_con_t *con, const void *buf, size_t len)
     struct psc_rx *rx = &con->rx;
     const char *p = buf;
 
-    psc_run_held();
     if (con->failed || con->zombie) return -1;
     if (between_messages(con) && is_whole_user(buf, len)) {
         pscom_header_net_t *hdr = (pscom_header_net_t *)buf;
@@ -787,7 +786,6 @@ size_t pscom_plugin_rx_direct(pscom_plugin_con_t *con, void **buf)
 
 int pscom_plugin_rx_direct_done(pscom_plugin_con_t *con, size_t n)
 {
-    psc_run_held();
     struct psc_rx *rx = &con->rx;
     if (con->failed || con->zombie || !rx->req || n > rx->dst_left) return -1;
     rx->dst += n;
@@ -816,7 +814,6 @@ void *pscom_plugin_rx_defer(pscom_plugin_con_t *con, void **buf, size_t *len)
 
 int pscom_plugin_rx_defer_done(pscom_plugin_con_t *con, void *handle, int err)
 {
-    psc_run_held();
     struct psc_req *req = handle;
     if (!req || req->magic != PSC_REQ_MAGIC) {
         psc_err("%s: internal error: the transport finished a deferred "

@@ -139,10 +139,10 @@ void psc_req_done(struct psc_req *req, pscom_req_state_t extra)
 {
     if (psc_ctx.hold && (req->pub.ops.io_done || req->inplace_done) &&
         req->kind != PSC_REQ_CONTROL) {
-        /* Inside a transport's callback: the request stays unfinished (not
-         * DONE, so its owner keeps off it) until psc_req_run_held. */
+        /* Inside a plugin: the request stays unfinished (not DONE, so its
+         * owner keeps off it) until psc_req_run_held. */
         req->held_extra = extra;
-        psc_list_add_tail(&req->next, &psc_ctx.held);
+        psc_list_add_tail(&req->next_held, &psc_ctx.held);
         return;
     }
     pscom_req_state_t state = req->pub.state | extra |
@@ -170,8 +170,9 @@ void psc_req_run_held(void)
 {
     if (psc_ctx.hold) return;
     while (!psc_list_empty(&psc_ctx.held)) {
-        struct psc_req *req = psc_list_first(&psc_ctx.held, struct psc_req, next);
-        psc_list_del(&req->next);
+        struct psc_req *req =
+            psc_list_first(&psc_ctx.held, struct psc_req, next_held);
+        psc_list_del(&req->next_held);
         psc_req_done(req, req->held_extra);
     }
 }

@@ -732,7 +732,6 @@ static bool fast_post(struct psc_con *con, pscom_request_t *r, bool put,
 
 void pscom_plugin_rma_done(void *token, int err)
 {
-    psc_run_held();
     struct psc_req *m = hold_find((uint64_t)(uintptr_t)token);
     if (!m) {
         psc_debug("pscom_plugin_rma_done: no one-sided operation waits for "

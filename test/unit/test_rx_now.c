@@ -2,9 +2,10 @@
  * Receiving from inside a transport's callback (pscom_plugin_rx_now, plugin
  * interface 1.4): a whole user message that a posted receive takes is
  * matched and copied at once, but the receive's callbacks (and its DONE)
- * wait until the next upcall or the end of the progress round, so that no
- * application code runs inside the transport; everything else is refused
- * and left to pscom_plugin_rx_push, with nothing changed.
+ * wait, as those of every request a plugin completes, until the core's
+ * call into the plugin returned, so that no application code runs inside
+ * the transport; everything else is refused and left to
+ * pscom_plugin_rx_push, with nothing changed.
  *
  * Messages are fed into connections with no transport, as in test_match.
  */
@@ -106,7 +107,7 @@ static void taken_for_a_posted_receive(void **state)
     pscom_request_free(r);
 }
 
-static void callbacks_wait_for_the_next_upcall(void **state)
+static void callbacks_wait_for_the_end_of_the_call(void **state)
 {
     char b1[8], b2[8], b3[8];
     ndone = 0;
@@ -114,12 +115,15 @@ static void callbacks_wait_for_the_next_upcall(void **state)
     pscom_request_t *r2 = recv_req(b2, sizeof(b2), record_done);
     pscom_request_t *r3 = recv_req(b3, sizeof(b3), record_done);
     struct frame f;
+    /* As inside a plugin's progress op. */
+    psc_enter();
+    psc_hold();
     frame_user(&f, 1, "one", 4);
     assert_int_equal(now(&f), 1);
     frame_user(&f, 2, "two", 4);
     assert_int_equal(now(&f), 1);
-    /* Copied, but neither callback ran nor is either receive done yet:
-     * its owner must keep off it until the callback ran. */
+    /* Copied, but no callback ran, and no receive is done yet: its owner
+     * must keep off it until the callback ran. */
     assert_string_equal(b1, "one");
     assert_string_equal(b2, "two");
     assert_int_equal(ndone, 0);
@@ -127,10 +131,15 @@ static void callbacks_wait_for_the_next_upcall(void **state)
     assert_false(pscom_req_is_done(r2));
     /* Not cancellable either: the message is in. */
     assert_int_equal(pscom_cancel_recv(r1), 0);
-
-    /* The next upcall runs them first, in arrival order. */
+    /* A message pushed by the same call: held behind them. */
     frame_user(&f, 3, "three", 6);
     assert_int_equal(feed(con_a, &f), 0);
+    assert_int_equal(ndone, 0);
+    assert_false(pscom_req_is_done(r3));
+
+    /* The call returns: all callbacks run, in arrival order. */
+    psc_unhold();
+    psc_leave();
     assert_int_equal(ndone, 3);
     assert_int_equal(done_order[0], 1);
     assert_int_equal(done_order[1], 2);
@@ -150,26 +159,25 @@ static void callbacks_run_when_the_round_ends(void **state)
     ndone = 0;
     pscom_request_t *r = recv_req(b, sizeof(b), record_done);
     struct frame f;
+    /* Called by a plugin outside the core's call into it (no plugin
+     * does): the callback waits for the next such call to end. */
     frame_user(&f, 4, "four", 5);
     assert_int_equal(now(&f), 1);
     assert_int_equal(ndone, 0);
-    /* A progress round (here with no plugin at all) ends with them. */
     psc_progress();
     assert_int_equal(ndone, 1);
     assert_true(pscom_req_successful(r));
     pscom_request_free(r);
 
-    /* And an error upcall, too. */
+    /* Outside any call into a plugin (as pscom_post_recv taking an
+     * unexpected message), a push runs the callback at once. */
     ndone = 0;
     r = recv_req(b, sizeof(b), record_done);
     frame_user(&f, 5, "five", 5);
-    assert_int_equal(now(&f), 1);
-    pscom_connection_t *c = pscom_open_connection(sock);
-    pscom_plugin_con_error(con_of(c), PSCOM_OP_READ, PSCOM_ERR_EOF, "test", 0);
+    assert_int_equal(feed(con_a, &f), 0);
     assert_int_equal(ndone, 1);
     assert_true(pscom_req_successful(r));
     pscom_request_free(r);
-    pscom_close_connection(c);
 }
 
 static pscom_request_t *never(pscom_connection_t *c, pscom_header_net_t *h)
@@ -244,7 +252,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(taken_for_a_posted_receive),
-        cmocka_unit_test(callbacks_wait_for_the_next_upcall),
+        cmocka_unit_test(callbacks_wait_for_the_end_of_the_call),
         cmocka_unit_test(callbacks_run_when_the_round_ends),
         cmocka_unit_test(refused_and_left_for_the_push),
     };
