@@ -27,10 +27,13 @@
  * (ux_con.txq) and the core learns of them (pscom_plugin_tx_done) strictly
  * in queue order, once UCX no longer needs their buffers.
  *
- * Receiving: the AM callback only records the message (ux_con.rxq: the head
- * copied; data of a few KiB copied; larger eager data and rendezvous
- * descriptors kept by UCX). After ucp_worker_progress returned, the
- * messages are handed to the core in order. A rendezvous body is received
+ * Receiving: a small message for a connection with nothing waiting to be
+ * handed over goes to the core from the AM callback when a posted receive
+ * takes it (pscom_plugin_rx_now, deliver_now). Otherwise the callback only
+ * records the message (ux_con.rxq: the head copied; data of a few KiB
+ * copied; larger eager data and rendezvous descriptors kept by UCX). After
+ * ucp_worker_progress returned, the messages are handed to the core in
+ * order. A rendezvous body is received
  * with ucp_am_recv_data_nbx: out of line when the core lets it go
  * (pscom_plugin_rx_defer: a body for a matched receive, into its buffer),
  * so that several move at once while the messages behind them go on (each
@@ -40,9 +43,12 @@
  * and the messages behind it wait.
  *
  * Upcalls into the core (tx_done, rx_push, con_error) happen only from the
- * progress op, never from a UCX callback and never from tx_kick: so
- * application callbacks may post, wait or close freely, and no connection is
- * freed under our feet (the core frees connections at progress depth 0).
+ * progress op, never from a UCX callback (pscom_plugin_rx_now, which runs
+ * no application code, excepted) and never from tx_kick. The core runs the
+ * callbacks of what they complete after the progress op returned, so those
+ * may post, wait or close freely; a connection's con_error callback runs
+ * inside, and no connection is freed under our feet (the core frees
+ * connections at progress depth 0).
  */
 #include <errno.h>
 #include <stdarg.h>
