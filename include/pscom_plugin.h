@@ -281,16 +281,18 @@ int pscom_plugin_tx_pending(pscom_plugin_con_t *con);
 int pscom_plugin_rx_push(pscom_plugin_con_t *con, const void *buf, size_t len);
 /* From inside a transport's own callback, during the progress op (where
  * application code must not run: it may wait, and so re-enter the
- * transport): take buf[0..len) now if it is one whole user message, the
- * connection expects a new message, and a posted receive takes it. 1: taken
- * (copied; the receive is complete, its callbacks run when the progress op
- * returned, as for every upcall); 0: not taken, deliver it later with
- * pscom_plugin_rx_push() as usual. Only the receive's recv_accept may run
- * inside. The caller keeps the connection's order:
- * nothing of this connection may wait undelivered before buf. buf must be
- * aligned for pscom_header_net_t. Added with API 1.4; a plugin that calls
- * it does not load into an older library. */
-int pscom_plugin_rx_now(pscom_plugin_con_t *con, const void *buf, size_t len);
+ * transport): take a message now if head[0..head_len) (its header and
+ * xheader, aligned for pscom_header_net_t) and body[0..body_len) are one
+ * whole user message, the connection expects a new message, and a posted
+ * receive takes it. 1: taken (copied; the receive is complete, its
+ * callbacks run when the progress op returned, as for every upcall); 0: not
+ * taken, deliver it later with pscom_plugin_rx_push() as usual. Only the
+ * receive's recv_accept may run inside. The caller keeps the connection's
+ * order: nothing of this connection may wait undelivered before it. Added
+ * with API 1.4; a plugin that calls it does not load into an older
+ * library. */
+int pscom_plugin_rx_now(pscom_plugin_con_t *con, const void *head,
+                        size_t head_len, const void *body, size_t body_len);
 /* Where the next bytes of a message body may go directly (a user buffer),
  * or 0 when they must go through pscom_plugin_rx_push(). */
 size_t pscom_plugin_rx_direct(pscom_plugin_con_t *con, void **buf);

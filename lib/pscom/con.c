@@ -162,6 +162,45 @@ void pscom_plugin_con_error(pscom_plugin_con_t *con, pscom_op_t op,
     psc_con_fail(con, op, err);
 }
 
+/* The socket's con_error for a connection that failed while callbacks
+ * were held (psc_hold): it waits behind them, so that the application
+ * learns of the failure after the requests that completed before it. */
+struct con_error_event {
+    struct psc_con *con;
+    pscom_op_t op;
+    pscom_err_t err;
+};
+
+static void report_con_error(struct psc_con *con, pscom_op_t op,
+                             pscom_err_t err)
+{
+    pscom_socket_t *s = &con->sock->pub;
+    if (con->visible && !con->closing && s->ops.con_error)
+        s->ops.con_error(&con->pub, op, err);
+}
+
+static void con_error_event_run(pscom_req_state_t state, void *priv)
+{
+    const struct con_error_event *e = priv;
+    report_con_error(e->con, e->op, e->err);
+}
+
+static void con_error_later(struct psc_con *con, pscom_op_t op,
+                            pscom_err_t err)
+{
+    struct psc_req *ev = psc_req_alloc(0, sizeof(struct con_error_event));
+    if (!ev) {
+        report_con_error(con, op, err);
+        return;
+    }
+    struct con_error_event *e = (struct con_error_event *)ev->pub.user;
+    *e = (struct con_error_event){.con = con, .op = op, .err = err};
+    ev->self_free = true;
+    ev->inplace_done = con_error_event_run;
+    ev->inplace_priv = e;
+    psc_req_done(ev, 0); /* held: runs in turn */
+}
+
 void psc_con_fail(struct psc_con *con, pscom_op_t op, pscom_err_t err)
 {
     if (con->failed) return;
@@ -182,9 +221,8 @@ void psc_con_fail(struct psc_con *con, pscom_op_t op, pscom_err_t err)
         psc_proto_fail_requests(con);
     }
 
-    pscom_socket_t *s = &con->sock->pub;
-    if (con->visible && !con->closing && s->ops.con_error)
-        s->ops.con_error(&con->pub, op, err);
+    if (psc_ctx.hold) con_error_later(con, op, err);
+    else report_con_error(con, op, err);
 }
 
 void psc_con_retire(struct psc_con *con)

@@ -661,14 +661,16 @@ static int rx_header_done(struct psc_con *con)
     return 0;
 }
 
-/* buf[0..len) is one whole user message, aligned to be read in place. */
-static bool is_whole_user(const void *buf, size_t len)
+/* head[0..head_len) (header and xheader, aligned to be read in place) and
+ * body_len bytes of body are one whole user message. */
+static bool is_whole_user(const void *head, size_t head_len, size_t body_len)
 {
-    const pscom_header_net_t *hdr = buf;
-    return len >= PSC_HDR_LEN &&
-           (uintptr_t)buf % _Alignof(pscom_header_net_t) == 0 &&
+    const pscom_header_net_t *hdr = head;
+    return head_len >= PSC_HDR_LEN &&
+           (uintptr_t)head % _Alignof(pscom_header_net_t) == 0 &&
            hdr->msg_type == PSC_MSG_USER &&
-           len == PSC_HDR_LEN + hdr->xheader_len + hdr->data_len;
+           head_len == PSC_HDR_LEN + hdr->xheader_len &&
+           body_len == hdr->data_len;
 }
 
 /* Bytes of the body under way (phase PSC_RX_DATA): what fits goes to its
@@ -691,15 +693,15 @@ static int rx_body_bytes(struct psc_con *con, const char *p, size_t len,
     return !rx->left && rx_body_done(con) ? -1 : 0;
 }
 
-/* A whole user message between two messages, read in place, for req (its
- * receive; NULL: keep it as unexpected). The outcome is the receive loop's
- * (test_match compares them), without the loop's steps: the connection
- * expects the next message all along. 0, or -1 when it is closing. */
+/* A whole user message between two messages, read in place (its body at
+ * body), for req (its receive; NULL: keep it as unexpected). The outcome is
+ * the receive loop's (test_match compares them), without the loop's steps:
+ * the connection expects the next message all along. 0, or -1 when it is
+ * closing. */
 static int rx_user_whole(struct psc_con *con, pscom_header_net_t *hdr,
-                         struct psc_req *req)
+                         const void *body, struct psc_req *req)
 {
     size_t total = hdr->data_len;
-    const char *body = (const char *)(hdr + 1) + hdr->xheader_len;
 
     if (!req) {
         req = generate(con, hdr, NULL, NULL);
@@ -724,19 +726,21 @@ static bool between_messages(const struct psc_con *con)
            !con->eof_pending;
 }
 
-int pscom_plugin_rx_now(pscom_plugin_con_t *con, const void *buf, size_t len)
+int pscom_plugin_rx_now(pscom_plugin_con_t *con, const void *head,
+                        size_t head_len, const void *body, size_t body_len)
 {
     if (con->failed || con->zombie || !between_messages(con) ||
-        con->sock->pub.ops.default_recv || !is_whole_user(buf, len))
+        con->sock->pub.ops.default_recv ||
+        !is_whole_user(head, head_len, body_len))
         return 0;
-    pscom_header_net_t *hdr = (pscom_header_net_t *)buf;
+    pscom_header_net_t *hdr = (pscom_header_net_t *)head;
     struct psc_req *req = psc_match_posted(con, hdr);
     if (!req) return 0;
     /* A matched receive: no allocation, nothing that can fail the
      * connection; only its callbacks must wait — also should a plugin call
      * this outside the core's call into it (then they wait for the next). */
     psc_ctx.hold++;
-    rx_user_whole(con, hdr, req);
+    rx_user_whole(con, hdr, body, req);
     psc_ctx.hold--;
     return 1;
 }
@@ -747,9 +751,13 @@ int pscom_plugin_rx_push(pscom_plugin_con_t *con, const void *buf, size_t len)
     const char *p = buf;
 
     if (con->failed || con->zombie) return -1;
-    if (between_messages(con) && is_whole_user(buf, len)) {
+    if (between_messages(con) && len >= PSC_HDR_LEN &&
+        (uintptr_t)buf % _Alignof(pscom_header_net_t) == 0) {
         pscom_header_net_t *hdr = (pscom_header_net_t *)buf;
-        return rx_user_whole(con, hdr, find_receiver(con, hdr));
+        size_t head_len = PSC_HDR_LEN + hdr->xheader_len;
+        if (head_len <= len && is_whole_user(buf, head_len, len - head_len))
+            return rx_user_whole(con, hdr, p + head_len,
+                                 find_receiver(con, hdr));
     }
     while (len) {
         if (rx->phase == PSC_RX_DATA) {

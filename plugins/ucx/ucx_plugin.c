@@ -516,23 +516,24 @@ static const char *check_am(unsigned id, size_t head_len, size_t len,
     return NULL;
 }
 
-/* A small frame (head and body together) straight to the core from the
- * AM callback (pscom_plugin_rx_now: only if a posted receive takes it; its
- * callbacks run when ux_progress returns). Only while nothing of its
+/* A small message (its head, then its body) straight to the core from
+ * the AM callback (pscom_plugin_rx_now: only if a posted receive takes it;
+ * its callbacks run when ux_progress returns). Only while nothing of its
  * connection waits for the dispatch — no message queued, no finished send,
  * body or error to report (all of which put it on the pending list) — so
  * that the core sees everything in order; the core itself refuses while a
  * message is half delivered (a body moving in line). true: taken. */
-static bool deliver_now(struct ux_con *uc, const uint8_t *frame, size_t len)
+static bool deliver_now(struct ux_con *uc, const uint8_t *head,
+                        size_t head_len, const void *body, size_t body_len)
 {
-    if (!polling || len > HDR_INLINE || !uc->open || uc->pending || uc->rxq)
-        return false;
+    if (!polling || !uc->open || uc->pending || uc->rxq) return false;
     uint64_t aligned[HDR_INLINE / 8 + 1];
-    if ((uintptr_t)frame % _Alignof(pscom_header_net_t)) {
-        copy_small(aligned, frame, len);
-        frame = (const uint8_t *)aligned;
+    if ((uintptr_t)head % _Alignof(pscom_header_net_t)) {
+        if (head_len > sizeof(aligned)) return false;
+        copy_small(aligned, head, head_len);
+        head = (const uint8_t *)aligned;
     }
-    return pscom_plugin_rx_now(uc->con, frame, len) == 1;
+    return pscom_plugin_rx_now(uc->con, head, head_len, body, body_len) == 1;
 }
 
 static int am_cb(void *arg, unsigned id, const void *hdr, size_t hdr_len,
@@ -551,12 +552,14 @@ static int am_cb(void *arg, unsigned id, const void *hdr, size_t hdr_len,
                              "dropped", len);
             return UXW_AM_DONE;
         }
-        uc = key_lookup(us, data);
-        if (uc && !uc->err &&
-            deliver_now(uc, (uint8_t *)data + KEY_LEN, len - KEY_LEN))
-            return UXW_AM_DONE;
         memcpy(&h, (uint8_t *)data + KEY_LEN, sizeof(h));
         size_t head_len = sizeof(h) + h.xheader_len;
+        uc = key_lookup(us, data);
+        const uint8_t *frame = (uint8_t *)data + KEY_LEN;
+        if (uc && !uc->err && head_len <= len - KEY_LEN &&
+            deliver_now(uc, frame, head_len, frame + head_len,
+                        len - KEY_LEN - head_len))
+            return UXW_AM_DONE;
         hdr = data;
         hdr_len = KEY_LEN + (head_len < len - KEY_LEN ? head_len : len - KEY_LEN);
         data = (uint8_t *)data + hdr_len;

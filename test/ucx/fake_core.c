@@ -144,23 +144,26 @@ int pscom_plugin_rx_push(pscom_plugin_con_t *c, const void *buf, size_t len)
     return c->closing ? -1 : 0;
 }
 
-int pscom_plugin_rx_now(pscom_plugin_con_t *c, const void *buf, size_t len)
+int pscom_plugin_rx_now(pscom_plugin_con_t *c, const void *head,
+                        size_t head_len, const void *body, size_t body_len)
 {
     pscom_header_net_t h;
     /* The core reads the header in place. */
-    assert((uintptr_t)buf % _Alignof(pscom_header_net_t) == 0);
-    if (!c->take_now || c->closing || c->in_body || c->have || len < sizeof(h))
+    assert((uintptr_t)head % _Alignof(pscom_header_net_t) == 0);
+    if (!c->take_now || c->closing || c->in_body || c->have ||
+        head_len < sizeof(h))
         return 0;
-    memcpy(&h, buf, sizeof(h));
-    size_t head_len = sizeof(h) + h.xheader_len;
-    assert(len == head_len + h.data_len); /* one whole message */
+    memcpy(&h, head, sizeof(h));
+    /* One whole message. */
+    assert(head_len == sizeof(h) + h.xheader_len);
+    assert(body_len == h.data_len);
     assert(c->nmsgs < FAKE_MAX_MSGS);
     struct fake_msg *m = &c->msgs[c->nmsgs++];
     memset(m, 0, sizeof(*m));
-    memcpy(m->head, buf, head_len);
+    memcpy(m->head, head, head_len);
     m->head_len = head_len;
-    memcpy(m->body, (const uint8_t *)buf + head_len, h.data_len);
-    m->body_len = h.data_len;
+    memcpy(m->body, body, body_len);
+    m->body_len = body_len;
     m->now = true;
     return 1;
 }

@@ -373,14 +373,32 @@ static void arrive_small_unaligned(void)
     arrive_packed_at(1, "odd");
 }
 
-static void arrive_eager_then_small(void)
+/* An eager frame with its head in the AM header and its body as data. */
+static void arrive_eager(void)
 {
     char b[] = "eager";
-    am_eager(arrive_t->key, 4, b, 5, 0x22);
+    assert_int_equal(am_eager(arrive_t->key, 4, b, 5, 0x22), UXW_AM_DONE);
+}
+
+/* A rendezvous announcement: its body is UCX's to fetch. */
+static char arrive_desc;
+static void arrive_rndv(void)
+{
+    assert_int_equal(am_rndv(arrive_t->key, 4, &arrive_desc, 100, 0x24),
+                     UXW_AM_KEEP);
+}
+
+/* One the core does not take at once (no receive posted for it yet), then
+ * a small one it would take. */
+static void arrive_refused_then_small(void)
+{
+    arrive_t->core.take_now = false;
+    arrive_eager();
+    arrive_t->core.take_now = true;
     arrive_packed_at(0, "behind");
 }
 
-static void small_message_to_the_core_from_the_callback(void **state)
+static void message_to_the_core_from_the_callback(void **state)
 {
     (void)state;
     struct tcon *t = tcon_open(RNDV);
@@ -406,15 +424,24 @@ static void small_message_to_the_core_from_the_callback(void **state)
     assert_true(c->msgs[1].now);
     assert_memory_equal(c->msgs[1].body, "odd", 3);
 
+    /* A frame with its head in the AM header (not a small one): through
+     * the queue. */
+    fw.in_progress = arrive_eager;
+    progress();
+    assert_int_equal(c->nmsgs, 3);
+    assert_false(c->msgs[2].now);
+    assert_int_equal(c->msgs[2].head_len, 12);
+    assert_memory_equal(c->msgs[2].body, "eager", 5);
+
     /* Behind a message that waits for the dispatch: in order, both through
      * the queue. */
-    fw.in_progress = arrive_eager_then_small;
+    fw.in_progress = arrive_refused_then_small;
     progress();
-    assert_int_equal(c->nmsgs, 4);
-    assert_false(c->msgs[2].now);
-    assert_memory_equal(c->msgs[2].body, "eager", 5);
+    assert_int_equal(c->nmsgs, 5);
     assert_false(c->msgs[3].now);
-    assert_memory_equal(c->msgs[3].body, "behind", 6);
+    assert_memory_equal(c->msgs[3].body, "eager", 5);
+    assert_false(c->msgs[4].now);
+    assert_memory_equal(c->msgs[4].body, "behind", 6);
 
     /* Behind a send UCX finished, whose report waits for the dispatch: the
      * report first, then the message, through the queue. */
@@ -427,25 +454,41 @@ static void small_message_to_the_core_from_the_callback(void **state)
     fw.in_progress = arrive_small;
     progress();
     assert_int_equal(c->qn, 0);
-    assert_int_equal(c->nmsgs, 5);
-    assert_false(c->msgs[4].now);
+    assert_int_equal(c->nmsgs, 6);
+    assert_false(c->msgs[5].now);
 
     /* A callback outside the plugin's progress (UCX progressed for another
      * reason): recorded, delivered by the next progress. */
     arrive_small();
-    assert_int_equal(c->nmsgs, 5);
-    progress();
     assert_int_equal(c->nmsgs, 6);
-    assert_false(c->msgs[5].now);
+    progress();
+    assert_int_equal(c->nmsgs, 7);
+    assert_false(c->msgs[6].now);
 
     /* The core does not take it (no receive posted for it): through the
      * queue, unchanged. */
     c->take_now = false;
     fw.in_progress = arrive_small;
     progress();
-    assert_int_equal(c->nmsgs, 7);
-    assert_false(c->msgs[6].now);
-    assert_memory_equal(c->msgs[6].body, "first", 5);
+    assert_int_equal(c->nmsgs, 8);
+    assert_false(c->msgs[7].now);
+    assert_memory_equal(c->msgs[7].body, "first", 5);
+
+    /* A rendezvous body is never handed over from the callback: UCX
+     * fetches it first. */
+    c->take_now = true;
+    static char src[100];
+    memset(src, 'V', sizeof(src));
+    fw.in_progress = arrive_rndv;
+    progress();
+    assert_int_equal(fw.nrecvs, 1);
+    assert_int_equal(c->nmsgs, 8);
+    fake_recv_complete(0, src, 0);
+    progress();
+    assert_int_equal(c->nmsgs, 9);
+    assert_false(c->msgs[8].now);
+    assert_int_equal(c->msgs[8].body_len, sizeof(src));
+    assert_memory_equal(c->msgs[8].body, src, sizeof(src));
     assert_true(settles());
     tcon_close(t);
 }
@@ -1531,7 +1574,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(long_head_travels_in_the_data, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(
-            small_message_to_the_core_from_the_callback, setup, teardown),
+            message_to_the_core_from_the_callback, setup, teardown),
         cmocka_unit_test_setup_teardown(small_frames_are_packed, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(

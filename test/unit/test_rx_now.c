@@ -68,9 +68,12 @@ static pscom_request_t *recv_req(void *buf, size_t len,
     return r;
 }
 
+/* The frame offered as head (header and xheader) and body. */
 static int now(const struct frame *f)
 {
-    return pscom_plugin_rx_now(con_of(con_a), f->buf, f->len);
+    size_t hl = PSC_HDR_LEN + ((const pscom_header_net_t *)f->buf)->xheader_len;
+    return pscom_plugin_rx_now(con_of(con_a), f->buf, hl, f->buf + hl,
+                               f->len - hl);
 }
 
 static void taken_for_a_posted_receive(void **state)
@@ -86,6 +89,19 @@ static void taken_for_a_posted_receive(void **state)
     assert_int_equal(tag_of(r), 7);
     assert_int_equal(r->header.data_len, 6);
     assert_ptr_equal(r->connection, con_a);
+    pscom_request_free(r);
+
+    /* Head and body apart (a transport's header and data). */
+    r = recv_req(b, sizeof(b), NULL);
+    frame_user(&f, 10, "apart", 6);
+    static char body[6];
+    memcpy(body, f.buf + PSC_HDR_LEN + 4, 6);
+    memset(f.buf + PSC_HDR_LEN + 4, 0, 6);
+    assert_int_equal(pscom_plugin_rx_now(con_of(con_a), f.buf, PSC_HDR_LEN + 4,
+                                         body, 6),
+                     1);
+    assert_true(pscom_req_successful(r));
+    assert_string_equal(b, "apart");
     pscom_request_free(r);
 
     /* Too long for the receive: taken, truncated, the rest dropped. */
@@ -180,6 +196,48 @@ static void callbacks_run_when_the_round_ends(void **state)
     pscom_request_free(r);
 }
 
+static void record_con_error(pscom_connection_t *c, pscom_op_t op,
+                             pscom_err_t err)
+{
+    assert_true(ndone < 8);
+    done_order[ndone++] = 1000; /* "the connection failed" */
+}
+
+static void con_error_after_the_callbacks_before_it(void **state)
+{
+    char b[8];
+    ndone = 0;
+    pscom_connection_t *c = pscom_open_connection(sock);
+    pscom_request_t *r = pscom_request_create(4, 0);
+    r->connection = c;
+    r->data = b;
+    r->data_len = sizeof(b);
+    r->xheader_len = 4;
+    r->ops.io_done = record_done;
+    pscom_post_recv(r);
+    sock->ops.con_error = record_con_error;
+    struct frame f;
+    frame_user(&f, 6, "six", 4);
+
+    /* Inside a plugin: a message completes the receive, then the
+     * connection fails. */
+    psc_enter();
+    psc_hold();
+    assert_int_equal(pscom_plugin_rx_push(con_of(c), f.buf, f.len), 0);
+    pscom_plugin_con_error(con_of(c), PSCOM_OP_READ, PSCOM_ERR_EOF, "test", 0);
+    assert_int_equal(ndone, 0);
+    psc_unhold();
+    psc_leave();
+    /* The application hears of them in that order. */
+    assert_int_equal(ndone, 2);
+    assert_int_equal(done_order[0], 6);
+    assert_int_equal(done_order[1], 1000);
+    assert_true(pscom_req_successful(r));
+    sock->ops.con_error = NULL;
+    pscom_request_free(r);
+    pscom_close_connection(c);
+}
+
 static pscom_request_t *never(pscom_connection_t *c, pscom_header_net_t *h)
 {
     return NULL;
@@ -225,16 +283,22 @@ static void refused_and_left_for_the_push(void **state)
     frame_make(&c, PSC_MSG_RNDV_CTS, &cts, sizeof(cts), NULL, 0, 0);
     assert_int_equal(now(&c), 0);
 
-    /* Not one whole message: shorter, longer, unaligned. */
+    /* Not one whole message: body shorter, longer; head cut; unaligned. */
     struct frame part = f;
     part.len--;
     assert_int_equal(now(&part), 0);
     struct frame more = f;
     more.len++;
     assert_int_equal(now(&more), 0);
+    size_t hl = PSC_HDR_LEN + 4;
+    assert_int_equal(pscom_plugin_rx_now(con_of(con_a), f.buf, hl - 1,
+                                         f.buf + hl, f.len - hl),
+                     0);
     static uint8_t odd[sizeof(f.buf) + 1] __attribute__((aligned(8)));
     memcpy(odd + 1, f.buf, f.len);
-    assert_int_equal(pscom_plugin_rx_now(con_of(con_a), odd + 1, f.len), 0);
+    assert_int_equal(pscom_plugin_rx_now(con_of(con_a), odd + 1, hl,
+                                         odd + 1 + hl, f.len - hl),
+                     0);
 
     /* The connection is inside a message (part of a header pushed). */
     assert_int_equal(pscom_plugin_rx_push(con_of(con_a), f.buf, 3), 0);
@@ -254,6 +318,7 @@ int main(void)
         cmocka_unit_test(taken_for_a_posted_receive),
         cmocka_unit_test(callbacks_wait_for_the_end_of_the_call),
         cmocka_unit_test(callbacks_run_when_the_round_ends),
+        cmocka_unit_test(con_error_after_the_callbacks_before_it),
         cmocka_unit_test(refused_and_left_for_the_push),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
