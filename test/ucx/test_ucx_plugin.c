@@ -398,6 +398,17 @@ static void arrive_refused_then_small(void)
     arrive_packed_at(0, "behind");
 }
 
+/* The i-th message the core got: handed over from the callback or not,
+ * and its body. */
+static void assert_msg(const struct psc_con *c, int i, bool now,
+                       const char *body)
+{
+    assert_true(c->nmsgs > i);
+    assert_int_equal(c->msgs[i].now, now);
+    assert_int_equal(c->msgs[i].body_len, strlen(body));
+    assert_memory_equal(c->msgs[i].body, body, strlen(body));
+}
+
 static void message_to_the_core_from_the_callback(void **state)
 {
     (void)state;
@@ -411,37 +422,31 @@ static void message_to_the_core_from_the_callback(void **state)
     fw.in_progress = arrive_small;
     progress();
     assert_int_equal(c->nmsgs, 1);
-    assert_true(c->msgs[0].now);
+    assert_msg(c, 0, true, "first");
     assert_int_equal(c->msgs[0].head_len, 12);
-    assert_int_equal(c->msgs[0].body_len, 5);
-    assert_memory_equal(c->msgs[0].body, "first", 5);
 
     /* From an odd place in UCX's buffer: copied to an aligned one first
      * (the fake core checks the alignment). */
     fw.in_progress = arrive_small_unaligned;
     progress();
     assert_int_equal(c->nmsgs, 2);
-    assert_true(c->msgs[1].now);
-    assert_memory_equal(c->msgs[1].body, "odd", 3);
+    assert_msg(c, 1, true, "odd");
 
     /* A frame with its head in the AM header (not a small one): through
      * the queue. */
     fw.in_progress = arrive_eager;
     progress();
     assert_int_equal(c->nmsgs, 3);
-    assert_false(c->msgs[2].now);
+    assert_msg(c, 2, false, "eager");
     assert_int_equal(c->msgs[2].head_len, 12);
-    assert_memory_equal(c->msgs[2].body, "eager", 5);
 
     /* Behind a message that waits for the dispatch: in order, both through
      * the queue. */
     fw.in_progress = arrive_refused_then_small;
     progress();
     assert_int_equal(c->nmsgs, 5);
-    assert_false(c->msgs[3].now);
-    assert_memory_equal(c->msgs[3].body, "eager", 5);
-    assert_false(c->msgs[4].now);
-    assert_memory_equal(c->msgs[4].body, "behind", 6);
+    assert_msg(c, 3, false, "eager");
+    assert_msg(c, 4, false, "behind");
 
     /* Behind a send UCX finished, whose report waits for the dispatch: the
      * report first, then the message, through the queue. */
@@ -455,7 +460,7 @@ static void message_to_the_core_from_the_callback(void **state)
     progress();
     assert_int_equal(c->qn, 0);
     assert_int_equal(c->nmsgs, 6);
-    assert_false(c->msgs[5].now);
+    assert_msg(c, 5, false, "first");
 
     /* A callback outside the plugin's progress (UCX progressed for another
      * reason): recorded, delivered by the next progress. */
@@ -463,7 +468,7 @@ static void message_to_the_core_from_the_callback(void **state)
     assert_int_equal(c->nmsgs, 6);
     progress();
     assert_int_equal(c->nmsgs, 7);
-    assert_false(c->msgs[6].now);
+    assert_msg(c, 6, false, "first");
 
     /* The core does not take it (no receive posted for it): through the
      * queue, unchanged. */
@@ -471,8 +476,7 @@ static void message_to_the_core_from_the_callback(void **state)
     fw.in_progress = arrive_small;
     progress();
     assert_int_equal(c->nmsgs, 8);
-    assert_false(c->msgs[7].now);
-    assert_memory_equal(c->msgs[7].body, "first", 5);
+    assert_msg(c, 7, false, "first");
 
     /* A rendezvous body is never handed over from the callback: UCX
      * fetches it first. */
