@@ -661,14 +661,18 @@ static int rx_header_done(struct psc_con *con)
     return 0;
 }
 
-/* head[0..head_len) (header and xheader, aligned to be read in place) and
- * body_len bytes of body are one whole user message. */
-static bool is_whole_user(const void *head, size_t head_len, size_t body_len)
+/* A header can be read in place at p. */
+static bool header_aligned(const void *p)
 {
-    const pscom_header_net_t *hdr = head;
-    return head_len >= PSC_HDR_LEN &&
-           (uintptr_t)head % _Alignof(pscom_header_net_t) == 0 &&
-           hdr->msg_type == PSC_MSG_USER &&
+    return (uintptr_t)p % _Alignof(pscom_header_net_t) == 0;
+}
+
+/* At least a header, aligned, at head: head[0..head_len) (header and
+ * xheader) and body_len bytes of body are one whole user message. */
+static bool is_whole_user(const pscom_header_net_t *hdr, size_t head_len,
+                          size_t body_len)
+{
+    return hdr->msg_type == PSC_MSG_USER &&
            head_len == PSC_HDR_LEN + hdr->xheader_len &&
            body_len == hdr->data_len;
 }
@@ -729,11 +733,11 @@ static bool between_messages(const struct psc_con *con)
 int pscom_plugin_rx_now(pscom_plugin_con_t *con, const void *head,
                         size_t head_len, const void *body, size_t body_len)
 {
-    if (con->failed || con->zombie || !between_messages(con) ||
-        con->sock->pub.ops.default_recv ||
-        !is_whole_user(head, head_len, body_len))
-        return 0;
     pscom_header_net_t *hdr = (pscom_header_net_t *)head;
+    if (con->failed || con->zombie || !between_messages(con) ||
+        con->sock->pub.ops.default_recv || head_len < PSC_HDR_LEN ||
+        !header_aligned(head) || !is_whole_user(hdr, head_len, body_len))
+        return 0;
     struct psc_req *req = psc_match_posted(con, hdr);
     if (!req) return 0;
     /* A matched receive: no allocation, nothing that can fail the
@@ -751,11 +755,10 @@ int pscom_plugin_rx_push(pscom_plugin_con_t *con, const void *buf, size_t len)
     const char *p = buf;
 
     if (con->failed || con->zombie) return -1;
-    if (between_messages(con) && len >= PSC_HDR_LEN &&
-        (uintptr_t)buf % _Alignof(pscom_header_net_t) == 0) {
+    if (between_messages(con) && len >= PSC_HDR_LEN && header_aligned(buf)) {
         pscom_header_net_t *hdr = (pscom_header_net_t *)buf;
         size_t head_len = PSC_HDR_LEN + hdr->xheader_len;
-        if (head_len <= len && is_whole_user(buf, head_len, len - head_len))
+        if (head_len <= len && is_whole_user(hdr, head_len, len - head_len))
             return rx_user_whole(con, hdr, p + head_len,
                                  find_receiver(con, hdr));
     }

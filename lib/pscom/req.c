@@ -168,7 +168,6 @@ void psc_req_done(struct psc_req *req, pscom_req_state_t extra)
 
 void psc_req_run_held(void)
 {
-    if (psc_ctx.hold) return;
     while (!psc_list_empty(&psc_ctx.held)) {
         struct psc_req *req =
             psc_list_first(&psc_ctx.held, struct psc_req, next_held);
