@@ -69,6 +69,7 @@
 #include "ucx_wrap.h"
 
 #define KEY_LEN       8    /* connection key in front of every AM header */
+#define SMALL_PREFIX  8    /* key and header of a small frame (pack_frame) */
 #define HDR_INLINE    88   /* frames (packed) or heads up to this long live
                             * in the entry */
 /* Arrivals up to this long are copied into pooled entries (4 KiB each).
@@ -339,6 +340,19 @@ static struct ux_con *key_lookup(struct ux_sock *us, const uint8_t *p)
     return us->slots[slot];
 }
 
+/* The key of a small frame: the slot and the low 16 bits of the
+ * generation (a slot reused 65536 times while an old message was still on
+ * its way would take it: not in practice). */
+static struct ux_con *key_lookup_small(struct ux_sock *us, const uint8_t *p)
+{
+    uint32_t slot;
+    uint16_t gen;
+    memcpy(&slot, p, 4);
+    memcpy(&gen, p + 4, 2);
+    if (slot >= us->nslots || (uint16_t)us->gens[slot] != gen) return NULL;
+    return us->slots[slot];
+}
+
 static int slot_alloc(struct ux_sock *us, struct ux_con *uc)
 {
     if (!us->nfree) {
@@ -527,12 +541,6 @@ static bool deliver_now(struct ux_con *uc, const uint8_t *head,
                         size_t head_len, const void *body, size_t body_len)
 {
     if (!polling || !uc->open || uc->pending || uc->rxq) return false;
-    uint64_t aligned[HDR_INLINE / 8 + 1];
-    if ((uintptr_t)head % _Alignof(pscom_header_net_t)) {
-        if (head_len > sizeof(aligned)) return false;
-        copy_small(aligned, head, head_len);
-        head = (const uint8_t *)aligned;
-    }
     return pscom_plugin_rx_now(uc->con, head, head_len, body, body_len) == 1;
 }
 
@@ -541,40 +549,50 @@ static int am_cb(void *arg, unsigned id, const void *hdr, size_t hdr_len,
 {
     struct ux_sock *us = arg;
     struct ux_con *uc;
-    /* A small frame comes whole as data (key, head, body): to the core at
-     * once if it can (which checks that it is one whole message), else
-     * made to look like the others; it is always copied. */
+    const uint8_t *head;
+    size_t head_len;
+    /* A small frame comes whole as data (SMALL_PREFIX, see pack_frame):
+     * its header is rebuilt, aligned, in front of its xheader; then to the
+     * core at once if it can (which checks that it is one whole message),
+     * else on as the others (copied). */
     bool packed = id == UXW_AM_FRAME_PACKED;
+    uint64_t rebuilt[HDR_INLINE / 8 + 1];
     if (packed) {
-        pscom_header_net_t h;
-        if (hdr_len || (flags & UXW_AM_RNDV) || len < KEY_LEN + sizeof(h)) {
+        const uint8_t *p = data;
+        if (hdr_len || (flags & UXW_AM_RNDV) || len < SMALL_PREFIX) {
             pscom_plugin_log(5, "ucx: malformed small message of %zu bytes "
                              "dropped", len);
             return UXW_AM_DONE;
         }
-        memcpy(&h, (uint8_t *)data + KEY_LEN, sizeof(h));
-        size_t head_len = sizeof(h) + h.xheader_len;
-        uc = key_lookup(us, data);
-        const uint8_t *frame = (uint8_t *)data + KEY_LEN;
-        if (uc && !uc->err && head_len <= len - KEY_LEN &&
-            deliver_now(uc, frame, head_len, frame + head_len,
-                        len - KEY_LEN - head_len))
+        /* An xheader longer than the frame or than a small frame's can
+         * be is cut, which check_am reports (the header disagrees). */
+        size_t xl = p[7];
+        if (xl > len - SMALL_PREFIX) xl = len - SMALL_PREFIX;
+        if (xl > sizeof(rebuilt) - sizeof(pscom_header_net_t))
+            xl = sizeof(rebuilt) - sizeof(pscom_header_net_t);
+        pscom_header_net_t h = {.xheader_len = p[7], .msg_type = p[6],
+                                .data_len = len - SMALL_PREFIX - xl};
+        memcpy(rebuilt, &h, sizeof(h));
+        copy_small((uint8_t *)rebuilt + sizeof(h), p + SMALL_PREFIX, xl);
+        head = (const uint8_t *)rebuilt;
+        head_len = sizeof(h) + xl;
+        data = (uint8_t *)data + SMALL_PREFIX + xl;
+        len -= SMALL_PREFIX + xl;
+        uc = key_lookup_small(us, p);
+        if (uc && !uc->err && xl == p[7] &&
+            deliver_now(uc, head, head_len, data, len))
             return UXW_AM_DONE;
-        hdr = data;
-        hdr_len = KEY_LEN + (head_len < len - KEY_LEN ? head_len : len - KEY_LEN);
-        data = (uint8_t *)data + hdr_len;
-        len -= hdr_len;
         id = UXW_AM_FRAME;
     } else {
         uc = hdr_len >= KEY_LEN ? key_lookup(us, hdr) : NULL;
+        head = (const uint8_t *)hdr + KEY_LEN;
+        head_len = hdr_len - KEY_LEN;
     }
     if (!uc || uc->err) {
         pscom_plugin_log(5, "ucx: message of %zu bytes for a closed or "
                          "unknown connection dropped", len);
         return UXW_AM_DONE;
     }
-    const uint8_t *head = (const uint8_t *)hdr + KEY_LEN;
-    size_t head_len = hdr_len - KEY_LEN;
     const char *bad = check_am(id, head_len, len, head);
     if (bad) {
         pscom_plugin_log(1, "ucx: %s: malformed message from the peer (%s); "
@@ -607,8 +625,7 @@ static int am_cb(void *arg, unsigned id, const void *hdr, size_t hdr_len,
         if (rx) {
             rx->kind = RX_COPY;
             rx->data = rx->buf + head_len;
-            /* Packed (small): head and body lie together. */
-            if (packed) copy_small(rx->buf, head, head_len + len);
+            if (packed) copy_small(rx->data, data, len);
             else if (len) memcpy(rx->data, data, len);
         }
     }
@@ -623,7 +640,7 @@ static int am_cb(void *arg, unsigned id, const void *hdr, size_t hdr_len,
     rx->long_head = id == UXW_AM_FRAME_LONG;
     rx->head_len = head_len;
     rx->len = len;
-    if (!packed) memcpy(rx->buf, head, head_len);
+    memcpy(rx->buf, head, head_len);
     *uc->rxq_tail = rx;
     uc->rxq_tail = &rx->next;
     mark_pending(uc);
@@ -634,16 +651,39 @@ static int am_cb(void *arg, unsigned id, const void *hdr, size_t hdr_len,
 /* Sending                                                                */
 /* ---------------------------------------------------------------------- */
 
-/* A frame of at most HDR_INLINE bytes as one piece of data (FRAME_PACKED):
- * key, head, body. Its length. */
+/* Whether a frame of at most HDR_INLINE bytes can go as a small frame:
+ * its header says what the small frame's prefix does (the xheader behind
+ * it, the body as long as the rest). */
+static bool packable(const void *head, size_t hl, size_t bl)
+{
+    pscom_header_net_t h;
+    if (hl < sizeof(h)) return false;
+    memcpy(&h, head, sizeof(h));
+    return h.xheader_len == hl - sizeof(h) && h.data_len == bl;
+}
+
+/* A small frame as one piece of data (FRAME_PACKED): instead of the key
+ * and the header (16 bytes), an 8-byte prefix — slot (4 bytes), the low
+ * 16 bits of the generation, the message type and the xheader's length;
+ * the body is the rest — then the xheader and the body. Eight bytes less
+ * keep more messages within the first cache line of UCX's shared-memory
+ * FIFO element (one line to fetch, not two: 0.025 us on this machine).
+ * Its length. */
 static size_t pack_frame(uint8_t *dst, const struct ux_con *uc,
                          const void *head, size_t hl, const void *body,
                          size_t bl)
 {
-    key_put(dst, uc->peer_slot, uc->peer_gen);
-    copy_small(dst + KEY_LEN, head, hl);
-    if (bl) copy_small(dst + KEY_LEN + hl, body, bl);
-    return KEY_LEN + hl + bl;
+    pscom_header_net_t h;
+    memcpy(&h, head, sizeof(h));
+    uint16_t gen = (uint16_t)uc->peer_gen;
+    memcpy(dst, &uc->peer_slot, 4);
+    memcpy(dst + 4, &gen, 2);
+    dst[6] = h.msg_type;
+    dst[7] = (uint8_t)h.xheader_len;
+    size_t xl = hl - sizeof(h);
+    copy_small(dst + SMALL_PREFIX, (const uint8_t *)head + sizeof(h), xl);
+    copy_small(dst + SMALL_PREFIX + xl, body, bl);
+    return SMALL_PREFIX + xl + bl;
 }
 
 /* Hand one frame to UCX. 0 when it is under way (or failed: reported
@@ -669,7 +709,7 @@ static int send_frame(struct ux_con *uc, const struct iovec *head,
     int dcnt = 0;
     unsigned id;
     size_t hlen;
-    if (e->len <= HDR_INLINE) {
+    if (e->len <= HDR_INLINE && packable(head->iov_base, head->iov_len, blen)) {
         /* Small: one piece of data, which UCX sends by its shortest path. */
         id = UXW_AM_FRAME_PACKED;
         hlen = 0;
@@ -795,7 +835,9 @@ static int ux_tx_now(pscom_plugin_con_t *con, void *priv,
     struct ux_con *uc = priv;
     size_t hlen = iov[0].iov_len, blen = iovcnt > 1 ? iov[1].iov_len : 0;
     uint8_t buf[KEY_LEN + HDR_INLINE];
-    if (hlen + blen > HDR_INLINE || !uc->open || uc->err || uc->txq) return 0;
+    if (hlen + blen > HDR_INLINE || !uc->open || uc->err || uc->txq ||
+        !packable(iov[0].iov_base, hlen, blen))
+        return 0;
     size_t len = pack_frame(buf, uc, iov[0].iov_base, hlen,
                             blen ? iov[1].iov_base : NULL, blen);
     return uxw_am_send_now(uc->us->w, uc->ep, UXW_AM_FRAME_PACKED, buf, len) ==

@@ -32,7 +32,8 @@ typedef struct uxw_ep uxw_ep_t;         /* a UCP endpoint */
 enum {
     UXW_AM_FRAME = 0,      /* AM header: key + frame head; data: the body */
     UXW_AM_FRAME_LONG = 1, /* AM header: key; data: frame head + body */
-    UXW_AM_FRAME_PACKED = 2, /* no AM header; data: key + head + body */
+    UXW_AM_FRAME_PACKED = 2, /* no AM header; data: an 8-byte prefix (key
+                              * and header), xheader, body: pack_frame */
     UXW_AM_IDS
 };
 

@@ -120,6 +120,36 @@ static bool settles(void)
     return false;
 }
 
+/* A small frame as the peer's plugin packs it: slot, the generation's low
+ * 16 bits, message type 0, xheader length; the xheader (xlen bytes of
+ * fill), the body. Its length. */
+static size_t small_frame(uint8_t *out, struct key k, size_t xlen,
+                          const void *body, size_t bl, uint8_t fill)
+{
+    uint16_t gen = (uint16_t)k.gen;
+    memcpy(out, &k.slot, 4);
+    memcpy(out + 4, &gen, 2);
+    out[6] = 0;
+    out[7] = (uint8_t)xlen;
+    memset(out + 8, fill, xlen);
+    memcpy(out + 8 + xlen, body, bl);
+    return 8 + xlen + bl;
+}
+
+/* The prefix of a small frame the plugin sent to PEER_SLOT/PEER_GEN for a
+ * frame with an xheader of xlen bytes. */
+static void assert_small_prefix(const uint8_t *d, size_t xlen)
+{
+    uint32_t slot;
+    uint16_t gen;
+    memcpy(&slot, d, 4);
+    memcpy(&gen, d + 4, 2);
+    assert_int_equal(slot, PEER_SLOT);
+    assert_int_equal(gen, PEER_GEN);
+    assert_int_equal(d[6], 0);
+    assert_int_equal(d[7], xlen);
+}
+
 /* An AM for t: key, then the frame head (xlen bytes of xheader, body of
  * body_len), as the peer's plugin builds it. */
 static size_t am_hdr(uint8_t *out, struct key k, size_t xlen,
@@ -235,10 +265,11 @@ static void sends_complete_in_queue_order(void **state)
     assert_int_equal(fw.sends[0].id, UXW_AM_FRAME);
     assert_int_equal(fw.sends[0].hdr_len, 8 + 8 + 16);
     assert_int_equal(fw.sends[0].data_len, sizeof(b1));
-    /* The header-only frame is small: key and head as data. */
+    /* The header-only frame is small: its 8-byte prefix as data. */
     assert_int_equal(fw.sends[1].id, UXW_AM_FRAME_PACKED);
     assert_int_equal(fw.sends[1].hdr_len, 0);
-    assert_int_equal(fw.sends[1].data_len, 8 + 8);
+    assert_int_equal(fw.sends[1].data_len, 8);
+    assert_small_prefix(fw.sends[1].data, 0);
 
     /* A second kick hands nothing twice. */
     OPS->tx_kick(&t->core, t->priv);
@@ -350,17 +381,15 @@ static void long_head_travels_in_the_data(void **state)
 /* Arrivals run by fw.in_progress, for arrive_t. */
 static struct tcon *arrive_t;
 
-/* A small frame as the peer packs it (key, head with a 4-byte xheader,
- * body), `offset` bytes into an aligned buffer of UCX's. */
+/* A small frame as the peer packs it (4-byte xheader, body), `offset`
+ * bytes into an aligned buffer of UCX's. */
 static void arrive_packed_at(size_t offset, const char *body)
 {
     uint8_t d[128] __attribute__((aligned(8)));
-    size_t bl = strlen(body);
-    size_t n = am_hdr(d + offset, arrive_t->key, 4, bl, 0x21);
-    memcpy(d + offset + n, body, bl);
-    assert_int_equal(
-        fake_am(UXW_AM_FRAME_PACKED, NULL, 0, d + offset, n + bl, 0),
-        UXW_AM_DONE);
+    size_t n = small_frame(d + offset, arrive_t->key, 4, body, strlen(body),
+                           0x21);
+    assert_int_equal(fake_am(UXW_AM_FRAME_PACKED, NULL, 0, d + offset, n, 0),
+                     UXW_AM_DONE);
 }
 
 static void arrive_small(void)
@@ -425,8 +454,8 @@ static void message_to_the_core_from_the_callback(void **state)
     assert_msg(c, 0, true, "first");
     assert_int_equal(c->msgs[0].head_len, 12);
 
-    /* From an odd place in UCX's buffer: copied to an aligned one first
-     * (the fake core checks the alignment). */
+    /* From an odd place in UCX's buffer: the header is rebuilt in an
+     * aligned one (the fake core checks the alignment). */
     fw.in_progress = arrive_small_unaligned;
     progress();
     assert_int_equal(c->nmsgs, 2);
@@ -497,6 +526,19 @@ static void message_to_the_core_from_the_callback(void **state)
     tcon_close(t);
 }
 
+/* A malformed small frame for t: no message, the connection fails; t is
+ * closed. */
+static void small_frame_fails(struct tcon *t, uint8_t *d, size_t n)
+{
+    int nmsgs = t->core.nmsgs;
+    assert_int_equal(fake_am(UXW_AM_FRAME_PACKED, NULL, 0, d, n, 0),
+                     UXW_AM_DONE);
+    progress();
+    assert_int_equal(t->core.nmsgs, nmsgs);
+    assert_int_equal(t->core.errors, 1);
+    tcon_close(t);
+}
+
 static void small_frames_are_packed(void **state)
 {
     struct tcon *t = tcon_open(RNDV);
@@ -508,44 +550,45 @@ static void small_frames_are_packed(void **state)
     assert_int_equal(s->id, UXW_AM_FRAME_PACKED);
     assert_int_equal(s->hdr_len, 0);
     assert_int_equal(s->eager, 1);
-    assert_int_equal(s->data_len, 8 + 12 + sizeof(b));
-    uint32_t key[2];
-    memcpy(key, s->data, 8);
-    assert_int_equal(key[0], PEER_SLOT);
-    assert_memory_equal(s->data + 8, t->core.q[0]->head, 12);
-    assert_memory_equal(s->data + 20, b, sizeof(b));
+    /* The key and the header (16 bytes) become an 8-byte prefix. */
+    assert_int_equal(s->data_len, 8 + 4 + sizeof(b));
+    assert_small_prefix(s->data, 4);
+    assert_memory_equal(s->data + 8, t->core.q[0]->head + 8, 4);
+    assert_memory_equal(s->data + 12, b, sizeof(b));
     fake_send_complete(0, 0);
     progress();
     assert_int_equal(t->core.ndone, 1);
 
-    /* Receiving one: key, head, body in the data. */
-    uint8_t d[64];
-    memcpy(d, &t->key, 8);
-    size_t hl = fake_head(d + 8, 4, 5, 0x33);
-    memcpy(d + 8 + hl, "hello", 5);
-    assert_int_equal(fake_am(UXW_AM_FRAME_PACKED, NULL, 0, d, 8 + hl + 5, 0),
+    /* Receiving one: the header rebuilt in front of the xheader. */
+    uint8_t d[64], want[16];
+    size_t n = small_frame(d, t->key, 4, "hello", 5, 0x33);
+    assert_int_equal(fake_am(UXW_AM_FRAME_PACKED, NULL, 0, d, n, 0),
                      UXW_AM_DONE);
     progress();
     assert_int_equal(t->core.nmsgs, 1);
-    assert_int_equal(t->core.msgs[0].head_len, 12);
+    assert_int_equal(t->core.msgs[0].head_len, fake_head(want, 4, 5, 0x33));
+    assert_memory_equal(t->core.msgs[0].head, want, 12);
+    assert_int_equal(t->core.msgs[0].body_len, 5);
     assert_memory_equal(t->core.msgs[0].body, "hello", 5);
 
-    /* Too short, or announced as rendezvous: dropped. A head that does not
-     * match the data: the connection fails. */
-    assert_int_equal(fake_am(UXW_AM_FRAME_PACKED, NULL, 0, d, 12, 0),
+    /* Shorter than the prefix, or announced as rendezvous: dropped. An
+     * xheader longer than the frame: the connection fails. */
+    assert_int_equal(fake_am(UXW_AM_FRAME_PACKED, NULL, 0, d, 7, 0),
                      UXW_AM_DONE);
-    assert_int_equal(fake_am(UXW_AM_FRAME_PACKED, NULL, 0, d, 8 + hl + 5,
-                             UXW_AM_RNDV),
+    assert_int_equal(fake_am(UXW_AM_FRAME_PACKED, NULL, 0, d, n, UXW_AM_RNDV),
                      UXW_AM_DONE);
     progress();
     assert_int_equal(t->core.nmsgs, 1);
     assert_int_equal(t->core.errors, 0);
-    assert_int_equal(fake_am(UXW_AM_FRAME_PACKED, NULL, 0, d, 8 + hl + 4, 0),
-                     UXW_AM_DONE);
-    progress();
-    assert_int_equal(t->core.nmsgs, 1);
-    assert_int_equal(t->core.errors, 1);
-    tcon_close(t);
+    d[7] = (uint8_t)(n - 8 + 1);
+    small_frame_fails(t, d, n);
+
+    /* An xheader longer than any small frame's (up to 255 bytes) in a
+     * long frame: the connection fails; nothing is written past the
+     * rebuilt head. */
+    t = tcon_open(RNDV);
+    uint8_t big[300];
+    small_frame_fails(t, big, small_frame(big, t->key, 255, "x", 1, 0x55));
 }
 
 /* tx_now: a small frame goes out packed only if UCX copies it at once
@@ -566,19 +609,23 @@ static void small_frame_sent_now_or_left_to_the_queue(void **state)
     assert_int_equal(s->id, UXW_AM_FRAME_PACKED);
     assert_null(s->op);
     assert_false(s->pending);
-    assert_int_equal(s->data_len, 8 + hl + sizeof(b));
-    uint32_t key[2];
-    memcpy(key, s->data, 8);
-    assert_int_equal(key[0], PEER_SLOT);
-    assert_int_equal(key[1], PEER_GEN);
-    assert_memory_equal(s->data + 8, head, hl);
-    assert_memory_equal(s->data + 8 + hl, b, sizeof(b));
+    assert_int_equal(s->data_len, hl + sizeof(b)); /* prefix for header */
+    assert_small_prefix(s->data, 4);
+    assert_memory_equal(s->data + 8, head + 8, 4);
+    assert_memory_equal(s->data + 12, b, sizeof(b));
     assert_true(settles());
     assert_int_equal(t->core.ndone, 0); /* the core completes it itself */
 
     /* A head alone. */
-    assert_int_equal(OPS->tx_now(&t->core, t->priv, iov, 1), 1);
-    assert_int_equal(fw.sends[1].data_len, 8 + hl);
+    uint8_t head0[16];
+    struct iovec iov0 = {head0, fake_head(head0, 4, 0, 0x45)};
+    assert_int_equal(OPS->tx_now(&t->core, t->priv, &iov0, 1), 1);
+    assert_int_equal(fw.sends[1].data_len, 8 + 4);
+
+    /* A head whose body is not all there (the prefix could not say so):
+     * left to the queue. */
+    assert_int_equal(OPS->tx_now(&t->core, t->priv, iov, 1), 0);
+    assert_int_equal(fw.nsends, 2);
 
     /* UCX has no room: nothing sent. */
     fw.send_result = UXW_PENDING;
