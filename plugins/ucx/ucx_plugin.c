@@ -667,8 +667,8 @@ static bool packable(const void *head, size_t hl, size_t bl)
  * 16 bits of the generation, the message type and the xheader's length;
  * the body is the rest — then the xheader and the body. Eight bytes less
  * keep more messages within the first cache line of UCX's shared-memory
- * FIFO element (one line to fetch, not two: 0.025 us on this machine).
- * Its length. */
+ * FIFO element: one line for the receiver to fetch, not two
+ * (doc/plugins/ucx.md). Its length. */
 static size_t pack_frame(uint8_t *dst, const struct ux_con *uc,
                          const void *head, size_t hl, const void *body,
                          size_t bl)
