@@ -328,6 +328,15 @@ static void rx_body_to(struct psc_rx *rx, struct psc_req *req, size_t total)
     }
 }
 
+/* Copy what fits of a body of `total` bytes into req's buffer; how much
+ * that was. */
+static size_t copy_fit(struct psc_req *req, const void *body, size_t total)
+{
+    size_t fit = total < req->pub.data_len ? total : req->pub.data_len;
+    if (fit) memcpy(req->pub.data, body, fit);
+    return fit;
+}
+
 static int rx_body_done(struct psc_con *con)
 {
     struct psc_req *req = con->rx.req;
@@ -343,10 +352,8 @@ static int rx_body_done(struct psc_con *con)
         }
         /* A receive took it over while it arrived: hand the body over. */
         size_t total = req->pub.header.data_len;
-        size_t fit = u->pub.data_len < total ? u->pub.data_len : total;
-        if (fit) memcpy(u->pub.data, req->gbuf, fit);
-        u->received = fit;
-        truncated = total > u->pub.data_len;
+        u->received = copy_fit(u, req->gbuf, total);
+        truncated = u->received < total;
         psc_req_release(req);
         req = u;
     }
@@ -716,8 +723,7 @@ static int rx_user_whole(struct psc_con *con, pscom_header_net_t *hdr,
         return 0;
     }
     accept_into(req, con, hdr);
-    size_t fit = total < req->pub.data_len ? total : req->pub.data_len;
-    if (fit) memcpy(req->pub.data, body, fit);
+    size_t fit = copy_fit(req, body, total);
     req->received = total;
     psc_req_done(req, total > fit ? PSCOM_REQ_STATE_TRUNCATED : 0);
     return con->failed || con->zombie ? -1 : 0;
@@ -864,9 +870,7 @@ static void merge_generated(struct psc_req *req, struct psc_req *g)
         g->merged_into = req;
         return;
     }
-    size_t fit = req->pub.data_len < total ? req->pub.data_len : total;
-    if (fit) memcpy(req->pub.data, g->gbuf, fit);
-    req->received = fit;
+    req->received = copy_fit(req, g->gbuf, total);
     psc_req_release(g);
     psc_req_done(req, 0);
 }

@@ -331,13 +331,21 @@ static void key_put(uint8_t *p, uint32_t slot, uint32_t gen)
     memcpy(p + 4, &gen, 4);
 }
 
+/* The connection in slot whose generation, in the bits of gen_mask, is
+ * gen; NULL for a freed or reused slot. */
+static struct ux_con *slot_con(struct ux_sock *us, uint32_t slot,
+                               uint32_t gen, uint32_t gen_mask)
+{
+    if (slot >= us->nslots || (us->gens[slot] & gen_mask) != gen) return NULL;
+    return us->slots[slot];
+}
+
 static struct ux_con *key_lookup(struct ux_sock *us, const uint8_t *p)
 {
     uint32_t slot, gen;
     memcpy(&slot, p, 4);
     memcpy(&gen, p + 4, 4);
-    if (slot >= us->nslots || us->gens[slot] != gen) return NULL;
-    return us->slots[slot];
+    return slot_con(us, slot, gen, UINT32_MAX);
 }
 
 /* The key of a small frame: the slot and the low 16 bits of the
@@ -349,8 +357,7 @@ static struct ux_con *key_lookup_small(struct ux_sock *us, const uint8_t *p)
     uint16_t gen;
     memcpy(&slot, p, 4);
     memcpy(&gen, p + 4, 2);
-    if (slot >= us->nslots || (uint16_t)us->gens[slot] != gen) return NULL;
-    return us->slots[slot];
+    return slot_con(us, slot, gen, UINT16_MAX);
 }
 
 static int slot_alloc(struct ux_sock *us, struct ux_con *uc)
@@ -544,6 +551,24 @@ static bool deliver_now(struct ux_con *uc, const uint8_t *head,
     return pscom_plugin_rx_now(uc->con, head, head_len, body, body_len) == 1;
 }
 
+/* The head of a small frame (p[0..len), at least SMALL_PREFIX bytes; see
+ * pack_frame) rebuilt, aligned, in out: its header, then its xheader; its
+ * length. An xheader longer than the frame, or than any small frame's, is
+ * cut: the header then disagrees with the head, which check_am reports. */
+static size_t unpack_small(const uint8_t *p, size_t len,
+                           uint64_t out[HDR_INLINE / 8 + 1])
+{
+    size_t room = (HDR_INLINE / 8 + 1) * 8 - sizeof(pscom_header_net_t);
+    size_t xl = p[7];
+    if (xl > len - SMALL_PREFIX) xl = len - SMALL_PREFIX;
+    if (xl > room) xl = room;
+    pscom_header_net_t h = {.xheader_len = p[7], .msg_type = p[6],
+                            .data_len = len - SMALL_PREFIX - xl};
+    memcpy(out, &h, sizeof(h));
+    copy_small((uint8_t *)out + sizeof(h), p + SMALL_PREFIX, xl);
+    return sizeof(h) + xl;
+}
+
 static int am_cb(void *arg, unsigned id, const void *hdr, size_t hdr_len,
                  void *data, size_t len, unsigned flags)
 {
@@ -551,8 +576,7 @@ static int am_cb(void *arg, unsigned id, const void *hdr, size_t hdr_len,
     struct ux_con *uc;
     const uint8_t *head;
     size_t head_len;
-    /* A small frame comes whole as data (SMALL_PREFIX, see pack_frame):
-     * its header is rebuilt, aligned, in front of its xheader; then to the
+    /* A small frame comes whole as data: its head rebuilt, then to the
      * core at once if it can (which checks that it is one whole message),
      * else on as the others (copied). */
     bool packed = id == UXW_AM_FRAME_PACKED;
@@ -564,22 +588,16 @@ static int am_cb(void *arg, unsigned id, const void *hdr, size_t hdr_len,
                              "dropped", len);
             return UXW_AM_DONE;
         }
-        /* An xheader longer than the frame or than a small frame's can
-         * be is cut, which check_am reports (the header disagrees). */
-        size_t xl = p[7];
-        if (xl > len - SMALL_PREFIX) xl = len - SMALL_PREFIX;
-        if (xl > sizeof(rebuilt) - sizeof(pscom_header_net_t))
-            xl = sizeof(rebuilt) - sizeof(pscom_header_net_t);
-        pscom_header_net_t h = {.xheader_len = p[7], .msg_type = p[6],
-                                .data_len = len - SMALL_PREFIX - xl};
-        memcpy(rebuilt, &h, sizeof(h));
-        copy_small((uint8_t *)rebuilt + sizeof(h), p + SMALL_PREFIX, xl);
         head = (const uint8_t *)rebuilt;
-        head_len = sizeof(h) + xl;
-        data = (uint8_t *)data + SMALL_PREFIX + xl;
-        len -= SMALL_PREFIX + xl;
+        head_len = unpack_small(p, len, rebuilt);
+        /* the prefix and the xheader: the body follows */
+        size_t used = SMALL_PREFIX + head_len - sizeof(pscom_header_net_t);
+        data = (uint8_t *)data + used;
+        len -= used;
+        /* A cut head goes on to check_am. */
+        bool whole = head_len == sizeof(pscom_header_net_t) + p[7];
         uc = key_lookup_small(us, p);
-        if (uc && !uc->err && xl == p[7] &&
+        if (uc && !uc->err && whole &&
             deliver_now(uc, head, head_len, data, len))
             return UXW_AM_DONE;
         id = UXW_AM_FRAME;
@@ -651,30 +669,23 @@ static int am_cb(void *arg, unsigned id, const void *hdr, size_t hdr_len,
 /* Sending                                                                */
 /* ---------------------------------------------------------------------- */
 
-/* Whether a frame of at most HDR_INLINE bytes can go as a small frame:
- * its header says what the small frame's prefix does (the xheader behind
- * it, the body as long as the rest). */
-static bool packable(const void *head, size_t hl, size_t bl)
-{
-    pscom_header_net_t h;
-    if (hl < sizeof(h)) return false;
-    memcpy(&h, head, sizeof(h));
-    return h.xheader_len == hl - sizeof(h) && h.data_len == bl;
-}
-
 /* A small frame as one piece of data (FRAME_PACKED): instead of the key
  * and the header (16 bytes), an 8-byte prefix — slot (4 bytes), the low
  * 16 bits of the generation, the message type and the xheader's length;
  * the body is the rest — then the xheader and the body. Eight bytes less
  * keep more messages within the first cache line of UCX's shared-memory
  * FIFO element: one line for the receiver to fetch, not two
- * (doc/plugins/ucx.md). Its length. */
+ * (doc/plugins/ucx.md). Its length; 0 when the frame cannot go small:
+ * longer than HDR_INLINE, or a header that says what the prefix cannot
+ * (the xheader not all in the head, the body not all of the rest). */
 static size_t pack_frame(uint8_t *dst, const struct ux_con *uc,
                          const void *head, size_t hl, const void *body,
                          size_t bl)
 {
     pscom_header_net_t h;
+    if (hl < sizeof(h) || hl + bl > HDR_INLINE) return 0;
     memcpy(&h, head, sizeof(h));
+    if (h.xheader_len != hl - sizeof(h) || h.data_len != bl) return 0;
     uint16_t gen = (uint16_t)uc->peer_gen;
     memcpy(dst, &uc->peer_slot, 4);
     memcpy(dst + 4, &gen, 2);
@@ -709,13 +720,13 @@ static int send_frame(struct ux_con *uc, const struct iovec *head,
     int dcnt = 0;
     unsigned id;
     size_t hlen;
-    if (e->len <= HDR_INLINE && packable(head->iov_base, head->iov_len, blen)) {
+    size_t plen = pack_frame(e->hdr, uc, head->iov_base, head->iov_len,
+                             blen ? body->iov_base : NULL, blen);
+    if (plen) {
         /* Small: one piece of data, which UCX sends by its shortest path. */
         id = UXW_AM_FRAME_PACKED;
         hlen = 0;
-        data[dcnt++] = (struct iovec){
-            e->hdr, pack_frame(e->hdr, uc, head->iov_base, head->iov_len,
-                               blen ? body->iov_base : NULL, blen)};
+        data[dcnt++] = (struct iovec){e->hdr, plen};
     } else if (head->iov_len <= us->max_head) {
         id = UXW_AM_FRAME;
         hlen = KEY_LEN + head->iov_len;
@@ -835,13 +846,11 @@ static int ux_tx_now(pscom_plugin_con_t *con, void *priv,
     struct ux_con *uc = priv;
     size_t hlen = iov[0].iov_len, blen = iovcnt > 1 ? iov[1].iov_len : 0;
     uint8_t buf[KEY_LEN + HDR_INLINE];
-    if (hlen + blen > HDR_INLINE || !uc->open || uc->err || uc->txq ||
-        !packable(iov[0].iov_base, hlen, blen))
-        return 0;
+    if (!uc->open || uc->err || uc->txq) return 0;
     size_t len = pack_frame(buf, uc, iov[0].iov_base, hlen,
                             blen ? iov[1].iov_base : NULL, blen);
-    return uxw_am_send_now(uc->us->w, uc->ep, UXW_AM_FRAME_PACKED, buf, len) ==
-           UXW_OK;
+    return len && uxw_am_send_now(uc->us->w, uc->ep, UXW_AM_FRAME_PACKED, buf,
+                                  len) == UXW_OK;
 }
 
 /* Report the frames UCX is done with, in queue order. 0, or -1 when the

@@ -438,6 +438,16 @@ static void assert_msg(const struct psc_con *c, int i, bool now,
     assert_memory_equal(c->msgs[i].body, body, strlen(body));
 }
 
+/* One round of the plugin's progress with `arrive` run inside UCX's
+ * progress; then c has nmsgs messages. */
+static void progress_with(void (*arrive)(void), const struct psc_con *c,
+                          int nmsgs)
+{
+    fw.in_progress = arrive;
+    progress();
+    assert_int_equal(c->nmsgs, nmsgs);
+}
+
 static void message_to_the_core_from_the_callback(void **state)
 {
     (void)state;
@@ -448,32 +458,24 @@ static void message_to_the_core_from_the_callback(void **state)
 
     /* Inside UCX's progress, nothing of the connection waiting: handed to
      * the core from the callback. */
-    fw.in_progress = arrive_small;
-    progress();
-    assert_int_equal(c->nmsgs, 1);
+    progress_with(arrive_small, c, 1);
     assert_msg(c, 0, true, "first");
     assert_int_equal(c->msgs[0].head_len, 12);
 
     /* From an odd place in UCX's buffer: the header is rebuilt in an
      * aligned one (the fake core checks the alignment). */
-    fw.in_progress = arrive_small_unaligned;
-    progress();
-    assert_int_equal(c->nmsgs, 2);
+    progress_with(arrive_small_unaligned, c, 2);
     assert_msg(c, 1, true, "odd");
 
     /* A frame with its head in the AM header (not a small one): through
      * the queue. */
-    fw.in_progress = arrive_eager;
-    progress();
-    assert_int_equal(c->nmsgs, 3);
+    progress_with(arrive_eager, c, 3);
     assert_msg(c, 2, false, "eager");
     assert_int_equal(c->msgs[2].head_len, 12);
 
     /* Behind a message that waits for the dispatch: in order, both through
      * the queue. */
-    fw.in_progress = arrive_refused_then_small;
-    progress();
-    assert_int_equal(c->nmsgs, 5);
+    progress_with(arrive_refused_then_small, c, 5);
     assert_msg(c, 3, false, "eager");
     assert_msg(c, 4, false, "behind");
 
@@ -485,10 +487,8 @@ static void message_to_the_core_from_the_callback(void **state)
     assert_int_equal(fw.nsends, 1);
     fake_send_complete(0, 0);
     assert_int_equal(c->qn, 1);
-    fw.in_progress = arrive_small;
-    progress();
+    progress_with(arrive_small, c, 6);
     assert_int_equal(c->qn, 0);
-    assert_int_equal(c->nmsgs, 6);
     assert_msg(c, 5, false, "first");
 
     /* A callback outside the plugin's progress (UCX progressed for another
@@ -502,9 +502,7 @@ static void message_to_the_core_from_the_callback(void **state)
     /* The core does not take it (no receive posted for it): through the
      * queue, unchanged. */
     c->take_now = false;
-    fw.in_progress = arrive_small;
-    progress();
-    assert_int_equal(c->nmsgs, 8);
+    progress_with(arrive_small, c, 8);
     assert_msg(c, 7, false, "first");
 
     /* A rendezvous body is never handed over from the callback: UCX
@@ -512,10 +510,8 @@ static void message_to_the_core_from_the_callback(void **state)
     c->take_now = true;
     static char src[100];
     memset(src, 'V', sizeof(src));
-    fw.in_progress = arrive_rndv;
-    progress();
+    progress_with(arrive_rndv, c, 8);
     assert_int_equal(fw.nrecvs, 1);
-    assert_int_equal(c->nmsgs, 8);
     fake_recv_complete(0, src, 0);
     progress();
     assert_int_equal(c->nmsgs, 9);
