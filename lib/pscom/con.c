@@ -121,6 +121,11 @@ void psc_con_enqueue(struct psc_con *con, struct psc_req *req)
         psc_leave();
         return;
     }
+    psc_con_queue(con, req);
+}
+
+void psc_con_queue(struct psc_con *con, struct psc_req *req)
+{
     psc_list_add_tail(&req->next, &con->sendq);
     psc_con_kick(con);
 }

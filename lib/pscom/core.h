@@ -190,8 +190,11 @@ void psc_req_release(struct psc_req *req);
 /* Mark done with extra state bits and call io_done. The request must not be
  * touched afterwards (io_done may free or repost it). Inside a call into a
  * plugin (psc_hold), a request with callbacks is only put on psc_ctx.held;
- * psc_req_run_held finishes those, in order. */
-void psc_req_done(struct psc_req *req, pscom_req_state_t extra);
+ * psc_req_run_held finishes those, in order. psc_req_done (inline, below)
+ * finishes a request nobody is called back for itself and leaves the rest
+ * to psc_req_finish. */
+static inline void psc_req_done(struct psc_req *req, pscom_req_state_t extra);
+void psc_req_finish(struct psc_req *req, pscom_req_state_t extra);
 void psc_req_run_held(void);
 
 /* ---------------------------------------------------------------------- */
@@ -317,8 +320,11 @@ void psc_con_established(struct psc_con *con, struct psc_plugin *plugin,
 /* Fail: fail pending requests, report through con_error, close the
  * plugin later. Idempotent. */
 void psc_con_fail(struct psc_con *con, pscom_op_t op, pscom_err_t err);
-/* Queue a request's frame and start writing. */
+/* Queue a request's frame and start writing (or send it at once, when
+ * the plugin takes it whole: tx_now). */
 void psc_con_enqueue(struct psc_con *con, struct psc_req *req);
+/* Queue it behind the others, not offering it to tx_now. */
+void psc_con_queue(struct psc_con *con, struct psc_req *req);
 /* Let the plugin write what is queued. */
 void psc_con_kick(struct psc_con *con);
 /* Flush, send EOF, fail what is left and retire (pscom_close_connection). */
@@ -542,6 +548,20 @@ static inline void psc_lock_handoff(void)
 static inline void psc_req_state_add(struct psc_req *req, pscom_req_state_t bits)
 {
     __atomic_store_n(&req->pub.state, req->pub.state | bits, __ATOMIC_RELAXED);
+}
+
+static inline void psc_req_done(struct psc_req *req, pscom_req_state_t extra)
+{
+    if (req->pub.ops.io_done || req->inplace_done || req->self_free ||
+        req->kind == PSC_REQ_CONTROL) {
+        psc_req_finish(req, extra);
+        return;
+    }
+    psc_ctx.events++;
+    __atomic_store_n(&req->pub.state,
+                     req->pub.state | extra | PSCOM_REQ_STATE_IO_DONE |
+                         PSCOM_REQ_STATE_DONE,
+                     __ATOMIC_RELEASE);
 }
 
 /* Free the requests kept for reuse (req.c): at exit, and before a second

@@ -120,6 +120,25 @@ void psc_proto_send_eof(struct psc_con *con)
     send_control(con, PSC_MSG_EOF, NULL, 0);
 }
 
+/* psc_con_enqueue's first step, the short way, for an eager message (its
+ * header set): nothing queued before it and the plugin takes it whole at
+ * once (tx_now): sent, and done. Else it is for the queue (psc_con_queue).
+ * Only inside psc_enter (pscom_post_send), so that a connection its
+ * completion closes stays until the call returns. */
+static bool eager_now(struct psc_con *con, struct psc_req *req)
+{
+    pscom_request_t *r = &req->pub;
+    if (!con->tx_now || !psc_list_empty(&con->sendq)) return false;
+    const struct iovec iov[2] = {
+        {.iov_base = &r->header, .iov_len = PSC_HDR_LEN + r->xheader_len},
+        {.iov_base = r->data, .iov_len = r->data_len},
+    };
+    if (con->tx_now(con, con->plugin_priv, iov, r->data_len ? 2 : 1) <= 0)
+        return false;
+    psc_req_done(req, PSCOM_REQ_STATE_IO_STARTED);
+    return true;
+}
+
 void psc_proto_send(struct psc_con *con, struct psc_req *req)
 {
     pscom_request_t *r = &req->pub;
@@ -158,8 +177,11 @@ void psc_proto_send(struct psc_con *con, struct psc_req *req)
                    NULL, 0);
     } else {
         set_header(&r->header, PSC_MSG_USER, r->xheader_len, r->data_len);
+        if (eager_now(con, req)) return;
         frame_init(req, PSC_FRAME_EAGER, &r->header,
                    PSC_HDR_LEN + r->xheader_len, r->data, r->data_len);
+        psc_con_queue(con, req);
+        return;
     }
     psc_con_enqueue(con, req);
 }
@@ -296,8 +318,8 @@ static int rx_protocol_error(struct psc_con *con, const char *why)
 
 /* Copy the matched message's header and xheader into req, and aim the body
  * at req's buffer. */
-static void accept_into(struct psc_req *req, struct psc_con *con,
-                        const pscom_header_net_t *hdr)
+static inline void accept_into(struct psc_req *req, struct psc_con *con,
+                               const pscom_header_net_t *hdr)
 {
     pscom_request_t *r = &req->pub;
     size_t xl = hdr->xheader_len;
@@ -709,8 +731,9 @@ static int rx_body_bytes(struct psc_con *con, const char *p, size_t len,
  * the receive loop's (test_match compares them), without the loop's steps:
  * the connection expects the next message all along. 0, or -1 when it is
  * closing. */
-static int rx_user_whole(struct psc_con *con, pscom_header_net_t *hdr,
-                         const void *body, struct psc_req *req)
+static inline int rx_user_whole(struct psc_con *con,
+                                pscom_header_net_t *hdr, const void *body,
+                                struct psc_req *req)
 {
     size_t total = hdr->data_len;
 

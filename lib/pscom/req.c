@@ -135,7 +135,7 @@ void pscom_request_free(pscom_request_t *request)
     psc_req_release(req);
 }
 
-void psc_req_done(struct psc_req *req, pscom_req_state_t extra)
+void psc_req_finish(struct psc_req *req, pscom_req_state_t extra)
 {
     if (psc_ctx.hold && (req->pub.ops.io_done || req->inplace_done) &&
         req->kind != PSC_REQ_CONTROL) {
