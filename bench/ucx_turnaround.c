@@ -45,16 +45,17 @@ static inline uint64_t now_ticks(void)
 #endif
 
 #define MAX_SPANS (1u << 22)
-#define MAX_HANDLERS 16 /* AM ids wrapped; handlers of higher ids are not */
 
 static uint64_t arrived; /* 0: no message since the last send */
 static uint64_t *spans;
 static size_t nspans;
 
-static struct {
+/* A handler as the program registered it; passed to on_am as its argument
+ * (one per registration, kept for the process's life). */
+struct handler {
     ucp_am_recv_callback_t cb;
     void *arg;
-} handlers[MAX_HANDLERS];
+};
 
 /* A symbol of libucp: the next definition after ours, or libucp's own
  * when it was loaded with dlopen (as pscom's plugin does), where RTLD_NEXT
@@ -73,33 +74,14 @@ static void *ucp_symbol(const char *name)
     return f;
 }
 
-static ucs_status_t on_am(unsigned id, const void *header, size_t header_len,
+static ucs_status_t on_am(void *arg, const void *header, size_t header_len,
                           void *data, size_t len,
                           const ucp_am_recv_param_t *param)
 {
+    const struct handler *h = arg;
     arrived = now_ticks();
-    return handlers[id].cb(handlers[id].arg, header, header_len, data, len,
-                           param);
+    return h->cb(h->arg, header, header_len, data, len, param);
 }
-
-/* One entry point per id: UCX passes the handler only its own argument. */
-#define ON_AM(id)                                                        \
-    static ucs_status_t on_am_##id(void *arg, const void *h, size_t hl,  \
-                                   void *d, size_t l,                    \
-                                   const ucp_am_recv_param_t *p)         \
-    {                                                                    \
-        (void)arg;                                                       \
-        return on_am(id, h, hl, d, l, p);                                \
-    }
-ON_AM(0) ON_AM(1) ON_AM(2) ON_AM(3) ON_AM(4) ON_AM(5) ON_AM(6) ON_AM(7)
-ON_AM(8) ON_AM(9) ON_AM(10) ON_AM(11) ON_AM(12) ON_AM(13) ON_AM(14)
-ON_AM(15)
-
-static const ucp_am_recv_callback_t entries[MAX_HANDLERS] = {
-    on_am_0,  on_am_1,  on_am_2,  on_am_3,  on_am_4,  on_am_5,
-    on_am_6,  on_am_7,  on_am_8,  on_am_9,  on_am_10, on_am_11,
-    on_am_12, on_am_13, on_am_14, on_am_15,
-};
 
 ucs_status_t ucp_worker_set_am_recv_handler(ucp_worker_h worker,
                                             const ucp_am_handler_param_t *param)
@@ -107,13 +89,14 @@ ucs_status_t ucp_worker_set_am_recv_handler(ucp_worker_h worker,
     static ucs_status_t (*next)(ucp_worker_h, const ucp_am_handler_param_t *);
     if (!next) next = ucp_symbol("ucp_worker_set_am_recv_handler");
     ucp_am_handler_param_t p = *param;
-    if ((p.field_mask & UCP_AM_HANDLER_PARAM_FIELD_ID) &&
-        (p.field_mask & UCP_AM_HANDLER_PARAM_FIELD_CB) && p.cb &&
-        p.id < MAX_HANDLERS) {
-        handlers[p.id].cb = p.cb;
-        handlers[p.id].arg =
-            (p.field_mask & UCP_AM_HANDLER_PARAM_FIELD_ARG) ? p.arg : NULL;
-        p.cb = entries[p.id];
+    struct handler *h;
+    if ((p.field_mask & UCP_AM_HANDLER_PARAM_FIELD_CB) && p.cb &&
+        (h = malloc(sizeof(*h)))) {
+        h->cb = p.cb;
+        h->arg = (p.field_mask & UCP_AM_HANDLER_PARAM_FIELD_ARG) ? p.arg : NULL;
+        p.cb = on_am;
+        p.arg = h;
+        p.field_mask |= UCP_AM_HANDLER_PARAM_FIELD_ARG;
     }
     return next(worker, &p);
 }
