@@ -7,7 +7,7 @@
  * next send's entry. In a ping-pong that span is the responder's own share
  * of the round trip: UCX handing over the message, the program's matching,
  * copying and completion, and its way back to the send. The transfer
- * between the cores is outside it, so unlike a latency it hardly depends
+ * between the cores is outside it, so it depends much less than a latency
  * on where the host runs the two vCPUs.
  *
  *   LD_PRELOAD=<builddir>/bench/libucx_turnaround.so UCX_TLS=posix \
