@@ -344,8 +344,19 @@ void psc_rx_init(struct psc_rx *rx);
 
 /* For a message that arrived on con with header hdr (xheader behind it):
  * the earliest-posted receive that accepts it, unlinked from its queue, or
- * NULL. Looks at con->recvq_user, sock->recvq_any and the global queue. */
-struct psc_req *psc_match_posted(struct psc_con *con, pscom_header_net_t *hdr);
+ * NULL. Looks at con->recvq_user, sock->recvq_any and the global queue.
+ * psc_match_posted (inline, below) takes the usual case itself: no
+ * receive from any source posted, and the first one posted for con
+ * accepts it. */
+static inline struct psc_req *psc_match_posted(struct psc_con *con,
+                                               pscom_header_net_t *hdr);
+struct psc_req *psc_match_posted_all(struct psc_con *con,
+                                     pscom_header_net_t *hdr);
+/* The first receive in con->recvq_user after `after` that accepts the
+ * message, unlinked, or NULL (when no receive from any source is posted). */
+struct psc_req *psc_match_con_after(struct psc_con *con,
+                                    pscom_header_net_t *hdr,
+                                    struct psc_req *after);
 
 /* For a receive being posted: the first unexpected message it accepts, or
  * NULL. The generated request is unlinked from both its queues. */
@@ -562,6 +573,22 @@ static inline void psc_req_done(struct psc_req *req, pscom_req_state_t extra)
                      req->pub.state | extra | PSCOM_REQ_STATE_IO_DONE |
                          PSCOM_REQ_STATE_DONE,
                      __ATOMIC_RELEASE);
+}
+
+static inline struct psc_req *psc_match_posted(struct psc_con *con,
+                                               pscom_header_net_t *hdr)
+{
+    if (!psc_list_empty(&con->sock->recvq_any) ||
+        !psc_list_empty(&psc_ctx.recvq_any) ||
+        psc_list_empty(&con->recvq_user))
+        return psc_match_posted_all(con, hdr);
+    struct psc_req *req =
+        psc_list_entry(con->recvq_user.next, struct psc_req, next);
+    pscom_request_t *r = &req->pub;
+    if (r->ops.recv_accept && !r->ops.recv_accept(r, &con->pub, hdr))
+        return psc_match_con_after(con, hdr, req);
+    psc_list_del(&req->next);
+    return req;
 }
 
 /* Free the requests kept for reuse (req.c): at exit, and before a second

@@ -24,14 +24,15 @@ bool psc_req_accepts(struct psc_req *req, struct psc_con *con,
     return !r->ops.recv_accept || r->ops.recv_accept(r, &con->pub, hdr);
 }
 
-/* The first receive of `queue` that accepts the message. */
-static struct psc_req *first_accepting(struct psc_list *queue,
-                                       struct psc_con *con,
-                                       pscom_header_net_t *hdr,
-                                       uint64_t before)
+/* The first receive of `queue` after `pos` (the queue's head: from the
+ * start) that accepts the message. */
+static struct psc_req *first_accepting_after(struct psc_list *queue,
+                                             struct psc_list *pos,
+                                             struct psc_con *con,
+                                             pscom_header_net_t *hdr,
+                                             uint64_t before)
 {
-    struct psc_list *pos;
-    psc_list_for_each(pos, queue) {
+    for (pos = pos->next; pos != queue; pos = pos->next) {
         struct psc_req *req = psc_list_entry(pos, struct psc_req, next);
         /* Queues are in posting order: nothing later can win. */
         if (req->seq > before) break;
@@ -40,7 +41,27 @@ static struct psc_req *first_accepting(struct psc_list *queue,
     return NULL;
 }
 
-struct psc_req *psc_match_posted(struct psc_con *con, pscom_header_net_t *hdr)
+/* The first receive of `queue` that accepts the message. */
+static struct psc_req *first_accepting(struct psc_list *queue,
+                                       struct psc_con *con,
+                                       pscom_header_net_t *hdr,
+                                       uint64_t before)
+{
+    return first_accepting_after(queue, queue, con, hdr, before);
+}
+
+struct psc_req *psc_match_con_after(struct psc_con *con,
+                                    pscom_header_net_t *hdr,
+                                    struct psc_req *after)
+{
+    struct psc_req *req = first_accepting_after(&con->recvq_user, &after->next,
+                                                con, hdr, UINT64_MAX);
+    if (req) psc_list_del(&req->next);
+    return req;
+}
+
+struct psc_req *psc_match_posted_all(struct psc_con *con,
+                                     pscom_header_net_t *hdr)
 {
     struct psc_req *best =
         first_accepting(&con->recvq_user, con, hdr, UINT64_MAX);

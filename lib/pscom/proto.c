@@ -20,6 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../../plugins/copy_small.h"
 #include "core.h"
 
 _Static_assert(sizeof(pscom_header_net_t) == 8, "network header is 8 bytes");
@@ -316,6 +317,23 @@ static int rx_protocol_error(struct psc_con *con, const char *why)
     return -1;
 }
 
+/* Where a request's xheader goes: its storage runs past pscom_request_t
+ * (max_xheader_len bytes, psc_req_alloc). */
+static void *req_xheader(pscom_request_t *r)
+{
+    return (char *)r + offsetof(pscom_request_t, xheader);
+}
+
+/* Copy n bytes into a receive: inline for the few bytes of a small
+ * message (a call to memcpy costs more than the copy), memcpy beyond. */
+static inline void copy_in(void *dst, const void *src, size_t n)
+{
+    if (n <= 64)
+        copy_small(dst, src, n);
+    else
+        memcpy(dst, src, n);
+}
+
 /* Copy the matched message's header and xheader into req, and aim the body
  * at req's buffer. */
 static inline void accept_into(struct psc_req *req, struct psc_con *con,
@@ -326,7 +344,7 @@ static inline void accept_into(struct psc_req *req, struct psc_con *con,
     size_t room = r->xheader_len < r->max_xheader_len ? r->xheader_len
                                                       : r->max_xheader_len;
     r->header = *hdr;
-    memcpy(&r->xheader, hdr + 1, xl < room ? xl : room);
+    copy_in(req_xheader(r), hdr + 1, xl < room ? xl : room);
     r->connection = &con->pub;
     psc_req_state_add(req, PSCOM_REQ_STATE_IO_STARTED);
     if (hdr->data_len > r->data_len)
@@ -355,7 +373,7 @@ static void rx_body_to(struct psc_rx *rx, struct psc_req *req, size_t total)
 static size_t copy_fit(struct psc_req *req, const void *body, size_t total)
 {
     size_t fit = total < req->pub.data_len ? total : req->pub.data_len;
-    if (fit) memcpy(req->pub.data, body, fit);
+    copy_in(req->pub.data, body, fit);
     return fit;
 }
 

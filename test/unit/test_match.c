@@ -36,16 +36,23 @@ static int teardown(void **state)
 }
 
 static int accept_tag_value;
+static unsigned accept_tag_calls;
 
 static int accept_tag(pscom_request_t *r, pscom_connection_t *c,
                       pscom_header_net_t *h)
 {
     uint32_t tag;
+    accept_tag_calls++;
     memcpy(&tag, h->xheader, sizeof(tag));
     return h->xheader_len >= 4 && tag == (uint32_t)accept_tag_value;
 }
 
-static pscom_request_t *recv_req(pscom_connection_t *c, void *buf, size_t len)
+/* A receive on c (NULL: any source on sock) with a 4-byte xheader, taking
+ * what `accept` (NULL: anything) accepts. */
+static pscom_request_t *
+recv_req_accepting(pscom_connection_t *c, void *buf, size_t len,
+                   int (*accept)(pscom_request_t *, pscom_connection_t *,
+                                 pscom_header_net_t *))
 {
     pscom_request_t *r = pscom_request_create(4, 0);
     r->connection = c;
@@ -53,8 +60,14 @@ static pscom_request_t *recv_req(pscom_connection_t *c, void *buf, size_t len)
     r->data = buf;
     r->data_len = len;
     r->xheader_len = 4;
+    r->ops.recv_accept = accept;
     pscom_post_recv(r);
     return r;
+}
+
+static pscom_request_t *recv_req(pscom_connection_t *c, void *buf, size_t len)
+{
+    return recv_req_accepting(c, buf, len, NULL);
 }
 
 static uint32_t tag_of(pscom_request_t *r)
@@ -123,13 +136,7 @@ static void recv_accept_selects(void **state)
 {
     char b[8];
     accept_tag_value = 5;
-    pscom_request_t *r = pscom_request_create(4, 0);
-    r->connection = con_a;
-    r->data = b;
-    r->data_len = sizeof(b);
-    r->xheader_len = 4;
-    r->ops.recv_accept = accept_tag;
-    pscom_post_recv(r);
+    pscom_request_t *r = recv_req_accepting(con_a, b, sizeof(b), accept_tag);
 
     struct frame f;
     frame_user(&f, 3, "tag3", 5);
@@ -146,6 +153,36 @@ static void recv_accept_selects(void **state)
     assert_int_equal(tag_of(r3), 3);
     pscom_request_free(r);
     pscom_request_free(r3);
+}
+
+/* The first receive posted on a connection refuses the message
+ * (recv_accept): a later one on the same connection takes it, and the
+ * first is asked once and stays posted for the next. */
+static void refused_by_the_first_taken_by_a_later(void **state)
+{
+    char b1[8], b2[8];
+    accept_tag_value = 5;
+    pscom_request_t *r1 =
+        recv_req_accepting(con_a, b1, sizeof(b1), accept_tag);
+    pscom_request_t *r2 = recv_req(con_a, b2, sizeof(b2));
+    assert_false(pscom_req_is_done(r1));
+    assert_false(pscom_req_is_done(r2));
+
+    struct frame f;
+    accept_tag_calls = 0;
+    frame_user(&f, 3, "tag3", 5);
+    feed(con_a, &f);
+    assert_true(pscom_req_successful(r2));
+    assert_string_equal(b2, "tag3");
+    assert_false(pscom_req_is_done(r1));
+    assert_int_equal(accept_tag_calls, 1);
+
+    frame_user(&f, 5, "tag5", 5);
+    feed(con_a, &f);
+    assert_true(pscom_req_successful(r1));
+    assert_string_equal(b1, "tag5");
+    pscom_request_free(r1);
+    pscom_request_free(r2);
 }
 
 static void unexpected_in_order_and_probe(void **state)
@@ -505,6 +542,7 @@ int main(void)
         cmocka_unit_test(per_con_before_any),
         cmocka_unit_test(any_before_per_con),
         cmocka_unit_test(recv_accept_selects),
+        cmocka_unit_test(refused_by_the_first_taken_by_a_later),
         cmocka_unit_test(unexpected_in_order_and_probe),
         cmocka_unit_test(partial_message_merged),
         cmocka_unit_test(cancel_unmatched),
