@@ -110,9 +110,7 @@ void psc_con_enqueue(struct psc_con *con, struct psc_req *req)
 {
     /* Nothing queued before it, and the plugin takes it whole at once (a
      * small frame, copied): sent, without the queue and tx_kick. */
-    if (con->tx_now && psc_list_empty(&con->sendq) &&
-        con->tx_now(con, con->plugin_priv, req->iov,
-                    req->iov[1].iov_len ? 2 : 1) > 0) {
+    if (psc_con_tx_now(con, req->iov, req->iov[1].iov_len ? 2 : 1)) {
         req->tx_left = 0;
         psc_req_state_add(req, PSCOM_REQ_STATE_IO_STARTED);
         /* Its completion may close and free the connection: only after. */

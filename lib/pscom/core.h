@@ -325,6 +325,15 @@ void psc_con_fail(struct psc_con *con, pscom_op_t op, pscom_err_t err);
 void psc_con_enqueue(struct psc_con *con, struct psc_req *req);
 /* Queue it behind the others, not offering it to tx_now. */
 void psc_con_queue(struct psc_con *con, struct psc_req *req);
+
+/* Offer a frame (iov[0..iovcnt)) to the plugin's tx_now when nothing is
+ * queued before it; true when the plugin took it whole: sent. */
+static inline bool psc_con_tx_now(struct psc_con *con,
+                                  const struct iovec *iov, int iovcnt)
+{
+    return con->tx_now && psc_list_empty(&con->sendq) &&
+           con->tx_now(con, con->plugin_priv, iov, iovcnt) > 0;
+}
 /* Let the plugin write what is queued. */
 void psc_con_kick(struct psc_con *con);
 /* Flush, send EOF, fail what is left and retire (pscom_close_connection). */

@@ -121,21 +121,19 @@ void psc_proto_send_eof(struct psc_con *con)
     send_control(con, PSC_MSG_EOF, NULL, 0);
 }
 
-/* psc_con_enqueue's first step, the short way, for an eager message (its
- * header set): nothing queued before it and the plugin takes it whole at
- * once (tx_now): sent, and done. Else it is for the queue (psc_con_queue).
- * Only inside psc_enter (pscom_post_send), so that a connection its
- * completion closes stays until the call returns. */
+/* psc_con_enqueue's first step for an eager message (its header set),
+ * without setting up the frame in the request: when the plugin takes it
+ * at once (psc_con_tx_now) it is sent, and done. Else it is for the queue
+ * (psc_con_queue). Only inside psc_enter (pscom_post_send), so that a
+ * connection its completion closes stays until the call returns. */
 static bool eager_now(struct psc_con *con, struct psc_req *req)
 {
     pscom_request_t *r = &req->pub;
-    if (!con->tx_now || !psc_list_empty(&con->sendq)) return false;
     const struct iovec iov[2] = {
         {.iov_base = &r->header, .iov_len = PSC_HDR_LEN + r->xheader_len},
         {.iov_base = r->data, .iov_len = r->data_len},
     };
-    if (con->tx_now(con, con->plugin_priv, iov, r->data_len ? 2 : 1) <= 0)
-        return false;
+    if (!psc_con_tx_now(con, iov, r->data_len ? 2 : 1)) return false;
     psc_req_done(req, PSCOM_REQ_STATE_IO_STARTED);
     return true;
 }
@@ -157,33 +155,32 @@ void psc_proto_send(struct psc_con *con, struct psc_req *req)
             return;
         }
     }
-    if (r->data_len >= con->rndv_threshold) {
-        struct psc_rndv_info info = {.sender_id = ++psc_ctx.next_id,
-                                     .data_len = r->data_len};
-        char *x = (char *)&r->xheader + r->xheader_len;
-        const pscom_plugin_ops_t *ops =
-            con->plugin_open ? con->plugin->desc->ops : NULL;
-        if (ops && ops->rndv_describe) {
-            size_t n = ops->rndv_describe(con, con->plugin_priv, r->data,
-                                          r->data_len, x);
-            info.blob_len = n <= PSC_RNDV_BLOB_MAX ? (uint32_t)n : 0;
-        }
-        req->id = info.sender_id;
-        req->rndv_answer = 0;
-        memcpy(x + info.blob_len, &info, sizeof(info));
-        size_t xlen = r->xheader_len + info.blob_len + sizeof(info);
-        set_header(&r->header, PSC_MSG_RNDV_REQ, xlen, 0);
-        psc_req_state_add(req, PSCOM_REQ_STATE_RENDEZVOUS_REQUEST);
-        frame_init(req, PSC_FRAME_RNDV_REQ, &r->header, PSC_HDR_LEN + xlen,
-                   NULL, 0);
-    } else {
+    if (r->data_len < con->rndv_threshold) {
         set_header(&r->header, PSC_MSG_USER, r->xheader_len, r->data_len);
         if (eager_now(con, req)) return;
         frame_init(req, PSC_FRAME_EAGER, &r->header,
                    PSC_HDR_LEN + r->xheader_len, r->data, r->data_len);
-        psc_con_queue(con, req);
+        psc_con_queue(con, req); /* tx_now was asked already */
         return;
     }
+    struct psc_rndv_info info = {.sender_id = ++psc_ctx.next_id,
+                                 .data_len = r->data_len};
+    char *x = (char *)&r->xheader + r->xheader_len;
+    const pscom_plugin_ops_t *ops =
+        con->plugin_open ? con->plugin->desc->ops : NULL;
+    if (ops && ops->rndv_describe) {
+        size_t n = ops->rndv_describe(con, con->plugin_priv, r->data,
+                                      r->data_len, x);
+        info.blob_len = n <= PSC_RNDV_BLOB_MAX ? (uint32_t)n : 0;
+    }
+    req->id = info.sender_id;
+    req->rndv_answer = 0;
+    memcpy(x + info.blob_len, &info, sizeof(info));
+    size_t xlen = r->xheader_len + info.blob_len + sizeof(info);
+    set_header(&r->header, PSC_MSG_RNDV_REQ, xlen, 0);
+    psc_req_state_add(req, PSCOM_REQ_STATE_RENDEZVOUS_REQUEST);
+    frame_init(req, PSC_FRAME_RNDV_REQ, &r->header, PSC_HDR_LEN + xlen,
+               NULL, 0);
     psc_con_enqueue(con, req);
 }
 

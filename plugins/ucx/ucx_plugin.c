@@ -845,7 +845,7 @@ static int ux_tx_now(pscom_plugin_con_t *con, void *priv,
 {
     struct ux_con *uc = priv;
     size_t hlen = iov[0].iov_len, blen = iovcnt > 1 ? iov[1].iov_len : 0;
-    uint8_t buf[KEY_LEN + HDR_INLINE];
+    uint8_t buf[HDR_INLINE]; /* pack_frame's most */
     if (!uc->open || uc->err || uc->txq) return 0;
     size_t len = pack_frame(buf, uc, iov[0].iov_base, hlen,
                             blen ? iov[1].iov_base : NULL, blen);
