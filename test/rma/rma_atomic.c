@@ -293,6 +293,11 @@ static void origins_run(struct origin *o, int n)
         pscom_send(o[k].con, NULL, 0, o[k].cas_old, sizeof(o[k].cas_old));
         pscom_send(o[k].con, NULL, 0, o[k].mix_fetched,
                    sizeof(o[k].mix_fetched));
+        /* Out before this process stops driving progress (it then waits on
+         * the test's link): a send a transport could not take at once
+         * (UCX's shared-memory FIFO full while the target was slow) would
+         * never leave. */
+        pscom_flush(o[k].con);
         pscom_rkey_destroy(o[k].key);
     }
 }
