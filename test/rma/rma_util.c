@@ -364,6 +364,7 @@ void rt_register_callbacks(pscom_memh_t memh, rt_counts_t *counts)
     ITEST_ASSERT(i < RT_MAX_REGIONS, "too many regions");
     regions[i].memh = memh;
     regions[i].counts = counts;
+    *counts = (rt_counts_t){0};
     pscom_register_rma_callbacks(cb_put, memh, PSCOM_RMA_PUT);
     pscom_register_rma_callbacks(cb_get, memh, PSCOM_RMA_GET);
     pscom_register_rma_callbacks(cb_acc, memh, PSCOM_RMA_ACCUMULATE);

@@ -101,7 +101,8 @@ typedef struct rt_counts {
 } rt_counts_t;
 
 /* Register the six callbacks of the tests for memh; they count into
- * *counts (which must live as long as the region). */
+ * *counts, which this zeroes (and which must live as long as the
+ * region). */
 void rt_register_callbacks(pscom_memh_t memh, rt_counts_t *counts);
 
 /* ---------------------------------------------------------------------- */
