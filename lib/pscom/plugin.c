@@ -43,7 +43,7 @@ static const struct {
     {"ofi", NULL, PSCOM_CON_TYPE_OFED, 20},
 };
 
-#define MAX_PLUGINS 16
+#define MAX_PLUGINS PSC_MAX_PLUGINS
 
 struct slot {
     struct psc_plugin p;
@@ -430,24 +430,21 @@ struct psc_plugin *psc_plugin_by_type(pscom_con_type_t t)
     return NULL;
 }
 
-/* The progress ops of plugins with open connections, densely: this loop
- * runs on every round of every wait. */
-static int (*active[MAX_PLUGINS])(void);
+struct psc_active psc_active;
 static const pscom_plugin_ops_t *active_ops[MAX_PLUGINS];
-static unsigned nactive;
 
 static void rebuild_active(void)
 {
-    nactive = 0;
+    unsigned n = 0;
     for (unsigned i = 0; i < count; i++) {
         struct psc_plugin *p = order[i];
         if (p->open_cons && p->desc && p->desc->ops->progress) {
-            active_ops[nactive] =
-                PSCOM_PLUGIN_API_MINOR(p->desc->api_version) >= 2
-                    ? p->desc->ops : NULL;
-            active[nactive++] = p->desc->ops->progress;
+            active_ops[n] = PSCOM_PLUGIN_API_MINOR(p->desc->api_version) >= 2
+                                ? p->desc->ops : NULL;
+            psc_active.progress[n++] = p->desc->ops->progress;
         }
     }
+    psc_active.n = n;
 }
 
 void psc_plugin_con_opened(struct psc_plugin *p)
@@ -458,15 +455,6 @@ void psc_plugin_con_opened(struct psc_plugin *p)
 void psc_plugin_con_closed(struct psc_plugin *p)
 {
     if (--p->open_cons == 0) rebuild_active();
-}
-
-int psc_plugins_progress(void)
-{
-    int did = 0;
-    psc_hold();
-    for (unsigned i = 0; i < nactive; i++) did |= active[i]();
-    psc_unhold();
-    return did;
 }
 
 /* The plugins armed for sleeps: they stay armed until
@@ -483,14 +471,14 @@ static bool is_armed(const pscom_plugin_ops_t *ops)
 
 bool psc_plugins_wait_arm(void)
 {
-    for (unsigned i = 0; i < nactive; i++) {
+    for (unsigned i = 0; i < psc_active.n; i++) {
         const pscom_plugin_ops_t *ops = active_ops[i];
         if (!ops || !ops->wait_arm || !ops->wait_disarm) {
             psc_plugins_wait_disarm();
             return false;
         }
     }
-    for (unsigned i = 0; i < nactive; i++) {
+    for (unsigned i = 0; i < psc_active.n; i++) {
         const pscom_plugin_ops_t *ops = active_ops[i];
         if (is_armed(ops)) continue;
         if (!ops->wait_arm()) {

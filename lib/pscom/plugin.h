@@ -78,9 +78,15 @@ void psc_plugin_sort(struct psc_plugin **list, unsigned count);
 void psc_plugin_con_opened(struct psc_plugin *p);
 void psc_plugin_con_closed(struct psc_plugin *p);
 
-/* Call the progress op of every plugin with open connections; 1 when one
- * made progress. */
-int psc_plugins_progress(void);
+/* The progress ops of the plugins with open connections, densely, in
+ * priority order (kept by psc_plugin_con_opened/closed): a round of the
+ * progress engine calls each. */
+#define PSC_MAX_PLUGINS 16
+struct psc_active {
+    unsigned n;
+    int (*progress[PSC_MAX_PLUGINS])(void);
+};
+extern struct psc_active psc_active;
 
 /* Before a sleeping wait: ask every plugin with open connections to have
  * what it waits for signalled on its descriptors (ops.wait_arm; plugins

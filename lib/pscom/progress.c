@@ -141,7 +141,11 @@ int psc_progress(void)
 
     psc_enter();
     psc_ctx.round++;
-    did = psc_plugins_progress();
+    /* In line: this runs on every round of every wait. */
+    did = 0;
+    psc_hold();
+    for (unsigned i = 0; i < psc_active.n; i++) did |= psc_active.progress[i]();
+    psc_unhold();
     if (epfd >= 0 && (hot_count || (psc_ctx.round & (COLD_ROUNDS - 1)) == 0))
         did |= dispatch_fds(0);
     if ((psc_ctx.round & 1023) == 0) psc_precon_check_timeouts();

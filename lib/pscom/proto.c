@@ -28,12 +28,23 @@ _Static_assert(offsetof(pscom_request_t, xheader) ==
                    offsetof(pscom_request_t, header) + sizeof(pscom_header_net_t),
                "the xheader must follow the header in a request");
 
+/* Fill a header. On little-endian machines in one 8-byte store: the
+ * plugins read a header whole right after (tx_now), and a load that spans
+ * several stores still in flight waits until they are written (the field
+ * stores are seven: the bit field goes byte by byte). Every message
+ * checks the layout: its receiver reads the fields. */
 static void set_header(pscom_header_net_t *h, uint8_t type, size_t xlen,
                        uint64_t data_len)
 {
+#if __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+    uint64_t w = (uint64_t)(uint16_t)xlen | (uint64_t)type << 16 |
+                 data_len << 24;
+    memcpy(h, &w, sizeof(w));
+#else
     h->xheader_len = (uint16_t)xlen;
     h->msg_type = type;
     h->data_len = data_len;
+#endif
 }
 
 int psc_header_check(const pscom_header_net_t *hdr, const char **why)
