@@ -145,17 +145,21 @@ static void run_size(struct side *s, size_t size, unsigned iters,
     unsigned sdir = client ? DIR_C2S : DIR_S2C, rdir = client ? DIR_S2C : DIR_C2S;
     struct tick_span span;
 
+    /* A ping-pong's round trip runs from one reply to the next, as in
+     * pscom_bench: one clock read per round trip. */
+    uint64_t t0, t1 = 0;
     tick_span_start(&span);
+    t0 = ticks();
     for (it = 0; it < n; it++) {
-        uint64_t t0 = 0, t1 = 0;
         unsigned k;
 
         g_iter = it;
-        if (verify)
+        if (verify) {
             pat_fill(s->sbuf, size, pat_seed(size, it, sdir));
+            t0 = ticks();
+        }
         if (o->c.mode == MODE_PINGPONG) {
             if (client) {
-                t0 = ticks();
                 send_msgs(s->fd, s->sbuf, wlen, 1);
                 recv_msgs(s->fd, s->rbuf, wlen, 1);
                 t1 = ticks();
@@ -191,6 +195,7 @@ static void run_size(struct side *s, size_t size, unsigned iters,
             continue;
         }
         if (it >= warm) s->times[it - warm] = (double)(t1 - t0);
+        t0 = t1;
     }
     if (client)
         times_scale(s->times, iters, tick_span_rate(&span) /
