@@ -43,8 +43,6 @@ static const struct {
     {"ofi", NULL, PSCOM_CON_TYPE_OFED, 20},
 };
 
-#define MAX_PLUGINS PSC_MAX_PLUGINS
-
 struct slot {
     struct psc_plugin p;
     char row_name[40];
@@ -54,8 +52,8 @@ struct slot {
     void *dl;
 };
 
-static struct slot slots[MAX_PLUGINS];
-static struct psc_plugin *order[MAX_PLUGINS];
+static struct slot slots[PSC_MAX_PLUGINS];
+static struct psc_plugin *order[PSC_MAX_PLUGINS];
 static unsigned count;
 static bool loaded;
 
@@ -73,7 +71,7 @@ static void row_name(char *dst, size_t len, const char *name)
 
 static struct slot *new_slot(const char *name)
 {
-    if (count == MAX_PLUGINS) {
+    if (count == PSC_MAX_PLUGINS) {
         psc_err("too many plugins; %s is ignored", name);
         return NULL;
     }
@@ -385,8 +383,8 @@ void psc_plugins_load_modules_for(const struct psc_plugin *best, uint64_t mask)
 
 const char *const *psc_plugins_pending_prefixes(void)
 {
-    static char names[2 * MAX_PLUGINS][48];
-    static const char *list[2 * MAX_PLUGINS + 1];
+    static char names[2 * PSC_MAX_PLUGINS][48];
+    static const char *list[2 * PSC_MAX_PLUGINS + 1];
     unsigned n = 0;
     for (unsigned i = 0; i < count; i++) {
         struct slot *s = (struct slot *)order[i];
@@ -431,7 +429,7 @@ struct psc_plugin *psc_plugin_by_type(pscom_con_type_t t)
 }
 
 struct psc_active psc_active;
-static const pscom_plugin_ops_t *active_ops[MAX_PLUGINS];
+static const pscom_plugin_ops_t *active_ops[PSC_MAX_PLUGINS];
 
 static void rebuild_active(void)
 {
@@ -459,7 +457,7 @@ void psc_plugin_con_closed(struct psc_plugin *p)
 
 /* The plugins armed for sleeps: they stay armed until
  * psc_plugins_wait_disarm, and the active set may change meanwhile. */
-static const pscom_plugin_ops_t *armed[MAX_PLUGINS];
+static const pscom_plugin_ops_t *armed[PSC_MAX_PLUGINS];
 static unsigned narmed;
 
 static bool is_armed(const pscom_plugin_ops_t *ops)
