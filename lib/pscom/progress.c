@@ -135,17 +135,25 @@ static int dispatch_fds(int timeout_ms)
     return n > 0;
 }
 
+/* Call the progress op of every plugin with open connections (in line:
+ * this runs on every round and poll of every wait); 1 when one made
+ * progress. */
+static inline int poll_plugins(void)
+{
+    int did = 0;
+    psc_hold();
+    for (unsigned i = 0; i < psc_active.n; i++) did |= psc_active.progress[i]();
+    psc_unhold();
+    return did;
+}
+
 int psc_progress(void)
 {
     int did;
 
     psc_enter();
     psc_ctx.round++;
-    /* In line: this runs on every round of every wait. */
-    did = 0;
-    psc_hold();
-    for (unsigned i = 0; i < psc_active.n; i++) did |= psc_active.progress[i]();
-    psc_unhold();
+    did = poll_plugins();
     if (epfd >= 0 && (hot_count || (psc_ctx.round & (COLD_ROUNDS - 1)) == 0))
         did |= dispatch_fds(0);
     if ((psc_ctx.round & 1023) == 0) psc_precon_check_timeouts();
@@ -268,17 +276,14 @@ static bool polls_only(const struct wait *w)
            !psc_oversubscribed();
 }
 
-/* Up to POLLS_PER_ROUND polls of the one plugin with connections; true
- * as soon as cond_fn(arg) holds. *did: a poll did something. */
+/* Up to POLLS_PER_ROUND polls of the plugin with connections; true as
+ * soon as cond_fn(arg) holds. *did: a poll did something. */
 static bool polls_until(bool (*cond_fn)(void *arg), void *arg, int *did)
 {
-    int (*poll)(void) = psc_active.progress[0];
     bool met = false;
     psc_enter();
     for (int i = 0; i < POLLS_PER_ROUND && !met; i++) {
-        psc_hold();
-        *did |= poll();
-        psc_unhold();
+        *did |= poll_plugins();
         met = cond_fn(arg);
     }
     psc_leave();
