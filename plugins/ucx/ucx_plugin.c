@@ -128,6 +128,7 @@ struct ux_txe {
     bool done;           /* UCX no longer needs the buffers */
     int status;          /* how the send ended */
     uxw_op_t op;         /* tx_cb(this) */
+    struct iovec iov[2]; /* the data, which UCX may read until done */
     uint8_t *hdr;        /* what UCX reads until done: the AM header, or the
                           * whole frame when packed (hinline or malloc'ed) */
     uint8_t hinline[KEY_LEN + HDR_INLINE];
@@ -716,7 +717,7 @@ static int send_frame(struct ux_con *uc, const struct iovec *head,
     e->base = head->iov_base;
     e->len = head->iov_len + blen;
 
-    struct iovec data[2];
+    struct iovec *data = e->iov;
     int dcnt = 0;
     unsigned id;
     size_t hlen;

@@ -35,6 +35,7 @@ struct fake_send {
     size_t hdr_len;
     uint8_t data[1 << 16]; /* the data iovecs, gathered */
     size_t data_len;
+    const struct iovec *iov; /* as given: UCX reads it until done */
     int iovcnt;
     int eager;
     const uxw_op_t *op;
