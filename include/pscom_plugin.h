@@ -225,9 +225,12 @@ typedef struct pscom_plugin_ops {
      * connection with nothing queued: return 1 when the transport took it
      * whole and keeps no reference to its buffers, so it counts as sent
      * (the core completes it; no tx_peek/tx_done for it); 0 to leave it to
-     * the queue and tx_kick. It must make no upcalls. The core calls it
-     * only for open connections that have not failed, and may always
-     * queue instead. */
+     * the queue and tx_kick: the core queues it at once. A plugin may have
+     * started it all the same (its transport did not finish at once); it
+     * then finds it in the next tx_peek and reports it with tx_done as
+     * any queued frame. It must make no upcalls. The core calls it only
+     * for open connections that have not failed, and may always queue
+     * instead. */
     int (*tx_now)(pscom_plugin_con_t *con, void *priv, const struct iovec *iov,
                   int iovcnt);
 } pscom_plugin_ops_t;

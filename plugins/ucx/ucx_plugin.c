@@ -16,18 +16,23 @@
  * reused does not match and its message is dropped.
  *
  * Sending: each frame of the core's send queue (head = header + xheader,
- * then the body) is one active message, the head in the AM header, the body
- * as data. A small frame goes whole as data (UXW_AM_FRAME_PACKED), a head
- * longer than UCX's largest AM header at the start of the data
- * (UXW_AM_FRAME_LONG). Bodies below the core's rendezvous threshold (user
- * messages) go with UCX's eager protocol; larger ones are rendezvous bodies
- * (RNDV_DATA, sent after the receiver matched them) and UCX chooses,
- * normally its own zero-copy rendezvous. A frame UCX takes at once while
+ * then the body) is one active message. An eager frame goes whole as
+ * data, its head rebuilt as a short prefix (UXW_AM_FRAME_PACKED; a small
+ * one copied into one piece, a larger one as two pieces, prefix and
+ * body): UCX puts an AM header after the data, and reading it there would
+ * wait for the message's last cache line before its first. Other frames
+ * (rendezvous bodies, xheaders longer than a prefix announces) have their
+ * head in the AM header and the body as data, a head longer than UCX's
+ * largest AM header at the start of the data (UXW_AM_FRAME_LONG). Bodies
+ * below the core's rendezvous threshold (user messages) go with UCX's
+ * eager protocol; larger ones are rendezvous bodies (RNDV_DATA, sent
+ * after the receiver matched them) and UCX chooses, normally its own
+ * zero-copy rendezvous. A frame UCX takes at once while
  * none is with UCX is done for the core at once; others wait in a FIFO
  * (ux_con.txq) and the core learns of them (pscom_plugin_tx_done) strictly
  * in queue order, once UCX no longer needs their buffers.
  *
- * Receiving: a small message for a connection with nothing waiting to be
+ * Receiving: a packed message for a connection with nothing waiting to be
  * handed over goes to the core from the AM callback when a posted receive
  * takes it (pscom_plugin_rx_now, deliver_now). Otherwise the callback only
  * records the message (ux_con.rxq: the head copied; data of a few KiB
@@ -69,9 +74,11 @@
 #include "ucx_wrap.h"
 
 #define KEY_LEN       8    /* connection key in front of every AM header */
-#define SMALL_PREFIX  8    /* key and header of a small frame (pack_frame) */
-#define HDR_INLINE    88   /* frames (packed) or heads up to this long live
-                            * in the entry */
+#define PREFIX_LEN    8    /* key and header of a packed frame (pack_prefix) */
+#define XHEADER_PACKED 255 /* the longest xheader a prefix announces */
+#define PREFIX_MAX    (PREFIX_LEN + XHEADER_PACKED)
+#define HDR_INLINE    88   /* frames packed into one piece, or AM heads, up
+                            * to this long live in the entry */
 /* Arrivals up to this long are copied into pooled entries (4 KiB each).
  * Keeping UCX's descriptor instead costs more up to a few KiB: UCX then
  * replaces the descriptor of its receive FIFO (1 KiB ping-pong over posix:
@@ -130,8 +137,8 @@ struct ux_txe {
     uxw_op_t op;         /* tx_cb(this) */
     struct iovec iov[2]; /* the data, which UCX may read until done */
     uint8_t *hdr;        /* what UCX reads until done: the AM header, or the
-                          * whole frame when packed (hinline or malloc'ed) */
-    uint8_t hinline[KEY_LEN + HDR_INLINE];
+                          * packed prefix or frame (hinline or malloc'ed) */
+    uint8_t hinline[PREFIX_MAX];
 };
 
 enum rx_kind {
@@ -147,6 +154,7 @@ struct ux_rx {
     bool long_head;     /* the frame head is part of the data */
     size_t head_len;    /* bytes of frame head at buf */
     void *data;
+    size_t data_off;    /* RX_KEPT: bytes of UCX's data before data */
     size_t len;
     size_t cap; /* bytes at buf */
     uint8_t buf[];
@@ -293,6 +301,7 @@ static struct ux_rx *rx_get(size_t bytes)
     }
     rx->next = NULL;
     rx->long_head = false;
+    rx->data_off = 0;
     return rx;
 }
 
@@ -552,21 +561,22 @@ static bool deliver_now(struct ux_con *uc, const uint8_t *head,
     return pscom_plugin_rx_now(uc->con, head, head_len, body, body_len) == 1;
 }
 
-/* The head of a small frame (p[0..len), at least SMALL_PREFIX bytes; see
- * pack_frame) rebuilt, aligned, in out: its header, then its xheader; its
- * length. An xheader longer than the frame, or than any small frame's, is
- * cut: the header then disagrees with the head, which check_am reports. */
-static size_t unpack_small(const uint8_t *p, size_t len,
-                           uint64_t out[HDR_INLINE / 8 + 1])
+/* Room for a packed frame's head rebuilt: header and xheader. */
+#define HEAD_WORDS ((PREFIX_MAX + 7) / 8)
+
+/* The head of a packed frame (p[0..len), at least PREFIX_LEN bytes; see
+ * pack_prefix) rebuilt, aligned, in out: its header, then its xheader; its
+ * length. An xheader longer than the frame is cut: the header then
+ * disagrees with the head, which check_am reports. */
+static size_t unpack_head(const uint8_t *p, size_t len,
+                           uint64_t out[HEAD_WORDS])
 {
-    size_t room = (HDR_INLINE / 8 + 1) * 8 - sizeof(pscom_header_net_t);
     size_t xl = p[7];
-    if (xl > len - SMALL_PREFIX) xl = len - SMALL_PREFIX;
-    if (xl > room) xl = room;
+    if (xl > len - PREFIX_LEN) xl = len - PREFIX_LEN;
     pscom_header_net_t h = {.xheader_len = p[7], .msg_type = p[6],
-                            .data_len = len - SMALL_PREFIX - xl};
+                            .data_len = len - PREFIX_LEN - xl};
     memcpy(out, &h, sizeof(h));
-    copy_small((uint8_t *)out + sizeof(h), p + SMALL_PREFIX, xl);
+    copy_small((uint8_t *)out + sizeof(h), p + PREFIX_LEN, xl);
     return sizeof(h) + xl;
 }
 
@@ -577,22 +587,23 @@ static int am_cb(void *arg, unsigned id, const void *hdr, size_t hdr_len,
     struct ux_con *uc;
     const uint8_t *head;
     size_t head_len;
-    /* A small frame comes whole as data: its head rebuilt, then to the
+    /* A packed frame comes whole as data: its head rebuilt, then to the
      * core at once if it can (which checks that it is one whole message),
-     * else on as the others (copied). */
+     * else on as the others. */
     bool packed = id == UXW_AM_FRAME_PACKED;
-    uint64_t rebuilt[HDR_INLINE / 8 + 1];
+    size_t used = 0; /* bytes of the data before the body */
+    uint64_t rebuilt[HEAD_WORDS];
     if (packed) {
         const uint8_t *p = data;
-        if (hdr_len || (flags & UXW_AM_RNDV) || len < SMALL_PREFIX) {
+        if (hdr_len || (flags & UXW_AM_RNDV) || len < PREFIX_LEN) {
             pscom_plugin_log(5, "ucx: malformed small message of %zu bytes "
                              "dropped", len);
             return UXW_AM_DONE;
         }
         head = (const uint8_t *)rebuilt;
-        head_len = unpack_small(p, len, rebuilt);
+        head_len = unpack_head(p, len, rebuilt);
         /* the prefix and the xheader: the body follows */
-        size_t used = SMALL_PREFIX + head_len - sizeof(pscom_header_net_t);
+        used = PREFIX_LEN + head_len - sizeof(pscom_header_net_t);
         data = (uint8_t *)data + used;
         len -= used;
         /* A cut head goes on to check_am. */
@@ -631,12 +642,13 @@ static int am_cb(void *arg, unsigned id, const void *hdr, size_t hdr_len,
             rx->data = data;
             ret = UXW_AM_KEEP;
         }
-    } else if (len && !packed && (flags & UXW_AM_KEEPABLE) &&
+    } else if (len && (flags & UXW_AM_KEEPABLE) &&
                head_len + len > RX_INLINE) {
         rx = rx_get(head_len);
         if (rx) {
             rx->kind = RX_KEPT;
             rx->data = data;
+            rx->data_off = used;
             ret = UXW_AM_KEEP;
         }
     } else {
@@ -644,8 +656,8 @@ static int am_cb(void *arg, unsigned id, const void *hdr, size_t hdr_len,
         if (rx) {
             rx->kind = RX_COPY;
             rx->data = rx->buf + head_len;
-            if (packed) copy_small(rx->data, data, len);
-            else if (len) memcpy(rx->data, data, len);
+            if (len <= HDR_INLINE) copy_small(rx->data, data, len);
+            else memcpy(rx->data, data, len);
         }
     }
     if (!rx) {
@@ -670,32 +682,45 @@ static int am_cb(void *arg, unsigned id, const void *hdr, size_t hdr_len,
 /* Sending                                                                */
 /* ---------------------------------------------------------------------- */
 
-/* A small frame as one piece of data (FRAME_PACKED): instead of the key
- * and the header (16 bytes), an 8-byte prefix — slot (4 bytes), the low
- * 16 bits of the generation, the message type and the xheader's length;
- * the body is the rest — then the xheader and the body. Eight bytes less
- * keep more messages within the first cache line of UCX's shared-memory
- * FIFO element: one line for the receiver to fetch, not two
- * (doc/plugins/ucx.md). Its length; 0 when the frame cannot go small:
- * longer than HDR_INLINE, or a header that says what the prefix cannot
- * (the xheader not all in the head, the body not all of the rest). */
-static size_t pack_frame(uint8_t *dst, const struct ux_con *uc,
-                         const void *head, size_t hl, const void *body,
-                         size_t bl)
+/* A packed frame (FRAME_PACKED) is all data: instead of the key and the
+ * header (16 bytes), an 8-byte prefix — slot (4 bytes), the low 16 bits of
+ * the generation, the message type and the xheader's length; the body is
+ * the rest — then the xheader and the body. The head comes first, in the
+ * line the receiver reads first; eight bytes less keep more messages
+ * within the first cache line of UCX's shared-memory FIFO element
+ * (doc/plugins/ucx.md). The prefix and xheader of a frame
+ * (head[0..hl), then bl bytes of body) at dst (PREFIX_MAX bytes); their
+ * length, or 0 when the header says what a prefix cannot: the xheader not
+ * all in the head (or too long), the body not all of the rest. */
+static size_t pack_prefix(uint8_t *dst, const struct ux_con *uc,
+                          const void *head, size_t hl, size_t bl)
 {
     pscom_header_net_t h;
-    if (hl < sizeof(h) || hl + bl > HDR_INLINE) return 0;
+    if (hl < sizeof(h)) return 0;
     memcpy(&h, head, sizeof(h));
-    if (h.xheader_len != hl - sizeof(h) || h.data_len != bl) return 0;
+    if (h.xheader_len != hl - sizeof(h) || h.data_len != bl ||
+        h.xheader_len > XHEADER_PACKED)
+        return 0;
     uint16_t gen = (uint16_t)uc->peer_gen;
     memcpy(dst, &uc->peer_slot, 4);
     memcpy(dst + 4, &gen, 2);
     dst[6] = h.msg_type;
     dst[7] = (uint8_t)h.xheader_len;
     size_t xl = hl - sizeof(h);
-    copy_small(dst + SMALL_PREFIX, (const uint8_t *)head + sizeof(h), xl);
-    copy_small(dst + SMALL_PREFIX + xl, body, bl);
-    return SMALL_PREFIX + xl + bl;
+    copy_small(dst + PREFIX_LEN, (const uint8_t *)head + sizeof(h), xl);
+    return PREFIX_LEN + xl;
+}
+
+/* A small frame packed into one piece at dst (HDR_INLINE bytes): its
+ * length, or 0 when it is longer or cannot be packed. */
+static size_t pack_frame(uint8_t *dst, const struct ux_con *uc,
+                         const void *head, size_t hl, const void *body,
+                         size_t bl)
+{
+    if (hl + bl > HDR_INLINE) return 0;
+    size_t pl = pack_prefix(dst, uc, head, hl, bl);
+    if (pl) copy_small(dst + pl, body, bl);
+    return pl ? pl + bl : 0;
 }
 
 /* Hand one frame to UCX. 0 when it is under way (or failed: reported
@@ -717,6 +742,10 @@ static int send_frame(struct ux_con *uc, const struct iovec *head,
     e->base = head->iov_base;
     e->len = head->iov_len + blen;
 
+    /* Bodies below our threshold are user messages: eager, so that the
+     * receiver has them at once. Larger ones are rendezvous bodies whose
+     * receive is posted: UCX's rendezvous can put them in place. */
+    int eager = blen < cfg_rendezvous;
     struct iovec *data = e->iov;
     int dcnt = 0;
     unsigned id;
@@ -728,6 +757,13 @@ static int send_frame(struct ux_con *uc, const struct iovec *head,
         id = UXW_AM_FRAME_PACKED;
         hlen = 0;
         data[dcnt++] = (struct iovec){e->hdr, plen};
+    } else if (eager && (plen = pack_prefix(e->hdr, uc, head->iov_base,
+                                            head->iov_len, blen))) {
+        /* Larger: the prefix, then the body, as data. */
+        id = UXW_AM_FRAME_PACKED;
+        hlen = 0;
+        data[dcnt++] = (struct iovec){e->hdr, plen};
+        if (blen) data[dcnt++] = *body;
     } else if (head->iov_len <= us->max_head) {
         id = UXW_AM_FRAME;
         hlen = KEY_LEN + head->iov_len;
@@ -751,10 +787,6 @@ static int send_frame(struct ux_con *uc, const struct iovec *head,
     }
     if (hlen) key_put(e->hdr, uc->peer_slot, uc->peer_gen);
 
-    /* Bodies below our threshold are user messages: eager, so that the
-     * receiver has them at once. Larger ones are rendezvous bodies whose
-     * receive is posted: UCX's rendezvous can put them in place. */
-    int eager = blen < cfg_rendezvous;
     *uc->txq_tail = e;
     uc->txq_tail = &e->next;
     e->op = (uxw_op_t){.cb.done = tx_cb, .user = e};
@@ -838,9 +870,9 @@ static void ux_tx_kick(pscom_plugin_con_t *con, void *priv)
     }
 }
 
-/* A small frame with nothing before it: packed on the stack and sent only
- * if UCX copies it at once; 1 then, it counts as sent. Else 0: it goes
- * through the queue (send_frame), where UCX may keep it. */
+/* A frame with nothing before it. A small one is packed on the stack and
+ * sent only if UCX copies it at once; 1 then, it counts as sent. Else 0:
+ * it goes through the queue (send_frame), where UCX may keep it. */
 static int ux_tx_now(pscom_plugin_con_t *con, void *priv,
                      const struct iovec *iov, int iovcnt)
 {
@@ -848,10 +880,21 @@ static int ux_tx_now(pscom_plugin_con_t *con, void *priv,
     size_t hlen = iov[0].iov_len, blen = iovcnt > 1 ? iov[1].iov_len : 0;
     uint8_t buf[HDR_INLINE]; /* pack_frame's most */
     if (!uc->open || uc->err || uc->txq) return 0;
-    size_t len = pack_frame(buf, uc, iov[0].iov_base, hlen,
-                            blen ? iov[1].iov_base : NULL, blen);
-    return len && uxw_am_send_now(uc->us->w, uc->ep, UXW_AM_FRAME_PACKED, buf,
-                                  len) == UXW_OK;
+    if (hlen + blen <= HDR_INLINE) {
+        size_t len = pack_frame(buf, uc, iov[0].iov_base, hlen,
+                                blen ? iov[1].iov_base : NULL, blen);
+        return len && uxw_am_send_now(uc->us->w, uc->ep, UXW_AM_FRAME_PACKED,
+                                      buf, len) == UXW_OK;
+    }
+    /* A larger one as tx_kick sends it, now: done (1) when UCX copied it
+     * at once. Else UCX keeps it, or the send failed (reported from
+     * progress), and 0 puts it in the core's queue, where tx_kick finds it
+     * at the head of txq and does not send it again. */
+    pscom_header_net_t h;
+    if (hlen < sizeof(h)) return 0;
+    memcpy(&h, iov[0].iov_base, sizeof(h));
+    if (h.data_len != blen) return 0; /* tx_kick reports it */
+    return send_frame(uc, &iov[0], iovcnt > 1 ? &iov[1] : NULL) == 1;
 }
 
 /* Report the frames UCX is done with, in queue order. 0, or -1 when the
@@ -1002,7 +1045,8 @@ static int finish_deferred(struct ux_con *uc)
 
 static void rx_release(struct ux_sock *us, struct ux_rx *rx)
 {
-    if (rx->kind != RX_COPY && rx->data) uxw_am_release(us->w, rx->data);
+    if (rx->kind != RX_COPY && rx->data)
+        uxw_am_release(us->w, (uint8_t *)rx->data - rx->data_off);
     rx_put(rx);
 }
 

@@ -85,6 +85,7 @@ struct fake_wrap {
     struct fake_recv recvs[FAKE_MAX_OPS];
     int nrecvs;
     int releases;   /* uxw_am_release calls */
+    void *released; /* the last data given back */
     int ep_creates;
     int ep_peer_errors; /* the mode of the last endpoint */
     int ep_closes;
@@ -140,7 +141,7 @@ struct psc_con {
     /* Send queue: frames of head + body, `left` bytes not yet done. Each
      * frame stays where it is while queued, as a request does. */
     struct fake_frame {
-        uint8_t head[256];
+        uint8_t head[512];
         size_t head_len;
         void *body;
         size_t body_len;
@@ -153,7 +154,7 @@ struct psc_con {
 
     /* Receive side: messages as the core saw them. */
     struct fake_msg {
-        uint8_t head[256];
+        uint8_t head[512];
         size_t head_len;
         uint8_t body[1 << 16];
         size_t body_len; /* bytes that arrived (pushed or direct) */
@@ -168,7 +169,7 @@ struct psc_con {
     } msgs[FAKE_MAX_MSGS];
     int nmsgs;
     /* Receive state: header bytes collected, body bytes left. */
-    uint8_t hbuf[256];
+    uint8_t hbuf[512];
     size_t have, need;
     size_t body_left;
     bool in_body;

@@ -228,7 +228,7 @@ void fake_recv_complete(int i, const void *src, int status)
 void uxw_am_release(uxw_worker_t *w, void *data)
 {
     (void)w;
-    (void)data;
+    fw.released = data;
     fw.releases++;
 }
 

@@ -251,25 +251,37 @@ static void sends_complete_in_queue_order(void **state)
 {
     struct tcon *t = tcon_open(RNDV);
     char b1[100], b2[200];
+    memset(b1, 'a', sizeof(b1));
     fake_queue(&t->core, 16, b1, sizeof(b1));
     fake_queue(&t->core, 0, NULL, 0);
-    fake_queue(&t->core, 4, b2, sizeof(b2));
+    fake_queue(&t->core, 300, b2, sizeof(b2));
     OPS->tx_kick(&t->core, t->priv);
     assert_int_equal(fw.nsends, 3);
 
-    /* Keys and heads as the peer expects them. */
-    uint32_t key[2];
-    memcpy(key, fw.sends[0].hdr, 8);
-    assert_int_equal(key[0], PEER_SLOT);
-    assert_int_equal(key[1], PEER_GEN);
-    assert_int_equal(fw.sends[0].id, UXW_AM_FRAME);
-    assert_int_equal(fw.sends[0].hdr_len, 8 + 8 + 16);
-    assert_int_equal(fw.sends[0].data_len, sizeof(b1));
+    /* Heads as the peer expects them. An eager frame too long for one
+     * piece is packed: prefix and xheader, then the body, all data, in
+     * two pieces (the body is not copied). */
+    assert_int_equal(fw.sends[0].id, UXW_AM_FRAME_PACKED);
+    assert_int_equal(fw.sends[0].hdr_len, 0);
+    assert_int_equal(fw.sends[0].iovcnt, 2);
+    assert_int_equal(fw.sends[0].data_len, 8 + 16 + sizeof(b1));
+    assert_small_prefix(fw.sends[0].data, 16);
+    assert_memory_equal(fw.sends[0].data + 8, t->core.q[0]->head + 8, 16);
+    assert_memory_equal(fw.sends[0].data + 8 + 16, b1, sizeof(b1));
     /* The header-only frame is small: its 8-byte prefix as data. */
     assert_int_equal(fw.sends[1].id, UXW_AM_FRAME_PACKED);
     assert_int_equal(fw.sends[1].hdr_len, 0);
     assert_int_equal(fw.sends[1].data_len, 8);
     assert_small_prefix(fw.sends[1].data, 0);
+    /* An xheader longer than a prefix announces (255 bytes): the key and
+     * the head in the AM header. */
+    uint32_t key[2];
+    memcpy(key, fw.sends[2].hdr, 8);
+    assert_int_equal(key[0], PEER_SLOT);
+    assert_int_equal(key[1], PEER_GEN);
+    assert_int_equal(fw.sends[2].id, UXW_AM_FRAME);
+    assert_int_equal(fw.sends[2].hdr_len, 8 + 8 + 300);
+    assert_int_equal(fw.sends[2].data_len, sizeof(b2));
 
     /* A second kick hands nothing twice. */
     OPS->tx_kick(&t->core, t->priv);
@@ -286,7 +298,7 @@ static void sends_complete_in_queue_order(void **state)
     assert_int_equal(t->core.ndone, 3);
     assert_int_equal(t->core.done_calls[0], 8 + 16 + sizeof(b1));
     assert_int_equal(t->core.done_calls[1], 8);
-    assert_int_equal(t->core.done_calls[2], 8 + 4 + sizeof(b2));
+    assert_int_equal(t->core.done_calls[2], 8 + 300 + sizeof(b2));
     assert_int_equal(t->core.qn, 0);
     tcon_close(t);
 }
@@ -343,20 +355,21 @@ static void eager_below_threshold_ucx_choice_above(void **state)
 
 static void long_head_travels_in_the_data(void **state)
 {
-    fw.max_am_header = 64; /* frame heads up to 56 bytes fit */
+    fw.max_am_header = 300; /* frame heads up to 292 bytes fit */
     struct tcon *t = tcon_open(RNDV);
-    char b[100]; /* not a small frame */
+    char b[100];
     memset(b, 'b', sizeof(b));
-    fake_queue(&t->core, 48, b, sizeof(b)); /* head 56: fits */
-    fake_queue(&t->core, 49, b, sizeof(b)); /* head 57: does not */
+    /* xheaders longer than a packed frame's: not packed */
+    fake_queue(&t->core, 284, b, sizeof(b)); /* head 292: fits */
+    fake_queue(&t->core, 285, b, sizeof(b)); /* head 293: does not */
     OPS->tx_kick(&t->core, t->priv);
     assert_int_equal(fw.nsends, 2);
     assert_int_equal(fw.sends[0].id, UXW_AM_FRAME);
     assert_int_equal(fw.sends[1].id, UXW_AM_FRAME_LONG);
     assert_int_equal(fw.sends[1].hdr_len, 8);
-    assert_int_equal(fw.sends[1].data_len, 8 + 49 + sizeof(b));
-    assert_memory_equal(fw.sends[1].data, t->core.q[1]->head, 57);
-    assert_memory_equal(fw.sends[1].data + 57, b, sizeof(b));
+    assert_int_equal(fw.sends[1].data_len, 8 + 285 + sizeof(b));
+    assert_memory_equal(fw.sends[1].data, t->core.q[1]->head, 293);
+    assert_memory_equal(fw.sends[1].data + 293, b, sizeof(b));
 
     /* And the receiving side of it. */
     uint8_t key[8];
@@ -579,12 +592,130 @@ static void small_frames_are_packed(void **state)
     d[7] = (uint8_t)(n - 8 + 1);
     small_frame_fails(t, d, n);
 
-    /* An xheader longer than any small frame's (up to 255 bytes) in a
-     * long frame: the connection fails; nothing is written past the
-     * rebuilt head. */
+    /* The longest xheader a prefix announces (255 bytes): the head is
+     * rebuilt whole. */
     t = tcon_open(RNDV);
     uint8_t big[300];
-    small_frame_fails(t, big, small_frame(big, t->key, 255, "x", 1, 0x55));
+    n = small_frame(big, t->key, 255, "x", 1, 0x55);
+    assert_int_equal(fake_am(UXW_AM_FRAME_PACKED, NULL, 0, big, n, 0),
+                     UXW_AM_DONE);
+    progress();
+    assert_int_equal(t->core.nmsgs, 1);
+    uint8_t want_big[8 + 255];
+    assert_int_equal(t->core.msgs[0].head_len,
+                     fake_head(want_big, 255, 1, 0x55));
+    assert_memory_equal(t->core.msgs[0].head, want_big, sizeof(want_big));
+    assert_int_equal(t->core.msgs[0].body_len, 1);
+    assert_int_equal(t->core.errors, 0);
+    tcon_close(t);
+}
+
+/* A packed frame of a few KiB as the peer sends it, arriving inside UCX's
+ * progress (progress_with): xheader of 4 bytes, a body of arrive_len bytes
+ * of 'P', as data UCX would let us keep. */
+static size_t arrive_len;
+static uint8_t arrive_buf[8 + 4 + 6000];
+static int arrive_ret;
+static void arrive_packed_big(void)
+{
+    static char body[6000];
+    memset(body, 'P', arrive_len);
+    size_t n = small_frame(arrive_buf, arrive_t->key, 4, body, arrive_len,
+                           0x66);
+    arrive_ret = fake_am(UXW_AM_FRAME_PACKED, NULL, 0, arrive_buf, n,
+                         UXW_AM_KEEPABLE);
+}
+
+/* The body of message i: len bytes of 'P'. */
+static void assert_packed_body(const struct psc_con *c, int i, size_t len)
+{
+    uint8_t want[8 + 4];
+    assert_int_equal(c->msgs[i].head_len, fake_head(want, 4, len, 0x66));
+    assert_memory_equal(c->msgs[i].head, want, sizeof(want));
+    assert_int_equal(c->msgs[i].body_len, len);
+    for (size_t k = 0; k < len; k++) assert_int_equal(c->msgs[i].body[k], 'P');
+}
+
+/* Longer packed frames arrive as the small ones do: to the core from the
+ * callback when a receive takes them; else copied, or kept by UCX when
+ * longer than a pooled entry, and given back at the address UCX gave. */
+static void packed_frames_of_a_few_kib_arrive(void **state)
+{
+    (void)state;
+    struct tcon *t = tcon_open(RNDV);
+    struct psc_con *c = &t->core;
+    arrive_t = t;
+
+    c->take_now = true;
+    arrive_len = 1000;
+    progress_with(arrive_packed_big, c, 1);
+    assert_int_equal(arrive_ret, UXW_AM_DONE);
+    assert_true(c->msgs[0].now);
+    assert_packed_body(c, 0, 1000);
+
+    c->take_now = false;
+    progress_with(arrive_packed_big, c, 2);
+    assert_int_equal(arrive_ret, UXW_AM_DONE); /* copied */
+    assert_false(c->msgs[1].now);
+    assert_packed_body(c, 1, 1000);
+
+    arrive_len = 6000;
+    progress_with(arrive_packed_big, c, 3);
+    assert_int_equal(arrive_ret, UXW_AM_KEEP);
+    assert_false(c->msgs[2].now);
+    assert_packed_body(c, 2, 6000);
+    assert_int_equal(fw.releases, 1);
+    assert_ptr_equal(fw.released, arrive_buf);
+    tcon_close(t);
+}
+
+/* tx_now with a frame too long to pack into one piece: sent as tx_kick
+ * would send it. Done (1) when UCX took it at once. When UCX keeps it, 0:
+ * the core queues it, tx_kick does not send it again, and the core learns
+ * it is done once UCX is. A header that disagrees with the body: 0,
+ * nothing sent. */
+static void larger_frame_sent_now_or_kept(void **state)
+{
+    (void)state;
+    struct tcon *t = tcon_open(RNDV);
+    static char b[1000];
+    memset(b, 'L', sizeof(b));
+    uint8_t head[64];
+    size_t hl = fake_head(head, 4, sizeof(b), 0x48);
+    struct iovec iov[2] = {{head, hl}, {b, sizeof(b)}};
+
+    fw.send_result = UXW_OK;
+    assert_int_equal(OPS->tx_now(&t->core, t->priv, iov, 2), 1);
+    assert_int_equal(fw.nsends, 1);
+    assert_int_equal(fw.sends[0].id, UXW_AM_FRAME_PACKED);
+    assert_int_equal(fw.sends[0].data_len, 8 + 4 + sizeof(b));
+    assert_memory_equal(fw.sends[0].data + 12, b, sizeof(b));
+    assert_true(settles());
+    assert_int_equal(t->core.ndone, 0); /* the core completes it itself */
+
+    /* The header says 999 bytes of body, the frame has 1000. */
+    uint8_t bad[64];
+    struct iovec biov[2] = {{bad, fake_head(bad, 4, sizeof(b) - 1, 0x49)},
+                            {b, sizeof(b)}};
+    assert_int_equal(OPS->tx_now(&t->core, t->priv, biov, 2), 0);
+    assert_int_equal(fw.nsends, 1);
+
+    /* UCX keeps it. */
+    fw.send_result = UXW_PENDING;
+    struct fake_frame *f = fake_queue(&t->core, 4, b, sizeof(b));
+    struct iovec qiov[2] = {{f->head, f->head_len}, {b, sizeof(b)}};
+    assert_int_equal(OPS->tx_now(&t->core, t->priv, qiov, 2), 0);
+    assert_int_equal(fw.nsends, 2);
+    OPS->tx_kick(&t->core, t->priv);
+    assert_int_equal(fw.nsends, 2); /* not twice */
+    progress();
+    assert_int_equal(t->core.ndone, 0);
+    fake_send_complete(1, 0);
+    progress();
+    assert_int_equal(t->core.ndone, 1);
+    assert_int_equal(t->core.done_calls[0], hl + sizeof(b));
+    assert_int_equal(t->core.qn, 0);
+    tcon_close(t);
 }
 
 /* tx_now: a small frame goes out packed only if UCX copies it at once
@@ -1626,6 +1757,10 @@ int main(void)
                                         teardown),
         cmocka_unit_test_setup_teardown(
             small_frame_sent_now_or_left_to_the_queue, setup, teardown),
+        cmocka_unit_test_setup_teardown(packed_frames_of_a_few_kib_arrive,
+                                        setup, teardown),
+        cmocka_unit_test_setup_teardown(larger_frame_sent_now_or_kept, setup,
+                                        teardown),
         cmocka_unit_test_setup_teardown(cancelled_frame_is_skipped, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(send_error_fails_the_connection, setup,
