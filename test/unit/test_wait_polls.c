@@ -3,8 +3,10 @@
  * has connections, a wait polls it by itself between full rounds (which
  * also look at descriptors and timers), and stops as soon as what it waits
  * for holds; a request a poll completes has its callback run only after
- * the plugin returned. With two plugins, or a wait that yields, every call
- * is a full round.
+ * the plugin returned. Every call is a full round with two plugins, and
+ * when the wait yields, a descriptor is hot, threads share the library,
+ * the node is oversubscribed (psc_oversubscribed, wrapped) or the wait
+ * rests.
  *
  * The plugins are fake progress ops put into the core's list of active
  * ones (psc_active), as psc_plugin_con_opened does for a real plugin.
@@ -12,12 +14,25 @@
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
 #include <cmocka.h>
 
 #include "frames.h"
 
 static unsigned calls_a, calls_b;
 static struct psc_active saved;
+static struct psc_settings saved_settings;
+
+/* psc_oversubscribed as the test says (-Wl,--wrap). */
+static bool fake_oversubscribed;
+bool __real_psc_oversubscribed(void);
+bool __wrap_psc_oversubscribed(void);
+bool __wrap_psc_oversubscribed(void)
+{
+    return fake_oversubscribed || __real_psc_oversubscribed();
+}
 
 static int fake_a(void)
 {
@@ -40,6 +55,7 @@ static int setup(void **state)
 {
     assert_int_equal(pscom_init(PSCOM_VERSION), PSCOM_SUCCESS);
     saved = psc_active;
+    saved_settings = psc_settings;
     calls_a = calls_b = 0;
     return 0;
 }
@@ -47,7 +63,8 @@ static int setup(void **state)
 static int teardown(void **state)
 {
     psc_active = saved;
-    psc_settings.sched_yield = 0;
+    psc_settings = saved_settings;
+    fake_oversubscribed = false;
     return 0;
 }
 
@@ -93,6 +110,73 @@ static void yielding_wait_gets_full_rounds(void **state)
     only(fake_a);
     unsigned long rounds = wait_for_calls(20);
     assert_int_equal(rounds, calls_a);
+}
+
+static void ignore_fd(int fd, uint32_t events, void *arg)
+{
+    (void)fd;
+    (void)events;
+    (void)arg;
+}
+
+/* A hot descriptor (a plugin waiting for a socket to become writable, say)
+ * is looked at on every full round: no polls in between. */
+static void hot_descriptor_gets_full_rounds(void **state)
+{
+    int fd = eventfd(0, EFD_CLOEXEC);
+    assert_true(fd >= 0);
+    assert_int_equal(pscom_plugin_fd_add(fd, EPOLLIN, 1, ignore_fd, NULL), 0);
+    only(fake_a);
+    unsigned long rounds = wait_for_calls(20);
+    assert_int_equal(rounds, calls_a);
+    pscom_plugin_fd_del(fd);
+    close(fd);
+
+    /* A cold one does not stop the polls. */
+    fd = eventfd(0, EFD_CLOEXEC);
+    assert_true(fd >= 0);
+    assert_int_equal(pscom_plugin_fd_add(fd, EPOLLIN, 0, ignore_fd, NULL), 0);
+    calls_a = 0;
+    rounds = wait_for_calls(100);
+    assert_true(rounds * 4 < calls_a);
+    pscom_plugin_fd_del(fd);
+    close(fd);
+}
+
+/* With threads, every full round lets the others have the lock: a wait
+ * of one thread must not poll on without them. */
+static void threaded_wait_gets_full_rounds(void **state)
+{
+    only(fake_a);
+    psc_ctx.threaded = true;
+    psc_lock();
+    unsigned long rounds = wait_for_calls(20);
+    psc_unlock();
+    psc_ctx.threaded = false;
+    assert_int_equal(rounds, calls_a);
+}
+
+static void oversubscribed_node_gets_full_rounds(void **state)
+{
+    fake_oversubscribed = true;
+    only(fake_a);
+    unsigned long rounds = wait_for_calls(20);
+    assert_int_equal(rounds, calls_a);
+}
+
+/* A wait that made no progress for PSP_WAIT_SPIN (0 here) rests, and from
+ * then on every call is a full round (which yields: PSP_WAIT_SLEEP=0).
+ * Until then it polls: 9 calls a round. */
+static void resting_wait_gets_full_rounds(void **state)
+{
+    psc_settings.wait_spin_us = 0;
+    psc_settings.wait_sleep = 0;
+    only(fake_a);
+    unsigned long rounds = wait_for_calls(9 * 1024 + 2000);
+    /* Resting came after at most 1024 idle rounds (it needs 512: the clock
+     * is read from the 256th on, every 256); then 1 call a round. */
+    assert_true(rounds >= 1024 + 2000 - 1);
+    assert_true(rounds < calls_a);
 }
 
 /* A request completed inside a poll: its io_done runs after the op
@@ -141,6 +225,14 @@ int main(void)
         cmocka_unit_test_setup_teardown(two_plugins_get_full_rounds, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(yielding_wait_gets_full_rounds, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(hot_descriptor_gets_full_rounds, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(threaded_wait_gets_full_rounds, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(oversubscribed_node_gets_full_rounds,
+                                        setup, teardown),
+        cmocka_unit_test_setup_teardown(resting_wait_gets_full_rounds, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(
             callback_runs_after_the_plugin_returns, setup, teardown),
