@@ -358,10 +358,10 @@ static struct ux_con *key_lookup(struct ux_sock *us, const uint8_t *p)
     return slot_con(us, slot, gen, UINT32_MAX);
 }
 
-/* The key of a small frame: the slot and the low 16 bits of the
+/* The key of a packed frame: the slot and the low 16 bits of the
  * generation (a slot reused 65536 times while an old message was still on
  * its way would take it: not in practice). */
-static struct ux_con *key_lookup_small(struct ux_sock *us, const uint8_t *p)
+static struct ux_con *key_lookup_packed(struct ux_sock *us, const uint8_t *p)
 {
     uint32_t slot;
     uint16_t gen;
@@ -547,7 +547,7 @@ static const char *check_am(unsigned id, size_t head_len, size_t len,
     return NULL;
 }
 
-/* A small message (its head, then its body) straight to the core from
+/* A packed message (its head, then its body) straight to the core from
  * the AM callback (pscom_plugin_rx_now: only if a posted receive takes it;
  * its callbacks run when ux_progress returns). Only while nothing of its
  * connection waits for the dispatch — no message queued, no finished send,
@@ -596,7 +596,7 @@ static int am_cb(void *arg, unsigned id, const void *hdr, size_t hdr_len,
     if (packed) {
         const uint8_t *p = data;
         if (hdr_len || (flags & UXW_AM_RNDV) || len < PREFIX_LEN) {
-            pscom_plugin_log(5, "ucx: malformed small message of %zu bytes "
+            pscom_plugin_log(5, "ucx: malformed packed message of %zu bytes "
                              "dropped", len);
             return UXW_AM_DONE;
         }
@@ -608,7 +608,7 @@ static int am_cb(void *arg, unsigned id, const void *hdr, size_t hdr_len,
         len -= used;
         /* A cut head goes on to check_am. */
         bool whole = head_len == sizeof(pscom_header_net_t) + p[7];
-        uc = key_lookup_small(us, p);
+        uc = key_lookup_packed(us, p);
         if (uc && !uc->err && whole &&
             deliver_now(uc, head, head_len, data, len))
             return UXW_AM_DONE;
@@ -852,7 +852,7 @@ static int send_peeked(struct ux_con *uc, const struct iovec *iov, int n,
     return 0;
 }
 
-/* Frames UCX takes at once (small ones, normally) are done for the core at
+/* Frames UCX takes at once (eager ones, normally) are done for the core at
  * once, as with shm: the sender's completion is off the path of the reply. */
 static void ux_tx_kick(pscom_plugin_con_t *con, void *priv)
 {
