@@ -711,13 +711,12 @@ static size_t pack_prefix(uint8_t *dst, const struct ux_con *uc,
     return PREFIX_LEN + xl;
 }
 
-/* A small frame packed into one piece at dst (HDR_INLINE bytes): its
- * length, or 0 when it is longer or cannot be packed. */
+/* A small frame (hl + bl at most HDR_INLINE) packed into one piece at
+ * dst: its length, or 0 when it cannot be packed. */
 static size_t pack_frame(uint8_t *dst, const struct ux_con *uc,
                          const void *head, size_t hl, const void *body,
                          size_t bl)
 {
-    if (hl + bl > HDR_INLINE) return 0;
     size_t pl = pack_prefix(dst, uc, head, hl, bl);
     if (pl) copy_small(dst + pl, body, bl);
     return pl ? pl + bl : 0;
@@ -750,20 +749,20 @@ static int send_frame(struct ux_con *uc, const struct iovec *head,
     int dcnt = 0;
     unsigned id;
     size_t hlen;
-    size_t plen = pack_frame(e->hdr, uc, head->iov_base, head->iov_len,
-                             blen ? body->iov_base : NULL, blen);
+    /* Packed: a small frame in one piece, which UCX sends by its shortest
+     * path; a larger eager one as the prefix, then the body. */
+    bool small = e->len <= HDR_INLINE;
+    size_t plen = 0;
+    if (small)
+        plen = pack_frame(e->hdr, uc, head->iov_base, head->iov_len,
+                          blen ? body->iov_base : NULL, blen);
+    else if (eager)
+        plen = pack_prefix(e->hdr, uc, head->iov_base, head->iov_len, blen);
     if (plen) {
-        /* Small: one piece of data, which UCX sends by its shortest path. */
         id = UXW_AM_FRAME_PACKED;
         hlen = 0;
         data[dcnt++] = (struct iovec){e->hdr, plen};
-    } else if (eager && (plen = pack_prefix(e->hdr, uc, head->iov_base,
-                                            head->iov_len, blen))) {
-        /* Larger: the prefix, then the body, as data. */
-        id = UXW_AM_FRAME_PACKED;
-        hlen = 0;
-        data[dcnt++] = (struct iovec){e->hdr, plen};
-        if (blen) data[dcnt++] = *body;
+        if (!small && blen) data[dcnt++] = *body;
     } else if (head->iov_len <= us->max_head) {
         id = UXW_AM_FRAME;
         hlen = KEY_LEN + head->iov_len;
