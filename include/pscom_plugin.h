@@ -49,8 +49,8 @@ extern "C" {
 /* Minor in the low byte: the core reads the ops a minor added only from
  * descriptors of that minor or later (1.1 added the one-sided ops, 1.2 the
  * sleeping waits, 1.3 tx_now; 1.4 added no op, only the upcall
- * pscom_plugin_rx_now). */
-#define PSCOM_PLUGIN_API_VERSION 0x0104
+ * pscom_plugin_rx_now; 1.5 rndv_pull_start). */
+#define PSCOM_PLUGIN_API_VERSION 0x0105
 #define PSCOM_PLUGIN_API_MAJOR(v) (((v) >> 8) & 0xff)
 #define PSCOM_PLUGIN_API_MINOR(v) ((v) & 0xff)
 
@@ -233,6 +233,19 @@ typedef struct pscom_plugin_ops {
      * instead. */
     int (*tx_now)(pscom_plugin_con_t *con, void *priv, const struct iovec *iov,
                   int iovcnt);
+
+    /* ---- API 1.5: rendezvous pulls that end later (optional) ----
+     * As rndv_pull, but the copy into dst may go on after the call: return
+     * 0 when it started (or ended), and report its end with
+     * pscom_plugin_rx_defer_done(con, handle, err) from the progress op,
+     * as for a deferred body; the core then confirms to the sender. A
+     * negative errno: nothing started, the core tries rndv_pull, then the
+     * generic rendezvous. len may be less than the body (a truncating
+     * receive): a plugin that cannot pull a part refuses. The core prefers
+     * it to rndv_pull. */
+    int (*rndv_pull_start)(pscom_plugin_con_t *con, void *priv,
+                           const void *blob, size_t blob_len, void *dst,
+                           size_t len, void *handle);
 } pscom_plugin_ops_t;
 
 /* Largest plugin part of a packed remote key (rma_register). */
@@ -312,9 +325,11 @@ int pscom_plugin_rx_direct_done(pscom_plugin_con_t *con, size_t n);
  * Added in library 6.1 (API 1.1); a plugin that calls it does not load
  * into an older library. */
 void *pscom_plugin_rx_defer(pscom_plugin_con_t *con, void **buf, size_t *len);
-/* The body of `handle` is complete (err 0: all *len bytes are in *buf) or
- * failed (err a negative errno: the receive ends with an error; report the
- * connection's failure with pscom_plugin_con_error as usual). Call it at
+/* The body of `handle` (from rx_defer, or the one rndv_pull_start was
+ * given, whose dst and len stand for *buf and *len) is complete (err 0:
+ * all *len bytes are in *buf) or failed (err a negative errno: the receive
+ * ends with an error; report the connection's failure with
+ * pscom_plugin_con_error as usual). Call it at
  * most once per handle, from the progress op, and never after ops.close()
  * began: a body not finished by then fails when close() returns, and from
  * then on the plugin must not write its buffer. An EOF of the peer that

@@ -134,6 +134,8 @@ struct psc_req {
     bool rndv_gen;  /* generated: a rendezvous announcement (no body yet) */
     bool tx_hold;   /* in con->sendq, but waits for pscom_plugin_rma_done:
                      * neither it nor the frames behind it are written */
+    bool rndv_pulling; /* in con->rx_deferq: the plugin pulls its body
+                        * (rndv_pull_start); a FIN follows */
 
     /* The one queue the request is in: con->sendq, con->recvq_user,
      * sock->recvq_any, psc_ctx.recvq_any, con->net_recvq, con->rndv_sendq,

@@ -461,15 +461,31 @@ static struct psc_req *find_receiver(struct psc_con *con,
     return psc_match_posted(con, hdr);
 }
 
-/* Let the plugin copy the body from the sender's buffer. 0 when done. */
+/* Let the plugin copy the body from the sender's buffer: out of line
+ * (rndv_pull_start, API 1.5: the receive waits on con->rx_deferq as a
+ * deferred body does, and pscom_plugin_rx_defer_done sends the FIN), or at
+ * once (rndv_pull). 0 when started or done. */
 static int rndv_try_pull(struct psc_con *con, struct psc_req *req,
                          const struct psc_rndv_info *info, const void *blob)
 {
     if (!info->blob_len || !con->plugin_open || con->failed) return -1;
-    const pscom_plugin_ops_t *ops = con->plugin->desc->ops;
-    if (!ops->rndv_pull) return -1;
+    const pscom_plugin_t *d = con->plugin->desc;
+    const pscom_plugin_ops_t *ops = d->ops;
     size_t len = info->data_len < req->pub.data_len ? info->data_len
                                                     : req->pub.data_len;
+    if (PSCOM_PLUGIN_API_MINOR(d->api_version) >= 5 && ops->rndv_pull_start) {
+        req->rndv = *info; /* the FIN names the sender's id */
+        req->rndv_pulling = true;
+        req->received = len;
+        psc_list_add_tail(&req->next, &con->rx_deferq);
+        if (!ops->rndv_pull_start(con, con->plugin_priv, blob, info->blob_len,
+                                  req->pub.data, len, req))
+            return 0;
+        psc_list_del(&req->next);
+        req->rndv_pulling = false;
+        req->received = 0;
+    }
+    if (!ops->rndv_pull) return -1;
     if (ops->rndv_pull(con, con->plugin_priv, blob, info->blob_len,
                        req->pub.data, len))
         return -1;
@@ -887,6 +903,14 @@ int pscom_plugin_rx_defer_done(pscom_plugin_con_t *con, void *handle, int err)
         return -1;
     }
     psc_list_del(&req->next);
+    if (req->rndv_pulling) {
+        /* A pulled rendezvous body: the sender's buffer is free. */
+        req->rndv_pulling = false;
+        if (!err && !con->failed) {
+            struct psc_rndv_fin fin = {.sender_id = req->rndv.sender_id};
+            send_control(con, PSC_MSG_RNDV_FIN, &fin, sizeof(fin));
+        }
+    }
     /* After con_error no receive of the connection succeeds. */
     psc_req_done(req, err || con->failed ? PSCOM_REQ_STATE_ERROR : 0);
     if (con->eof_pending && !con->failed && psc_list_empty(&con->rx_deferq))

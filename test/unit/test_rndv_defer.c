@@ -3,7 +3,8 @@
  * of line (pscom_plugin_rx_defer) and finished in any order while later
  * messages go on, which bodies qualify, the peer's end arriving while
  * bodies are still out of line, and a clear-to-send that arrives before the
- * transport reported its announcement written.
+ * transport reported its announcement written; bodies the plugin pulls
+ * (rndv_pull_start) and how the core confirms, refuses or fails them.
  *
  * Frames are fed into connections with no transport through the plugin
  * upcalls, and the send queue is read and completed through
@@ -255,6 +256,228 @@ static void clear_to_send_before_the_announcement_was_reported(void **state)
     pscom_close_connection(c);
 }
 
+/* ---------------------------------------------------------------------- */
+/* Pulled rendezvous (rndv_pull_start, plugin interface 1.5): the plugin   */
+/* moves the body out of line once a receive matched the announcement; the */
+/* core confirms to the sender (FIN) when the plugin says it is in.        */
+
+static struct {
+    int calls, result;
+    uint8_t blob[16];
+    size_t blob_len;
+    void *dst;
+    size_t len;
+    void *handle;
+} pull;
+
+static int pull_start(pscom_plugin_con_t *con, void *priv, const void *blob,
+                      size_t blob_len, void *dst, size_t len, void *handle)
+{
+    (void)con;
+    (void)priv;
+    pull.calls++;
+    assert_true(blob_len <= sizeof(pull.blob));
+    memcpy(pull.blob, blob, blob_len);
+    pull.blob_len = blob_len;
+    pull.dst = dst;
+    pull.len = len;
+    pull.handle = handle;
+    return pull.result;
+}
+
+/* Control frames sent, as the plugin saw them: type and the first 16
+ * bytes of the xheader (sender's id, receiver's id). */
+static struct {
+    uint8_t type;
+    uint64_t ids[2];
+} sent[16];
+static int nsent;
+
+/* Writes every queued frame at once, recording the control frames. */
+static void pull_tx_kick(pscom_plugin_con_t *c, void *priv)
+{
+    (void)priv;
+    struct iovec iov[8];
+    size_t total;
+    int n;
+    while ((n = pscom_plugin_tx_peek(c, iov, 8, &total)) > 0) {
+        pscom_header_net_t h;
+        memcpy(&h, iov[0].iov_base, sizeof(h));
+        if (h.msg_type != PSC_MSG_USER && nsent < 16) {
+            sent[nsent].type = h.msg_type;
+            memset(sent[nsent].ids, 0, sizeof(sent[nsent].ids));
+            size_t x = h.xheader_len < 16 ? h.xheader_len : 16;
+            memcpy(sent[nsent].ids, (char *)iov[0].iov_base + sizeof(h), x);
+            nsent++;
+        }
+        pscom_plugin_tx_done(c, total);
+    }
+}
+
+static void pull_close(pscom_plugin_con_t *c, void *priv)
+{
+    (void)c;
+    (void)priv;
+}
+
+static const pscom_plugin_ops_t pull_ops = {
+    .tx_kick = pull_tx_kick, .close = pull_close, .rndv_pull_start = pull_start};
+static const pscom_plugin_t pull_desc = {
+    .api_version = PSCOM_PLUGIN_API_VERSION, .name = "puller", .ops = &pull_ops};
+/* The same operations in a descriptor of interface 1.4, which had none. */
+static const pscom_plugin_t old_desc = {
+    .api_version = 0x0104, .name = "old", .ops = &pull_ops};
+static struct psc_plugin pull_plugin = {.desc = &pull_desc, .name = "puller"};
+static struct psc_plugin old_plugin = {.desc = &old_desc, .name = "old"};
+
+/* A connection that looks open on plugin p. */
+static pscom_connection_t *con_on(struct psc_plugin *p)
+{
+    pscom_connection_t *c = fresh();
+    struct psc_con *pc = con_of(c);
+    pc->plugin = p;
+    pc->plugin_open = true;
+    p->open_cons++;
+    memset(&pull, 0, sizeof(pull));
+    nsent = 0;
+    return c;
+}
+
+/* The peer announces len bytes with the plugin's blob "BLOB1234". */
+static void feed_rndv_req_blob(pscom_connection_t *c, uint32_t tag,
+                               uint64_t id, uint64_t len)
+{
+    struct {
+        uint32_t tag;
+        char blob[8];
+        struct psc_rndv_info info;
+    } __attribute__((packed)) x = {
+        .tag = tag,
+        .blob = {'B', 'L', 'O', 'B', '1', '2', '3', '4'},
+        .info = {.sender_id = id, .data_len = len, .blob_len = 8}};
+    struct frame f;
+    frame_make(&f, PSC_MSG_RNDV_REQ, &x, sizeof(x), NULL, 0, 0);
+    assert_int_equal(feed(c, &f), 0);
+}
+
+/* Control frames of this type sent for sender_id (the first id of CTS and
+ * FIN); *second: the other id of the last one. */
+static int sent_for(uint8_t type, uint64_t sender_id, uint64_t *second)
+{
+    int n = 0;
+    for (int i = 0; i < nsent; i++)
+        if (sent[i].type == type && sent[i].ids[0] == sender_id) {
+            n++;
+            if (second) *second = sent[i].ids[1];
+        }
+    return n;
+}
+
+static void pulled_body_is_confirmed_once_in(void **state)
+{
+    pscom_connection_t *c = con_on(&pull_plugin);
+    static char out[300];
+    pscom_request_t *r = recv_req(c, out, sizeof(out));
+    feed_rndv_req_blob(c, 1, 21, 300);
+    assert_int_equal(pull.calls, 1);
+    assert_int_equal(pull.blob_len, 8);
+    assert_memory_equal(pull.blob, "BLOB1234", 8);
+    assert_ptr_equal(pull.dst, out);
+    assert_int_equal(pull.len, 300);
+    /* Under way: no answer, no confirmation, the receive waits; the
+     * messages behind it go on. */
+    assert_int_equal(sent_for(PSC_MSG_RNDV_CTS, 21, NULL), 0);
+    assert_int_equal(sent_for(PSC_MSG_RNDV_FIN, 21, NULL), 0);
+    assert_false(pscom_req_is_done(r));
+    char small[8];
+    pscom_request_t *e = recv_req(c, small, sizeof(small));
+    struct frame f;
+    frame_user(&f, 2, "later", 6);
+    assert_int_equal(feed(c, &f), 0);
+    assert_true(pscom_req_successful(e));
+
+    assert_int_equal(pscom_plugin_rx_defer_done(con_of(c), pull.handle, 0), 0);
+    assert_true(pscom_req_successful(r));
+    assert_int_equal(r->header.data_len, 300);
+    assert_int_equal(sent_for(PSC_MSG_RNDV_FIN, 21, NULL), 1);
+    assert_int_equal(errors, 0);
+    pscom_request_free(r);
+    pscom_request_free(e);
+    pscom_close_connection(c);
+}
+
+static void unexpected_body_is_pulled_when_its_receive_comes(void **state)
+{
+    pscom_connection_t *c = con_on(&pull_plugin);
+    static char out[300];
+    feed_rndv_req_blob(c, 1, 22, 300);
+    assert_int_equal(pull.calls, 0);
+    pscom_request_t *r = recv_req(c, out, sizeof(out));
+    assert_int_equal(pull.calls, 1);
+    assert_ptr_equal(pull.dst, out);
+    assert_false(pscom_req_is_done(r));
+    assert_int_equal(pscom_plugin_rx_defer_done(con_of(c), pull.handle, 0), 0);
+    assert_true(pscom_req_successful(r));
+    assert_int_equal(sent_for(PSC_MSG_RNDV_FIN, 22, NULL), 1);
+    pscom_request_free(r);
+    pscom_close_connection(c);
+}
+
+/* A truncating receive is offered its part; a plugin that refuses leaves
+ * the body to the core's rendezvous (clear-to-send), as does a plugin of
+ * an older interface, whatever its descriptor holds beyond it. */
+static void refused_pull_takes_the_core_s_way(void **state)
+{
+    pscom_connection_t *c = con_on(&pull_plugin);
+    static char out[100];
+    pull.result = -EMSGSIZE;
+    pscom_request_t *r = recv_req(c, out, sizeof(out));
+    feed_rndv_req_blob(c, 1, 23, 300);
+    assert_int_equal(pull.calls, 1);
+    assert_int_equal(pull.len, 100);
+    assert_true(psc_list_empty(&con_of(c)->rx_deferq));
+    uint64_t rid = 0;
+    assert_int_equal(sent_for(PSC_MSG_RNDV_CTS, 23, &rid), 1);
+    feed_data_head(c, rid, 300);
+    static char body[300];
+    assert_int_equal(pscom_plugin_rx_push(con_of(c), body, 300), 0);
+    assert_true(r->state & PSCOM_REQ_STATE_TRUNCATED);
+    assert_int_equal(sent_for(PSC_MSG_RNDV_FIN, 23, NULL), 0);
+    pscom_request_free(r);
+    pscom_close_connection(c);
+
+    c = con_on(&old_plugin);
+    static char out2[300];
+    r = recv_req(c, out2, sizeof(out2));
+    feed_rndv_req_blob(c, 1, 24, 300);
+    assert_int_equal(pull.calls, 0);
+    assert_int_equal(sent_for(PSC_MSG_RNDV_CTS, 24, NULL), 1);
+    pscom_close_connection(c); /* fails the receive: it may be freed */
+    assert_true(r->state & PSCOM_REQ_STATE_ERROR);
+    pscom_request_free(r);
+}
+
+static void failed_pull_fails_the_receive_unconfirmed(void **state)
+{
+    pscom_connection_t *c = con_on(&pull_plugin);
+    static char out[300];
+    pscom_request_t *r = recv_req(c, out, sizeof(out));
+    feed_rndv_req_blob(c, 1, 25, 300);
+    assert_int_equal(pscom_plugin_rx_defer_done(con_of(c), pull.handle, -EIO),
+                     0);
+    assert_true(r->state & PSCOM_REQ_STATE_ERROR);
+    assert_int_equal(sent_for(PSC_MSG_RNDV_FIN, 25, NULL), 0);
+
+    /* A pull still under way when the connection closes fails with it. */
+    pscom_request_t *r2 = recv_req(c, out, sizeof(out));
+    feed_rndv_req_blob(c, 1, 26, 300);
+    assert_false(pscom_req_is_done(r2));
+    pscom_close_connection(c);
+    assert_true(r2->state & PSCOM_REQ_STATE_ERROR);
+    pscom_request_free(r);
+    pscom_request_free(r2);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -262,6 +485,10 @@ int main(void)
         cmocka_unit_test(only_whole_bodies_of_matched_receives),
         cmocka_unit_test(eof_waits_for_bodies_out_of_line),
         cmocka_unit_test(clear_to_send_before_the_announcement_was_reported),
+        cmocka_unit_test(pulled_body_is_confirmed_once_in),
+        cmocka_unit_test(unexpected_body_is_pulled_when_its_receive_comes),
+        cmocka_unit_test(refused_pull_takes_the_core_s_way),
+        cmocka_unit_test(failed_pull_fails_the_receive_unconfirmed),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
