@@ -96,6 +96,7 @@
 /* ---------------------------------------------------------------------- */
 
 static size_t cfg_rendezvous;
+static int cfg_pull;
 static int cfg_peer_errors;
 static size_t cfg_rma; /* one-sided fast path from this size; SIZE_MAX: off */
 
@@ -104,6 +105,11 @@ static const pscom_config_row_t ux_rows[] = {
      "rendezvous threshold on ucx connections: larger messages wait for "
      "their receive, then UCX moves them into the receive buffer",
      "ucx", "PSP_RENDEZVOUS", &cfg_rendezvous},
+    {"PSP_UCX_PULL", PSCOM_CONFIG_BOOL, "1",
+     "rendezvous bodies wait at the sender in UCX's rendezvous, announced "
+     "with the message, and the receiver pulls them once a receive matches "
+     "(0: the receiver asks for the body first, one round trip more)",
+     "ucx", NULL, &cfg_pull},
     {"PSP_UCX_PEER_ERRORS", PSCOM_CONFIG_BOOL, "1",
      "UCX peer error-handling mode: a broken endpoint is a connection error "
      "at once; UCX 1.13 then moves large messages over tcp and cma without "
@@ -174,6 +180,26 @@ struct ux_rop {
     uxw_op_t op;         /* rop_cb(this) */
 };
 
+/* A rendezvous body handed to UCX by rndv_describe: UCX's rendezvous holds
+ * it at the sender until the receiver pulls it or lets it go. */
+#define BODY_HDR_LEN (KEY_LEN + 8) /* key, then the body's id */
+struct ux_bsend {
+    struct ux_bsend *next; /* ux_con.bsends, or ux_sock.bsends_left */
+    struct ux_con *uc;     /* NULL once its connection closed (orphan) */
+    struct ux_sock *us;
+    uxw_op_t op;           /* bsend_cb(this) */
+    uint8_t hdr[BODY_HDR_LEN]; /* read by UCX until done */
+};
+
+/* A body announced by the peer (UXW_AM_BODY) whose message has not been
+ * received yet: UCX keeps its rendezvous descriptor. */
+struct ux_body {
+    struct ux_body *next; /* ux_con.bodies, newest first */
+    uint64_t id;
+    void *desc;
+    size_t len;
+};
+
 struct ux_con {
     pscom_plugin_con_t *con;
     struct ux_sock *us; /* NULL: nothing to release */
@@ -199,8 +225,16 @@ struct ux_con {
     struct ux_rx *rxq, **rxq_tail;
     /* The body being received in line: the messages behind it wait. */
     struct ux_rop *rop;
-    /* Bodies received out of line (pscom_plugin_rx_defer), any order. */
+    /* Bodies received out of line (pscom_plugin_rx_defer, pulls), any
+     * order. */
     struct ux_rop *deferred;
+    /* Pulled rendezvous: our bodies with UCX (sender), the peer's bodies
+     * not pulled yet (receiver), the last id we gave out, and the highest
+     * id a pull asked for (a body at or below it that arrives later is
+     * let go). */
+    struct ux_bsend *bsends;
+    struct ux_body *bodies;
+    uint64_t body_seq, body_floor;
     uint64_t peer_fp;      /* fingerprint of the peer's worker address */
     struct ux_rma *rmaq;   /* one-sided operations not yet reported */
     struct ux_rkey *rkeys; /* the peer's regions unpacked on our endpoint */
@@ -228,6 +262,9 @@ struct ux_sock {
     struct ux_region *regions; /* mapped for peers; each holds a ref */
     struct ux_rkey *rkeys_left; /* of closed connections, still in use by
                                  * their operations: destroyed with us */
+    /* Bodies of closed connections UCX has not ended (it does not end all
+     * of an endpoint to a dead peer): freed with the worker. */
+    struct ux_bsend *bsends_left;
 };
 
 static struct ux_sock *socks;
@@ -580,6 +617,9 @@ static size_t unpack_head(const uint8_t *p, size_t len,
     return sizeof(h) + xl;
 }
 
+static int body_arrived(struct ux_sock *us, const void *hdr, size_t hdr_len,
+                        void *desc, size_t len, unsigned flags);
+
 static int am_cb(void *arg, unsigned id, const void *hdr, size_t hdr_len,
                  void *data, size_t len, unsigned flags)
 {
@@ -587,6 +627,8 @@ static int am_cb(void *arg, unsigned id, const void *hdr, size_t hdr_len,
     struct ux_con *uc;
     const uint8_t *head;
     size_t head_len;
+    if (id == UXW_AM_BODY)
+        return body_arrived(us, hdr, hdr_len, data, len, flags);
     /* A packed frame comes whole as data: its head rebuilt, then to the
      * core at once if it can (which checks that it is one whole message),
      * else on as the others. */
@@ -791,7 +833,7 @@ static int send_frame(struct ux_con *uc, const struct iovec *head,
     e->op = (uxw_op_t){.cb.done = tx_cb, .user = e};
     us->inflight++; /* first: UCX may call tx_cb inside the call */
     int rc = uxw_am_send(uc->ep, id, hlen ? e->hdr : NULL, hlen, data, dcnt,
-                         eager, &e->op);
+                         eager ? UXW_SEND_EAGER : UXW_SEND_ANY, &e->op);
     if (rc == UXW_PENDING) return 0;
     if (rc == UXW_OK && uc->txq == e) {
         uc->txq = NULL;
@@ -938,6 +980,27 @@ static int flush_tx(struct ux_con *uc)
 /* Receiving                                                              */
 /* ---------------------------------------------------------------------- */
 
+/* Start receiving the body of desc (len bytes) into rop->buf: out of line
+ * (ux_con.deferred) when rop has the core's handle, else in line. */
+static void rop_begin(struct ux_con *uc, struct ux_rop *rop, void *desc,
+                      size_t len)
+{
+    struct ux_sock *us = uc->us;
+    rop->uc = uc;
+    rop->us = us;
+    rop->len = len;
+    if (rop->handle) {
+        rop->next = uc->deferred;
+        uc->deferred = rop;
+    } else {
+        uc->rop = rop;
+    }
+    rop->op = (uxw_op_t){.cb.recv = rop_cb, .user = rop};
+    us->inflight++; /* first: UCX may call rop_cb inside the call */
+    int rc = uxw_am_recv(us->w, desc, rop->buf, len, &rop->op);
+    if (rc != UXW_PENDING && !rop->done) rop_cb(rop, rc, 0);
+}
+
 /* Receive a rendezvous body. Out of line when the core lets us
  * (pscom_plugin_rx_defer: a body for a matched receive, whose buffer stays
  * ours until we say it is full): then the messages behind it go on at once.
@@ -983,20 +1046,158 @@ static int start_rop(struct ux_con *uc, void *desc, size_t len, bool may_direct)
                   "receive (out of memory)");
         return -1;
     }
-    rop->uc = uc;
-    rop->us = us;
-    rop->len = len;
-    if (rop->handle) {
-        rop->next = uc->deferred;
-        uc->deferred = rop;
-    } else {
-        uc->rop = rop;
-    }
-    rop->op = (uxw_op_t){.cb.recv = rop_cb, .user = rop};
-    us->inflight++; /* first: UCX may call rop_cb inside the call */
-    int rc = uxw_am_recv(us->w, desc, rop->buf, len, &rop->op);
-    if (rc != UXW_PENDING && !rop->done) rop_cb(rop, rc, 0);
+    rop_begin(uc, rop, desc, len);
     return 0;
+}
+
+/* ---------------------------------------------------------------------- */
+/* Pulled rendezvous (plugin interface 1.5)                               */
+/* ---------------------------------------------------------------------- */
+
+/* The core announces a rendezvous send (RNDV_REQ) and would wait for the
+ * receiver's answer before it sends the body. Instead, rndv_describe hands
+ * the body to UCX's rendezvous at once, as an active message of its own
+ * (UXW_AM_BODY: the key and an id of the connection), ahead of the
+ * announcement, and puts the id in the announcement's blob. UCX sends only
+ * its request to send; the body stays with the sender. At the receiver
+ * the body's descriptor waits (ux_con.bodies) until a receive matches the
+ * announcement; then rndv_pull_start has UCX move the body into the
+ * receive buffer, out of line, and the core confirms to the sender (FIN)
+ * when it is in. One round trip less than the answer, and an unexpected
+ * large message is never copied. A body whose receive cannot take it
+ * whole (truncation), or that is not there, is let go (UCX ends the send)
+ * and the core's own rendezvous moves it. */
+
+static void bsend_unlink(struct ux_bsend **list, struct ux_bsend *b)
+{
+    for (struct ux_bsend **pp = list; *pp; pp = &(*pp)->next)
+        if (*pp == b) {
+            *pp = b->next;
+            return;
+        }
+}
+
+/* UCX is done with a body: the receiver pulled it or let it go, or the
+ * send failed. */
+static void bsend_cb(void *user, int status)
+{
+    struct ux_bsend *b = user;
+    struct ux_con *uc = b->uc;
+    bsend_unlink(uc ? &uc->bsends : &b->us->bsends_left, b);
+    if (uc && status) set_ucx_error(uc, PSCOM_OP_WRITE, "UCX send", status);
+    free(b);
+}
+
+static size_t ux_rndv_describe(pscom_plugin_con_t *con, void *priv,
+                               const void *data, size_t len, void *blob)
+{
+    struct ux_con *uc = priv;
+    (void)con;
+    if (!cfg_pull || !uc->open || uc->err) return 0;
+    struct ux_bsend *b = malloc(sizeof(*b));
+    if (!b) return 0;
+    uint64_t id = ++uc->body_seq;
+    key_put(b->hdr, uc->peer_slot, uc->peer_gen);
+    memcpy(b->hdr + KEY_LEN, &id, sizeof(id));
+    b->uc = uc;
+    b->us = uc->us;
+    b->op = (uxw_op_t){.cb.done = bsend_cb, .user = b};
+    b->next = uc->bsends; /* first: UCX may call bsend_cb inside the call */
+    uc->bsends = b;
+    struct iovec iov = {(void *)data, len};
+    int rc = uxw_am_send(uc->ep, UXW_AM_BODY, b->hdr, BODY_HDR_LEN, &iov, 1,
+                         UXW_SEND_RNDV, &b->op);
+    if (rc != UXW_PENDING) { /* bsend_cb does not run */
+        bsend_unlink(&uc->bsends, b);
+        free(b);
+        if (rc != UXW_OK) return 0;
+    }
+    memcpy(blob, &id, sizeof(id));
+    return sizeof(id);
+}
+
+/* The AM callback's part for UXW_AM_BODY: keep the descriptor for its
+ * pull (UXW_AM_KEEP), or let the body go. */
+static int body_arrived(struct ux_sock *us, const void *hdr, size_t hdr_len,
+                        void *desc, size_t len, unsigned flags)
+{
+    struct ux_con *uc = hdr_len == BODY_HDR_LEN ? key_lookup(us, hdr) : NULL;
+    if (!uc || uc->err) {
+        pscom_plugin_log(5, "ucx: rendezvous body of %zu bytes for a closed "
+                         "or unknown connection dropped", len);
+        return UXW_AM_DONE;
+    }
+    if (!(flags & UXW_AM_RNDV)) {
+        pscom_plugin_log(1, "ucx: %s: malformed message from the peer (a "
+                         "rendezvous body sent eagerly); closing the "
+                         "connection", pscom_plugin_con_str(uc->con));
+        set_error(uc, PSCOM_OP_READ, PSCOM_ERR_IOERROR,
+                  "receive (malformed message: a rendezvous body sent "
+                  "eagerly)");
+        return UXW_AM_DONE;
+    }
+    uint64_t id;
+    memcpy(&id, (const uint8_t *)hdr + KEY_LEN, sizeof(id));
+    struct ux_body *b = id > uc->body_floor ? malloc(sizeof(*b)) : NULL;
+    if (!b) return UXW_AM_DONE; /* its pull finds none: the core's way */
+    *b = (struct ux_body){.next = uc->bodies, .id = id, .desc = desc,
+                          .len = len};
+    uc->bodies = b;
+    return UXW_AM_KEEP;
+}
+
+/* Take the body with this id off the list; NULL when there is none. */
+static struct ux_body *body_take(struct ux_con *uc, uint64_t id)
+{
+    for (struct ux_body **pp = &uc->bodies; *pp; pp = &(*pp)->next)
+        if ((*pp)->id == id) {
+            struct ux_body *b = *pp;
+            *pp = b->next;
+            return b;
+        }
+    return NULL;
+}
+
+static int ux_rndv_pull_start(pscom_plugin_con_t *con, void *priv,
+                              const void *blob, size_t blob_len, void *dst,
+                              size_t len, void *handle)
+{
+    struct ux_con *uc = priv;
+    uint64_t id;
+    if (blob_len != sizeof(id) || !uc->open || uc->err) return -EINVAL;
+    memcpy(&id, blob, sizeof(id));
+    if (id > uc->body_floor) uc->body_floor = id;
+    struct ux_body *b = body_take(uc, id);
+    if (!b) {
+        pscom_plugin_log(3, "ucx: %s: rendezvous body %llu has not arrived; "
+                         "the core's rendezvous moves it instead",
+                         pscom_plugin_con_str(con), (unsigned long long)id);
+        return -ENOENT;
+    }
+    void *desc = b->desc;
+    bool whole = b->len == len; /* UCX moves a body whole */
+    free(b);
+    struct ux_rop *rop = whole ? calloc(1, sizeof(*rop)) : NULL;
+    if (!rop) {
+        uxw_am_release(uc->us->w, desc); /* UCX ends the sender's send */
+        return whole ? -ENOMEM : -EMSGSIZE;
+    }
+    rop->handle = handle;
+    rop->buf = dst;
+    rop->direct = true;
+    rop_begin(uc, rop, desc, len);
+    return 0;
+}
+
+/* Let every body go that was not pulled (the connection closes). */
+static void bodies_release(struct ux_con *uc)
+{
+    while (uc->bodies) {
+        struct ux_body *b = uc->bodies;
+        uc->bodies = b->next;
+        uxw_am_release(uc->us->w, b->desc);
+        free(b);
+    }
 }
 
 /* The in-line body arrived: give it to the core. */
@@ -1284,6 +1485,11 @@ static void sock_destroy(struct ux_sock *us)
     if (closed) {
         uxw_worker_destroy(us->w);
         rma_rkeys_left_drop(us);
+        while (us->bsends_left) { /* UCX calls back no more */
+            struct ux_bsend *b = us->bsends_left;
+            us->bsends_left = b->next;
+            free(b);
+        }
     }
     free(us->slots);
     free(us->gens);
@@ -1339,12 +1545,23 @@ static void con_release(struct ux_con *uc)
         rx_release(us, rx);
     }
     uc->rxq_tail = &uc->rxq;
+    bodies_release(uc); /* the senders' UCX ends their sends */
+    bool bodies_waiting = uc->bsends != NULL;
     rma_con_release(uc); /* before the endpoint goes, as UCX wants */
+    while (uc->bsends) { /* bsend_cb frees them, or sock_destroy */
+        struct ux_bsend *b = uc->bsends;
+        uc->bsends = b->next;
+        b->uc = NULL;
+        b->next = us->bsends_left;
+        us->bsends_left = b;
+    }
 
     /* A broken connection (or a dead peer) is dropped. Otherwise UCX
      * flushes what it has (the EOF message): the socket's last connection
-     * waits for that before the worker goes. */
-    bool broken = uc->ep_failed || uc->err || uc->hup;
+     * waits for that before the worker goes. A body still waiting for its
+     * pull belongs to a send the core gave up (PSP_SHUTDOWN_TIMEOUT): it
+     * is dropped too, so that the peer cannot read the buffer later. */
+    bool broken = uc->ep_failed || uc->err || uc->hup || bodies_waiting;
     if (uc->ep) {
         uxw_ep_t *ep = uc->ep;
         uc->ep = NULL;
@@ -1942,6 +2159,8 @@ static const pscom_plugin_ops_t ux_ops = {
     .tx_kick = ux_tx_kick,
     .tx_now = ux_tx_now,
     .progress = ux_progress,
+    .rndv_describe = ux_rndv_describe,
+    .rndv_pull_start = ux_rndv_pull_start,
     .rma_register = ux_rma_register,
     .rma_deregister = ux_rma_deregister,
     .rma_rkey = ux_rma_rkey,

@@ -144,6 +144,14 @@ static ucs_status_t am_frame_packed(void *arg, const void *header,
                       UXW_AM_FRAME_PACKED);
 }
 
+static ucs_status_t am_body(void *arg, const void *header,
+                            size_t header_length, void *data, size_t length,
+                            const ucp_am_recv_param_t *param)
+{
+    return am_handler(arg, header, header_length, data, length, param,
+                      UXW_AM_BODY);
+}
+
 static ucs_status_t am_frame_long(void *arg, const void *header,
                                   size_t header_length, void *data,
                                   size_t length,
@@ -200,6 +208,7 @@ int uxw_worker_create(uxw_context_t *c, uxw_am_cb_t am_cb, void *am_arg,
         [UXW_AM_FRAME] = am_frame,
         [UXW_AM_FRAME_LONG] = am_frame_long,
         [UXW_AM_FRAME_PACKED] = am_frame_packed,
+        [UXW_AM_BODY] = am_body,
     };
     for (unsigned id = 0; id < UXW_AM_IDS; id++) {
         ucp_am_handler_param_t hp = {
@@ -329,12 +338,14 @@ int uxw_ep_close(uxw_worker_t *w, uxw_ep_t *ep, int force, const uxw_op_t *op)
 }
 
 int uxw_am_send(uxw_ep_t *ep, unsigned id, const void *hdr, size_t hdr_len,
-                const struct iovec *iov, int iovcnt, int eager,
+                const struct iovec *iov, int iovcnt, int proto,
                 const uxw_op_t *op)
 {
     ucp_request_param_t p = done_param(op);
     p.op_attr_mask |= UCP_OP_ATTR_FIELD_FLAGS;
-    p.flags = eager ? UCP_AM_SEND_FLAG_EAGER : 0;
+    p.flags = proto == UXW_SEND_EAGER  ? UCP_AM_SEND_FLAG_EAGER
+              : proto == UXW_SEND_RNDV ? UCP_AM_SEND_FLAG_RNDV
+                                       : 0;
     const void *buf = NULL;
     size_t count = 0;
     if (iovcnt == 1) {

@@ -34,6 +34,8 @@ enum {
     UXW_AM_FRAME_LONG = 1, /* AM header: key; data: frame head + body */
     UXW_AM_FRAME_PACKED = 2, /* no AM header; data: an 8-byte prefix (key
                               * and header), xheader, body: pack_frame */
+    UXW_AM_BODY = 3,         /* AM header: key + body id; data: a rendezvous
+                              * body the receiver pulls (UXW_SEND_RNDV) */
     UXW_AM_IDS
 };
 
@@ -115,13 +117,18 @@ int uxw_ep_create(uxw_worker_t *w, const void *addr, size_t len,
  * closed now; UXW_PENDING when op follows; or an error (closed). */
 int uxw_ep_close(uxw_worker_t *w, uxw_ep_t *ep, int force, const uxw_op_t *op);
 
+/* uxw_am_send protocols. */
+#define UXW_SEND_ANY   0 /* UCX chooses: eager or its rendezvous */
+#define UXW_SEND_EAGER 1 /* UCX's eager protocol */
+#define UXW_SEND_RNDV  2 /* UCX's rendezvous: the data moves once the
+                          * receiver asks for it (uxw_am_recv), or never
+                          * (uxw_am_release); the send ends then */
 /* Send an active message: hdr (kept by UCX until done, so it must stay valid
- * until then) and the data of iov[0..iovcnt) (0 to 2 entries). eager: force
- * UCX's eager protocol; otherwise UCX chooses (eager or its rendezvous).
- * UXW_OK: done now, op does not run. UXW_PENDING: op follows. Negative:
- * failed. */
+ * until then) and the data of iov[0..iovcnt) (0 to 2 entries) with protocol
+ * proto (UXW_SEND_*). UXW_OK: done now, op does not run. UXW_PENDING: op
+ * follows. Negative: failed. */
 int uxw_am_send(uxw_ep_t *ep, unsigned id, const void *hdr, size_t hdr_len,
-                const struct iovec *iov, int iovcnt, int eager,
+                const struct iovec *iov, int iovcnt, int proto,
                 const uxw_op_t *op);
 
 /* Send buf[0..len) as the data of an AM only if UCX can take it at once

@@ -37,7 +37,7 @@ struct fake_send {
     size_t data_len;
     const struct iovec *iov; /* as given: UCX reads it until done */
     int iovcnt;
-    int eager;
+    int proto; /* UXW_SEND_* */
     const uxw_op_t *op;
     bool pending; /* the plugin waits for op */
 };

@@ -141,7 +141,7 @@ int uxw_ep_close(uxw_worker_t *w, uxw_ep_t *ep, int force, const uxw_op_t *op)
 }
 
 int uxw_am_send(uxw_ep_t *ep, unsigned id, const void *hdr, size_t hdr_len,
-                const struct iovec *iov, int iovcnt, int eager,
+                const struct iovec *iov, int iovcnt, int proto,
                 const uxw_op_t *op)
 {
     assert(fw.nsends < FAKE_MAX_OPS);
@@ -160,7 +160,7 @@ int uxw_am_send(uxw_ep_t *ep, unsigned id, const void *hdr, size_t hdr_len,
     }
     s->iov = iov;
     s->iovcnt = iovcnt;
-    s->eager = eager;
+    s->proto = proto;
     s->op = op;
     s->pending = fw.send_result == UXW_PENDING;
     if (s->pending && fw.end_inside)
@@ -176,7 +176,7 @@ int uxw_am_send_now(uxw_worker_t *w, uxw_ep_t *ep, unsigned id,
     (void)w;
     if (fw.send_result != UXW_OK) return fw.send_result < 0 ? fw.send_result : -2;
     struct iovec iov = {(void *)buf, len};
-    return uxw_am_send(ep, id, NULL, 0, &iov, 1, 1, NULL);
+    return uxw_am_send(ep, id, NULL, 0, &iov, 1, UXW_SEND_EAGER, NULL);
 }
 
 void fake_send_complete(int i, int status)

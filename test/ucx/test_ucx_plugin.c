@@ -4,9 +4,9 @@
  * with the peer's, the order in which it reports sent frames to the core
  * whatever order UCX completes them in, the queue of arrived messages while
  * a rendezvous body is on its way, when a body goes straight into the
- * receive buffer and when through a buffer of its own, messages for unknown
- * connections, malformed messages, broken endpoints and a dead peer, and
- * closing with operations still under way.
+ * receive buffer and when through a buffer of its own, bodies the receiver
+ * pulls, messages for unknown connections, malformed messages, broken
+ * endpoints and a dead peer, and closing with operations still under way.
  */
 #include <errno.h>
 #include <setjmp.h>
@@ -344,8 +344,8 @@ static void eager_below_threshold_ucx_choice_above(void **state)
     fake_queue(&t->core, 8, big, sizeof(big));
     OPS->tx_kick(&t->core, t->priv);
     assert_int_equal(fw.nsends, 2);
-    assert_int_equal(fw.sends[0].eager, 1);
-    assert_int_equal(fw.sends[1].eager, 0);
+    assert_int_equal(fw.sends[0].proto, UXW_SEND_EAGER);
+    assert_int_equal(fw.sends[1].proto, UXW_SEND_ANY);
     fake_send_complete(0, 0);
     fake_send_complete(1, 0);
     progress();
@@ -558,7 +558,7 @@ static void small_frames_are_packed(void **state)
     struct fake_send *s = &fw.sends[0];
     assert_int_equal(s->id, UXW_AM_FRAME_PACKED);
     assert_int_equal(s->hdr_len, 0);
-    assert_int_equal(s->eager, 1);
+    assert_int_equal(s->proto, UXW_SEND_EAGER);
     /* The key and the header (16 bytes) become an 8-byte prefix. */
     assert_int_equal(s->data_len, 8 + 4 + sizeof(b));
     assert_small_prefix(s->data, 4);
@@ -1245,6 +1245,196 @@ static void dead_peer_socket_fails_after_grace(void **state)
     tcon_close(t);
 }
 
+/* ---------------------------------------------------------------------- */
+/* Pulled rendezvous (rndv_describe, UXW_AM_BODY, rndv_pull_start)        */
+/* ---------------------------------------------------------------------- */
+
+/* A body the peer announces for t: key, then its id. */
+static int am_body(struct key k, uint64_t id, void *desc, size_t len,
+                   unsigned flags)
+{
+    uint8_t h[16];
+    memcpy(h, &k.slot, 4);
+    memcpy(h + 4, &k.gen, 4);
+    memcpy(h + 8, &id, 8);
+    return fake_am(UXW_AM_BODY, h, sizeof(h), desc, len, flags);
+}
+
+/* The core's handle for a pull into buf: a message it recorded as taken
+ * out of line. */
+static void *pull_handle(struct tcon *t, void *buf, size_t len)
+{
+    struct fake_msg *m = &t->core.msgs[t->core.nmsgs];
+    m->deferred = true;
+    m->defer_buf = buf;
+    m->defer_len = len;
+    return (void *)(uintptr_t)(++t->core.nmsgs);
+}
+
+static int pull_start(struct tcon *t, uint64_t id, void *dst, size_t len)
+{
+    return OPS->rndv_pull_start(&t->core, t->priv, &id, sizeof(id), dst, len,
+                                pull_handle(t, dst, len));
+}
+
+/* The sender hands the body to UCX's rendezvous at once, to the peer's
+ * key, with an id of the connection that the announcement carries. */
+static void body_goes_to_ucx_with_its_announcement(void **state)
+{
+    struct tcon *t = tcon_open(RNDV);
+    static char body[RNDV];
+    memset(body, 'b', sizeof(body));
+    uint64_t blob[8];
+    assert_int_equal(OPS->rndv_describe(&t->core, t->priv, body, RNDV, blob),
+                     8);
+    assert_int_equal(fw.nsends, 1);
+    struct fake_send *s = &fw.sends[0];
+    assert_int_equal(s->id, UXW_AM_BODY);
+    assert_int_equal(s->proto, UXW_SEND_RNDV);
+    assert_int_equal(s->hdr_len, 16);
+    uint32_t slot, gen;
+    uint64_t id;
+    memcpy(&slot, s->hdr, 4);
+    memcpy(&gen, s->hdr + 4, 4);
+    memcpy(&id, s->hdr + 8, 8);
+    assert_int_equal(slot, PEER_SLOT);
+    assert_int_equal(gen, PEER_GEN);
+    assert_int_equal(id, blob[0]);
+    assert_int_equal(s->data_len, RNDV);
+    assert_memory_equal(s->data, body, RNDV);
+    assert_int_equal(OPS->rndv_describe(&t->core, t->priv, body, RNDV, blob),
+                     8);
+    assert_int_equal(blob[0], id + 1);
+
+    /* The receiver pulled the first; the second failed: the connection
+     * fails. A body UCX refuses at once is left to the core's way. */
+    fake_send_complete(0, 0);
+    progress();
+    assert_int_equal(t->core.errors, 0);
+    fake_send_complete(1, -25);
+    progress();
+    assert_int_equal(t->core.errors, 1);
+    assert_int_equal(t->core.err_op, PSCOM_OP_WRITE);
+    tcon_close(t);
+
+    t = tcon_open(RNDV);
+    fw.send_result = -3;
+    assert_int_equal(OPS->rndv_describe(&t->core, t->priv, body, RNDV, blob),
+                     0);
+    tcon_close(t);
+}
+
+/* The receiver keeps the announced body's descriptor until its receive
+ * matched, then UCX moves the body into the receive buffer out of line. */
+static void body_pulled_into_the_receive_buffer(void **state)
+{
+    struct tcon *t = tcon_open(RNDV);
+    static char src[2][RNDV], dst[2][RNDV];
+    memset(src[0], 'x', RNDV);
+    memset(src[1], 'y', RNDV);
+    char desc[2];
+    assert_int_equal(am_body(t->key, 5, &desc[0], RNDV, UXW_AM_RNDV),
+                     UXW_AM_KEEP);
+    assert_int_equal(am_body(t->key, 6, &desc[1], RNDV, UXW_AM_RNDV),
+                     UXW_AM_KEEP);
+    assert_true(settles()); /* nothing moves before the pull */
+    assert_int_equal(fw.nrecvs, 0);
+
+    /* Pulled in the order their receives match, not their ids'. */
+    assert_int_equal(pull_start(t, 6, dst[1], RNDV), 0);
+    assert_int_equal(pull_start(t, 5, dst[0], RNDV), 0);
+    assert_int_equal(fw.nrecvs, 2);
+    assert_ptr_equal(fw.recvs[0].desc, &desc[1]);
+    assert_ptr_equal(fw.recvs[0].buf, dst[1]);
+    assert_int_equal(fw.recvs[0].len, RNDV);
+    assert_ptr_equal(fw.recvs[1].desc, &desc[0]);
+    assert_int_equal(t->core.ndefer_done, 0);
+    assert_int_equal(OPS->progress(), 1); /* data is moving */
+
+    fake_recv_complete(0, src[1], 0);
+    progress();
+    assert_int_equal(t->core.ndefer_done, 1);
+    assert_int_equal(t->core.defer_order[0], 0);
+    assert_int_equal(t->core.msgs[0].defer_err, 0);
+    assert_memory_equal(dst[1], src[1], RNDV);
+    fake_recv_complete(1, src[0], -25);
+    progress();
+    assert_int_equal(t->core.ndefer_done, 2);
+    assert_int_not_equal(t->core.msgs[1].defer_err, 0);
+    assert_int_equal(t->core.errors, 1);
+    assert_int_equal(fw.releases, 0); /* both went to their receives */
+    tcon_close(t);
+}
+
+/* A body whose receive cannot take it whole, or that is not there, is let
+ * go (UCX ends the sender's send) and the core's rendezvous moves it; a
+ * body that arrives after its pull gave up, and the bodies left at close,
+ * are let go too. */
+static void bodies_not_pulled_are_let_go(void **state)
+{
+    struct tcon *t = tcon_open(RNDV);
+    static char dst[RNDV];
+    char desc[3];
+    am_body(t->key, 1, &desc[0], RNDV, UXW_AM_RNDV);
+    assert_true(pull_start(t, 1, dst, RNDV - 1) < 0); /* truncated */
+    assert_int_equal(fw.releases, 1);
+    assert_ptr_equal(fw.released, &desc[0]);
+    assert_true(pull_start(t, 1, dst, RNDV) < 0); /* gone now */
+    assert_true(pull_start(t, 3, dst, RNDV) < 0); /* not there */
+    assert_int_equal(am_body(t->key, 2, &desc[1], RNDV, UXW_AM_RNDV),
+                     UXW_AM_DONE); /* behind a pull that gave up */
+    assert_int_equal(am_body(t->key, 4, &desc[2], RNDV, UXW_AM_RNDV),
+                     UXW_AM_KEEP);
+    assert_int_equal(fw.nrecvs, 0);
+    assert_int_equal(t->core.errors, 0);
+    tcon_close(t);
+    assert_int_equal(fw.releases, 2);
+    assert_ptr_equal(fw.released, &desc[2]);
+}
+
+/* A body sent eagerly is malformed: the connection fails. One for an
+ * unknown connection is dropped. */
+static void malformed_and_stray_bodies(void **state)
+{
+    struct tcon *t = tcon_open(RNDV);
+    char desc;
+    struct key stray = {t->key.slot + 5, t->key.gen};
+    assert_int_equal(am_body(stray, 1, &desc, RNDV, UXW_AM_RNDV), UXW_AM_DONE);
+    progress();
+    assert_int_equal(t->core.errors, 0);
+    assert_int_equal(am_body(t->key, 1, &desc, RNDV, 0), UXW_AM_DONE);
+    progress();
+    assert_int_equal(t->core.errors, 1);
+    assert_int_equal(t->core.err, PSCOM_ERR_IOERROR);
+    tcon_close(t);
+}
+
+/* A connection that closes while a body of ours still waits for its pull
+ * (the core gave its send up) drops its endpoint, so that the peer cannot
+ * read the buffer afterwards. UCX may end such a send later, or never: it
+ * is freed either way. */
+static void close_drops_bodies_waiting_for_their_pull(void **state)
+{
+    struct tcon *other = tcon_open(RNDV); /* keeps the worker */
+    struct tcon *t = tcon_open(RNDV);
+    static char body[RNDV];
+    uint64_t blob;
+    assert_int_equal(OPS->rndv_describe(&t->core, t->priv, body, RNDV, &blob),
+                     8);
+    assert_int_equal(OPS->rndv_describe(&t->core, t->priv, body, RNDV, &blob),
+                     8);
+    tcon_close(t);
+    assert_int_equal(fw.ep_close_force, 1);
+    fake_send_complete(0, -16); /* cancelled: freed, nothing reported */
+    progress();
+    assert_int_equal(other->core.errors, 0);
+    /* Send 1 never ends: freed with the worker (the sanitizer build checks
+     * for leaks). A connection with no body left closes gently. */
+    tcon_close(other);
+    assert_int_equal(fw.ep_close_force, 1);
+    assert_int_equal(fw.workers, 0);
+}
+
 static void close_with_operations_under_way(void **state)
 {
     struct tcon *t = tcon_open(RNDV);
@@ -1796,6 +1986,16 @@ int main(void)
                                         setup, teardown),
         cmocka_unit_test_setup_teardown(dead_peer_socket_fails_after_grace,
                                         setup, teardown),
+        cmocka_unit_test_setup_teardown(
+            body_goes_to_ucx_with_its_announcement, setup, teardown),
+        cmocka_unit_test_setup_teardown(body_pulled_into_the_receive_buffer,
+                                        setup, teardown),
+        cmocka_unit_test_setup_teardown(bodies_not_pulled_are_let_go, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(malformed_and_stray_bodies, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(
+            close_drops_bodies_waiting_for_their_pull, setup, teardown),
         cmocka_unit_test_setup_teardown(close_with_operations_under_way, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(unfinished_close_leaves_the_worker,
