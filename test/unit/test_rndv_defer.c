@@ -32,6 +32,19 @@ static pscom_request_t *recv_req(pscom_connection_t *c, void *buf, size_t len)
     return r;
 }
 
+/* A small message that arrives behind bodies still on their way is
+ * received at once: its request, done. */
+static pscom_request_t *message_behind_goes_on(pscom_connection_t *c)
+{
+    static char small[8];
+    pscom_request_t *e = recv_req(c, small, sizeof(small));
+    struct frame f;
+    frame_user(&f, 99, "later", 6);
+    assert_int_equal(feed(c, &f), 0);
+    assert_true(pscom_req_successful(e));
+    return e;
+}
+
 /* The peer announces a rendezvous message of len bytes. */
 static void feed_rndv_req(pscom_connection_t *c, uint32_t tag, uint64_t id,
                           uint64_t len)
@@ -98,13 +111,7 @@ static void bodies_out_of_line_in_any_order(void **state)
          * message. */
         assert_null(pscom_plugin_rx_defer(con_of(c), &buf, &len));
     }
-    /* A message behind them is received at once. */
-    char small[8];
-    pscom_request_t *e = recv_req(c, small, sizeof(small));
-    struct frame f;
-    frame_user(&f, 99, "later", 6);
-    assert_int_equal(feed(c, &f), 0);
-    assert_true(pscom_req_successful(e));
+    pscom_request_t *e = message_behind_goes_on(c);
     for (int i = 0; i < 3; i++) assert_false(pscom_req_is_done(r[i]));
 
     /* The transport finishes them out of order. */
@@ -389,12 +396,7 @@ static void pulled_body_is_confirmed_once_in(void **state)
     assert_int_equal(sent_for(PSC_MSG_RNDV_CTS, 21, NULL), 0);
     assert_int_equal(sent_for(PSC_MSG_RNDV_FIN, 21, NULL), 0);
     assert_false(pscom_req_is_done(r));
-    char small[8];
-    pscom_request_t *e = recv_req(c, small, sizeof(small));
-    struct frame f;
-    frame_user(&f, 2, "later", 6);
-    assert_int_equal(feed(c, &f), 0);
-    assert_true(pscom_req_successful(e));
+    pscom_request_t *e = message_behind_goes_on(c);
 
     assert_int_equal(pscom_plugin_rx_defer_done(con_of(c), pull.handle, 0), 0);
     assert_true(pscom_req_successful(r));
