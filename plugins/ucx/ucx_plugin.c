@@ -627,8 +627,6 @@ static int am_cb(void *arg, unsigned id, const void *hdr, size_t hdr_len,
     struct ux_con *uc;
     const uint8_t *head;
     size_t head_len;
-    if (id == UXW_AM_BODY)
-        return body_arrived(us, hdr, hdr_len, data, len, flags);
     /* A packed frame comes whole as data: its head rebuilt, then to the
      * core at once if it can (which checks that it is one whole message),
      * else on as the others. */
@@ -655,6 +653,8 @@ static int am_cb(void *arg, unsigned id, const void *hdr, size_t hdr_len,
             deliver_now(uc, head, head_len, data, len))
             return UXW_AM_DONE;
         id = UXW_AM_FRAME;
+    } else if (id == UXW_AM_BODY) {
+        return body_arrived(us, hdr, hdr_len, data, len, flags);
     } else {
         uc = hdr_len >= KEY_LEN ? key_lookup(us, hdr) : NULL;
         head = (const uint8_t *)hdr + KEY_LEN;
