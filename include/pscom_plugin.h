@@ -237,8 +237,9 @@ typedef struct pscom_plugin_ops {
     /* ---- API 1.5: rendezvous pulls that end later (optional) ----
      * As rndv_pull, but the copy into dst may go on after the call: return
      * 0 when it started (or ended), and report its end with
-     * pscom_plugin_rx_defer_done(con, handle, err) from the progress op,
-     * as for a deferred body; the core then confirms to the sender. A
+     * pscom_plugin_rx_defer_done(con, handle, err) from the progress op
+     * (never from inside this call), as for a deferred body; the core then
+     * confirms to the sender. A
      * negative errno: nothing started, the core tries rndv_pull, then the
      * generic rendezvous. len may be less than the body (a truncating
      * receive): a plugin that cannot pull a part refuses. The core prefers

@@ -473,17 +473,16 @@ static int rndv_try_pull(struct psc_con *con, struct psc_req *req,
     const pscom_plugin_ops_t *ops = d->ops;
     size_t len = info->data_len < req->pub.data_len ? info->data_len
                                                     : req->pub.data_len;
-    if (PSCOM_PLUGIN_API_MINOR(d->api_version) >= 5 && ops->rndv_pull_start) {
+    /* The plugin reports the end of a started pull from its progress op,
+     * never from inside the call: the receive is queued after it. */
+    if (PSCOM_PLUGIN_API_MINOR(d->api_version) >= 5 && ops->rndv_pull_start &&
+        !ops->rndv_pull_start(con, con->plugin_priv, blob, info->blob_len,
+                              req->pub.data, len, req)) {
         req->rndv = *info; /* the FIN names the sender's id */
         req->rndv_pulling = true;
         req->received = len;
         psc_list_add_tail(&req->next, &con->rx_deferq);
-        if (!ops->rndv_pull_start(con, con->plugin_priv, blob, info->blob_len,
-                                  req->pub.data, len, req))
-            return 0;
-        psc_list_del(&req->next);
-        req->rndv_pulling = false;
-        req->received = 0;
+        return 0;
     }
     if (!ops->rndv_pull) return -1;
     if (ops->rndv_pull(con, con->plugin_priv, blob, info->blob_len,
