@@ -201,12 +201,21 @@ static void remove_tmpdir(psr_job_t *job)
     if (job->tmpdir[0]) nftw(job->tmpdir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
 }
 
-/* Write a message from the child between fork and exec (async-signal-safe). */
-static void child_say(const char *a, const char *b, const char *c)
+/*
+ * Write a message from the child between fork and exec (async-signal-safe).
+ * The parts are joined first and written at once: ranks that fail together
+ * share stderr, and a single write of less than PIPE_BUF keeps their lines
+ * whole.
+ */
+static void child_say(const char *const parts[], size_t n)
 {
-    write_all(STDERR_FILENO, a, strlen(a));
-    write_all(STDERR_FILENO, b, strlen(b));
-    write_all(STDERR_FILENO, c, strlen(c));
+    char line[512];
+    size_t len = 0;
+    for (size_t i = 0; i < n; i++) {
+        for (const char *s = parts[i]; *s && len < sizeof(line) - 1; s++) line[len++] = *s;
+    }
+    if (len == sizeof(line) - 1) line[len - 1] = '\n';
+    write_all(STDERR_FILENO, line, len);
 }
 
 static void free_env(char **env)
@@ -284,8 +293,9 @@ static int spawn(psr_job_t *job, psr_proc_t *p)
         if (devnull >= 0) dup2(devnull, STDIN_FILENO);
         execvpe(app->argv[0], app->argv, env);
         int e = errno;
-        child_say("pscom_run: cannot execute '", app->argv[0], "': ");
-        child_say(strerror(e), e == ENOENT ? " (is it in PATH?)" : "", "\n");
+        const char *msg[] = { "pscom_run: cannot execute '", app->argv[0], "': ", strerror(e),
+                              e == ENOENT ? " (is it in PATH?)" : "", "\n" };
+        child_say(msg, sizeof(msg) / sizeof(msg[0]));
         _exit(127);
     }
 

@@ -212,9 +212,14 @@ class Cases:
 
     # Launcher behaviour without PMIx clients.
     def launcher_errors(self):
-        r = launch([self.R, "-n", "2", "/nonexistent/program"])
+        r = launch([self.R, "-n", "4", "/nonexistent/program"])
         expect(r, 127, max_secs=10)
-        check("cannot execute '/nonexistent/program'" in r.err, "no message for exec failure", r)
+        whole = "pscom_run: cannot execute '/nonexistent/program': No such file or directory"
+        check(whole in r.err, "no message for exec failure", r)
+        # Ranks that fail together share stderr: each one's line stays whole.
+        said = [l for l in r.err.splitlines() if "cannot execute" in l]
+        check(all(l.startswith(whole) and l.count("cannot execute") == 1 for l in said),
+              "exec failure messages of several ranks interleaved", r)
         r = launch([self.R, "--bogus", "true"])
         check(r.status == 255 and "unknown option" in r.err, "bad option accepted", r)
         r = launch([self.R, "--timeout", "1", "-n", "2", "sleep", "20"])
