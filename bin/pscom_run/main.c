@@ -293,7 +293,10 @@ static int spawn(psr_job_t *job, psr_proc_t *p)
         if (devnull >= 0) dup2(devnull, STDIN_FILENO);
         execvpe(app->argv[0], app->argv, env);
         int e = errno;
-        const char *msg[] = { "pscom_run: cannot execute '", app->argv[0], "': ", strerror(e),
+        /* strerror may translate, and take locks another thread held at the fork. */
+        const char *why = strerrordesc_np(e);
+        const char *msg[] = { "pscom_run: cannot execute '", app->argv[0], "': ",
+                              why ? why : "unknown error",
                               e == ENOENT ? " (is it in PATH?)" : "", "\n" };
         child_say(msg, sizeof(msg) / sizeof(msg[0]));
         _exit(127);

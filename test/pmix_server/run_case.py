@@ -12,6 +12,7 @@ import re
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 
 WATCHDOG = 45   # seconds for one launch; the meson timeout is larger
@@ -220,6 +221,11 @@ class Cases:
         said = [l for l in r.err.splitlines() if "cannot execute" in l]
         check(all(l.startswith(whole) and l.count("cannot execute") == 1 for l in said),
               "exec failure messages of several ranks interleaved", r)
+        with tempfile.NamedTemporaryFile() as f:   # a file without execute permission
+            r = launch([self.R, f.name])
+            expect(r, 127, max_secs=10)
+            check("cannot execute '%s': Permission denied\n" % f.name in r.err,
+                  "no reason for a file that is not executable", r)
         r = launch([self.R, "--bogus", "true"])
         check(r.status == 255 and "unknown option" in r.err, "bad option accepted", r)
         r = launch([self.R, "--timeout", "1", "-n", "2", "sleep", "20"])
