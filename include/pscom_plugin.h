@@ -49,7 +49,8 @@ extern "C" {
 /* Minor in the low byte: the core reads the ops a minor added only from
  * descriptors of that minor or later (1.1 added the one-sided ops, 1.2 the
  * sleeping waits, 1.3 tx_now; 1.4 added no op, only the upcall
- * pscom_plugin_rx_now; 1.5 rndv_pull_start). */
+ * pscom_plugin_rx_now; 1.5 rndv_pull_start, and the flag
+ * PSCOM_PLUGIN_SPIN_RELAX, which older cores ignore). */
 #define PSCOM_PLUGIN_API_VERSION 0x0105
 #define PSCOM_PLUGIN_API_MAJOR(v) (((v) >> 8) & 0xff)
 #define PSCOM_PLUGIN_API_MINOR(v) ((v) & 0xff)
@@ -254,6 +255,10 @@ typedef struct pscom_plugin_ops {
 
 /* Capabilities (pscom_plugin_t.flags). */
 #define PSCOM_PLUGIN_LOCAL_ONLY 0x1 /* only for peers on the same node */
+/* Its progress op polls memory that another core writes (a shared-memory
+ * queue): a wait polling this plugin alone adds the CPU's spin-wait hint
+ * (pause) after a few polls that found nothing. */
+#define PSCOM_PLUGIN_SPIN_RELAX 0x2
 
 typedef struct pscom_plugin {
     uint32_t api_version;       /* PSCOM_PLUGIN_API_VERSION */

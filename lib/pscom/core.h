@@ -610,6 +610,9 @@ unsigned psc_req_cache_count(void);
 
 /* Node identity (util.c). */
 void psc_node_identity_init(void);
+/* The CPU's spin-wait hint, between polls of memory another core writes
+ * (util.c; a call of its own, so that tests can count it). */
+void psc_cpu_relax(void);
 
 /* Wait until cond_fn(arg) holds, driving progress. Returns 0, or -1 when
  * timeout_ms (0 = none) passed. */

@@ -434,15 +434,18 @@ static const pscom_plugin_ops_t *active_ops[PSC_MAX_PLUGINS];
 static void rebuild_active(void)
 {
     unsigned n = 0;
+    bool relax = true;
     for (unsigned i = 0; i < count; i++) {
         struct psc_plugin *p = order[i];
         if (p->open_cons && p->desc && p->desc->ops->progress) {
             active_ops[n] = PSCOM_PLUGIN_API_MINOR(p->desc->api_version) >= 2
                                 ? p->desc->ops : NULL;
             psc_active.progress[n++] = p->desc->ops->progress;
+            relax &= (p->desc->flags & PSCOM_PLUGIN_SPIN_RELAX) != 0;
         }
     }
     psc_active.n = n;
+    psc_active.relax = n && relax;
 }
 
 void psc_plugin_con_opened(struct psc_plugin *p)

@@ -84,6 +84,7 @@ void psc_plugin_con_closed(struct psc_plugin *p);
 #define PSC_MAX_PLUGINS 16
 struct psc_active {
     unsigned n;
+    bool relax; /* every one has PSCOM_PLUGIN_SPIN_RELAX */
     int (*progress[PSC_MAX_PLUGINS])(void);
 };
 extern struct psc_active psc_active;

@@ -276,15 +276,25 @@ static bool polls_only(const struct wait *w)
            !psc_oversubscribed();
 }
 
+/* Idle polls in a row after which a wait polling a plugin that asks for it
+ * (PSCOM_PLUGIN_SPIN_RELAX) calls psc_cpu_relax after each idle poll.
+ * Not at once: streaming over UCX shared memory lost 5% with a pause after
+ * every idle poll, and nothing with this (doc/architecture.md). */
+#define RELAX_AFTER 3
+
 /* Up to POLLS_PER_ROUND polls of the plugin with connections; true as
  * soon as cond_fn(arg) holds. *did: a poll did something. */
 static bool polls_until(bool (*cond_fn)(void *arg), void *arg, int *did)
 {
     bool met = false;
+    unsigned idle = 0;
     psc_enter();
     for (int i = 0; i < POLLS_PER_ROUND && !met; i++) {
-        *did |= poll_plugins();
+        int d = poll_plugins();
+        *did |= d;
         met = cond_fn(arg);
+        idle = d ? 0 : idle + 1;
+        if (!met && idle >= RELAX_AFTER && psc_active.relax) psc_cpu_relax();
     }
     psc_leave();
     return met;

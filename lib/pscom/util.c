@@ -17,6 +17,15 @@
 #include "core.h"
 #include "psc_build.h"
 
+void psc_cpu_relax(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    __asm__ __volatile__("yield");
+#endif
+}
+
 ssize_t pscom_readall(int fd, void *buf, size_t count)
 {
     size_t done = 0;

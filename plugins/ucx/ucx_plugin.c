@@ -2176,6 +2176,8 @@ PSCOM_PLUGIN_EXPORT const pscom_plugin_t pscom_plugin_ucx = {
     .con_type = PSCOM_CON_TYPE_UCP,
     .priority = 30,
     .con_priv_size = sizeof(struct ux_con),
+    /* Over shared memory UCX's progress polls FIFOs the peer writes. */
+    .flags = PSCOM_PLUGIN_SPIN_RELAX,
     .rendezvous = &cfg_rendezvous,
     /* The pre-connection socket, and UCX's socket to the peer over tcp. */
     .fds_per_con = 2,

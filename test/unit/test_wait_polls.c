@@ -8,6 +8,10 @@
  * the node is oversubscribed (psc_oversubscribed, wrapped) or the wait
  * rests.
  *
+ * Polling one plugin that asks for it (PSCOM_PLUGIN_SPIN_RELAX), the
+ * wait adds the spin-wait hint (psc_cpu_relax, wrapped and counted) once
+ * RELAX_AFTER polls in a row found nothing.
+ *
  * The plugins are fake progress ops put into the core's list of active
  * ones (psc_active), as psc_plugin_con_opened does for a real plugin.
  */
@@ -34,6 +38,14 @@ bool __wrap_psc_oversubscribed(void)
     return fake_oversubscribed || __real_psc_oversubscribed();
 }
 
+/* psc_cpu_relax counted (-Wl,--wrap). */
+static unsigned relaxes;
+void __wrap_psc_cpu_relax(void);
+void __wrap_psc_cpu_relax(void)
+{
+    relaxes++;
+}
+
 static int fake_a(void)
 {
     calls_a++;
@@ -56,7 +68,7 @@ static int setup(void **state)
     assert_int_equal(pscom_init(PSCOM_VERSION), PSCOM_SUCCESS);
     saved = psc_active;
     saved_settings = psc_settings;
-    calls_a = calls_b = 0;
+    calls_a = calls_b = relaxes = 0;
     return 0;
 }
 
@@ -71,6 +83,7 @@ static int teardown(void **state)
 static void only(int (*op)(void))
 {
     psc_active.n = 1;
+    psc_active.relax = false;
     psc_active.progress[0] = op;
 }
 
@@ -179,6 +192,56 @@ static void resting_wait_gets_full_rounds(void **state)
     assert_true(rounds < calls_a);
 }
 
+/* Finds something on every third call. */
+static int busy_every_third(void)
+{
+    return ++calls_a % 3 == 0;
+}
+
+static void idle_polls_relax_for_a_plugin_that_asks(void **state)
+{
+    only(fake_a);
+    wait_for_calls(100);
+    assert_int_equal(relaxes, 0); /* not asked */
+
+    only(fake_a);
+    psc_active.relax = true;
+    calls_a = 0;
+    wait_for_calls(100);
+    /* Not after the first two idle polls of a batch, nor after the poll
+     * that ends the wait. */
+    assert_true(relaxes > 0);
+    assert_true(relaxes <= calls_a - 3);
+
+    /* Two idle polls in a row at most: never. */
+    only(busy_every_third);
+    psc_active.relax = true;
+    calls_a = relaxes = 0;
+    wait_for_calls(100);
+    assert_int_equal(relaxes, 0);
+}
+
+/* psc_active.relax holds while every plugin with connections asks: shm
+ * does, tcp does not. */
+static void relax_only_while_every_active_plugin_asks(void **state)
+{
+    struct psc_plugin *shm = psc_plugin_find("shm"), *tcp = psc_plugin_find("tcp");
+    assert_non_null(shm);
+    assert_non_null(tcp);
+    assert_non_null(shm->desc);
+    assert_non_null(tcp->desc);
+    psc_plugin_con_opened(shm);
+    assert_true(psc_active.relax);
+    psc_plugin_con_opened(tcp);
+    assert_int_equal(psc_active.n, 2);
+    assert_false(psc_active.relax);
+    psc_plugin_con_closed(shm);
+    assert_false(psc_active.relax);
+    psc_plugin_con_closed(tcp);
+    assert_int_equal(psc_active.n, 0);
+    assert_false(psc_active.relax);
+}
+
 /* A request completed inside a poll: its io_done runs after the op
  * returned, before the wait sees it done. */
 static pscom_request_t *poll_req;
@@ -236,6 +299,10 @@ int main(void)
                                         teardown),
         cmocka_unit_test_setup_teardown(
             callback_runs_after_the_plugin_returns, setup, teardown),
+        cmocka_unit_test_setup_teardown(
+            idle_polls_relax_for_a_plugin_that_asks, setup, teardown),
+        cmocka_unit_test_setup_teardown(
+            relax_only_while_every_active_plugin_asks, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
