@@ -213,6 +213,13 @@ static int sleep_on_fds(void)
  * progress. When this node runs more of our processes than it has CPUs
  * (psc_oversubscribed), a wait rests after OVERSUB_IDLE_ROUNDS idle rounds:
  * every microsecond spent polling is one the peer cannot run. */
+/* Idle polls or rounds in a row after which a busy wait calls
+ * psc_cpu_relax after each further idle one, while every plugin with
+ * connections asks for it (PSCOM_PLUGIN_SPIN_RELAX). Not at once:
+ * streaming over UCX shared memory lost 5% with a pause after every idle
+ * poll, and nothing with this (doc/architecture.md). */
+#define RELAX_AFTER 3
+
 struct wait {
     unsigned idle;     /* rounds without progress */
     bool resting;
@@ -251,6 +258,8 @@ static int wait_step(struct wait *w, int did)
         }
     } else if (psc_settings.sched_yield) {
         sched_yield();
+    } else if (w->idle >= RELAX_AFTER && psc_active.relax) {
+        psc_cpu_relax();
     }
     if (psc_ctx.threaded) {
         psc_unlock();
@@ -275,12 +284,6 @@ static bool polls_only(const struct wait *w)
            !psc_ctx.threaded && !psc_settings.sched_yield &&
            !psc_oversubscribed();
 }
-
-/* Idle polls in a row after which a wait polling a plugin that asks for it
- * (PSCOM_PLUGIN_SPIN_RELAX) calls psc_cpu_relax after each idle poll.
- * Not at once: streaming over UCX shared memory lost 5% with a pause after
- * every idle poll, and nothing with this (doc/architecture.md). */
-#define RELAX_AFTER 3
 
 /* Up to POLLS_PER_ROUND polls of the plugin with connections; true as
  * soon as cond_fn(arg) holds. *did: a poll did something. */

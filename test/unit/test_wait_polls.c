@@ -8,9 +8,9 @@
  * the node is oversubscribed (psc_oversubscribed, wrapped) or the wait
  * rests.
  *
- * Polling one plugin that asks for it (PSCOM_PLUGIN_SPIN_RELAX), the
- * wait adds the spin-wait hint (psc_cpu_relax, wrapped and counted) once
- * RELAX_AFTER polls in a row found nothing.
+ * Polling plugins that all ask for it (PSCOM_PLUGIN_SPIN_RELAX), the wait
+ * adds the spin-wait hint (psc_cpu_relax, wrapped and counted) once
+ * RELAX_AFTER polls or full rounds in a row found nothing.
  *
  * The plugins are fake progress ops put into the core's list of active
  * ones (psc_active), as psc_plugin_con_opened does for a real plugin.
@@ -221,6 +221,25 @@ static void idle_polls_relax_for_a_plugin_that_asks(void **state)
     assert_int_equal(relaxes, 0);
 }
 
+/* Full rounds (two plugins: no polls in between, as pscom_wait_any's
+ * rounds) get the hint too, from the third idle round on. */
+static void idle_full_rounds_relax_when_asked(void **state)
+{
+    psc_active.n = 2;
+    psc_active.progress[0] = fake_a;
+    psc_active.progress[1] = fake_b;
+    psc_active.relax = false;
+    wait_for_calls(20);
+    assert_int_equal(relaxes, 0);
+
+    psc_active.relax = true;
+    calls_a = 0;
+    unsigned long rounds = wait_for_calls(20);
+    assert_int_equal(rounds, calls_a);
+    assert_true(relaxes > 0);
+    assert_true(relaxes <= rounds - 2);
+}
+
 /* psc_active.relax holds while every plugin with connections asks: shm
  * does, tcp does not. */
 static void relax_only_while_every_active_plugin_asks(void **state)
@@ -303,6 +322,8 @@ int main(void)
             idle_polls_relax_for_a_plugin_that_asks, setup, teardown),
         cmocka_unit_test_setup_teardown(
             relax_only_while_every_active_plugin_asks, setup, teardown),
+        cmocka_unit_test_setup_teardown(idle_full_rounds_relax_when_asked,
+                                        setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
