@@ -205,6 +205,18 @@ static int sleep_on_fds(void)
     return woken;
 }
 
+/* Idle polls or rounds in a row after which a busy wait calls
+ * psc_cpu_relax after each further idle one, while every plugin with
+ * connections asks for it (PSCOM_PLUGIN_SPIN_RELAX). Not at once:
+ * streaming over UCX shared memory lost 5% with a pause after every idle
+ * poll, and nothing with this (doc/architecture.md). */
+#define RELAX_AFTER 3
+
+static inline void relax_when_idle(unsigned idle)
+{
+    if (idle >= RELAX_AFTER && psc_active.relax) psc_cpu_relax();
+}
+
 /* A waiting loop: busy polling costs nothing while a core is ours, but
  * with more processes than cores the peer we wait for may need this core.
  * So a wait that has made no progress for PSP_WAIT_SPIN microseconds
@@ -213,13 +225,6 @@ static int sleep_on_fds(void)
  * progress. When this node runs more of our processes than it has CPUs
  * (psc_oversubscribed), a wait rests after OVERSUB_IDLE_ROUNDS idle rounds:
  * every microsecond spent polling is one the peer cannot run. */
-/* Idle polls or rounds in a row after which a busy wait calls
- * psc_cpu_relax after each further idle one, while every plugin with
- * connections asks for it (PSCOM_PLUGIN_SPIN_RELAX). Not at once:
- * streaming over UCX shared memory lost 5% with a pause after every idle
- * poll, and nothing with this (doc/architecture.md). */
-#define RELAX_AFTER 3
-
 struct wait {
     unsigned idle;     /* rounds without progress */
     bool resting;
@@ -258,8 +263,8 @@ static int wait_step(struct wait *w, int did)
         }
     } else if (psc_settings.sched_yield) {
         sched_yield();
-    } else if (w->idle >= RELAX_AFTER && psc_active.relax) {
-        psc_cpu_relax();
+    } else {
+        relax_when_idle(w->idle);
     }
     if (psc_ctx.threaded) {
         psc_unlock();
@@ -297,7 +302,7 @@ static bool polls_until(bool (*cond_fn)(void *arg), void *arg, int *did)
         *did |= d;
         met = cond_fn(arg);
         idle = d ? 0 : idle + 1;
-        if (!met && idle >= RELAX_AFTER && psc_active.relax) psc_cpu_relax();
+        if (!met) relax_when_idle(idle);
     }
     psc_leave();
     return met;

@@ -461,6 +461,13 @@ static struct psc_req *find_receiver(struct psc_con *con,
     return psc_match_posted(con, hdr);
 }
 
+/* Tell the sender of a rendezvous that its buffer is free. */
+static void send_rndv_fin(struct psc_con *con, uint64_t sender_id)
+{
+    struct psc_rndv_fin fin = {.sender_id = sender_id};
+    send_control(con, PSC_MSG_RNDV_FIN, &fin, sizeof(fin));
+}
+
 /* Let the plugin copy the body from the sender's buffer: out of line
  * (rndv_pull_start, API 1.5: the receive waits on con->rx_deferq as a
  * deferred body does, and pscom_plugin_rx_defer_done sends the FIN), or at
@@ -488,8 +495,7 @@ static int rndv_try_pull(struct psc_con *con, struct psc_req *req,
     if (ops->rndv_pull(con, con->plugin_priv, blob, info->blob_len,
                        req->pub.data, len))
         return -1;
-    struct psc_rndv_fin fin = {.sender_id = info->sender_id};
-    send_control(con, PSC_MSG_RNDV_FIN, &fin, sizeof(fin));
+    send_rndv_fin(con, info->sender_id);
     req->received = len;
     psc_req_done(req, 0);
     return 0;
@@ -905,10 +911,7 @@ int pscom_plugin_rx_defer_done(pscom_plugin_con_t *con, void *handle, int err)
     if (req->rndv_pulling) {
         /* A pulled rendezvous body: the sender's buffer is free. */
         req->rndv_pulling = false;
-        if (!err && !con->failed) {
-            struct psc_rndv_fin fin = {.sender_id = req->rndv.sender_id};
-            send_control(con, PSC_MSG_RNDV_FIN, &fin, sizeof(fin));
-        }
+        if (!err && !con->failed) send_rndv_fin(con, req->rndv.sender_id);
     }
     /* After con_error no receive of the connection succeeds. */
     psc_req_done(req, err || con->failed ? PSCOM_REQ_STATE_ERROR : 0);
