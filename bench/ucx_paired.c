@@ -1,0 +1,459 @@
+/*
+ * ucx_paired — pscom over its ucx plugin against UCX's own tag ping-pong
+ * (the loop ucx_perftest -t tag_lat runs), in the same two processes, in
+ * alternating blocks of iterations.
+ *
+ * Why: on a VM the host moves the two vCPUs between physical cores every
+ * second or so, and a message between them takes 0.09, 0.2 or 0.6 us
+ * depending on where they are (sibling threads, one L3 cache, two). One
+ * run of a tool lasts a few milliseconds and lands on one of these, so
+ * two tools run one after the other compare placements as much as
+ * libraries. Here a block of pscom and a block of UCX follow each other
+ * within a millisecond, mostly on the same placement, and the ratio is
+ * taken per pair of blocks (their order alternates from pair to pair).
+ *
+ *   UCX_TLS=posix chrt -f 10 <builddir>/bench/ucx_paired --size 8 \
+ *       --pairs 200 --cpu 0,1
+ *
+ * Prints the medians of the blocks of each, the median, quartiles and
+ * range of the pairs' ratios (pscom/UCX, latency), and the same for the
+ * pairs grouped by UCX's latency (placements). Latency is half the round
+ * trip, one clock read per round trip, the median of a block. A benchmark
+ * aid, not installed; bench/compare-ucx runs it with -P.
+ */
+#include <errno.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <ucp/api/ucp.h>
+
+#include "bench_util.h"
+#include "pscom.h"
+
+#define TAG 0x5053434fu
+
+struct side {
+    bool client;
+    int fd; /* to the peer, for the set-up */
+    size_t size;
+    unsigned iters, warm;
+    void *sbuf, *rbuf;
+    /* UCX */
+    ucp_context_h ctx;
+    ucp_worker_h worker;
+    ucp_ep_h ep;
+    /* pscom */
+    pscom_socket_t *sock;
+    pscom_connection_t *con;
+    pscom_request_t *sreq, *rreq;
+    double *times;
+};
+
+static void xfer(int fd, void *buf, size_t len, bool out)
+{
+    char *p = buf;
+    while (len) {
+        ssize_t n = out ? write(fd, p, len) : read(fd, p, len);
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0)
+            fail("set-up with the peer: %s", n ? strerror(errno) : "it is gone");
+        p += n;
+        len -= (size_t)n;
+    }
+}
+
+/* A length-prefixed blob to the peer, and the peer's back. */
+static void *swap_blob(int fd, const void *mine, size_t len, size_t *peer_len)
+{
+    uint64_t l = len;
+    xfer(fd, &l, sizeof(l), true);
+    xfer(fd, (void *)mine, len, true);
+    xfer(fd, &l, sizeof(l), false);
+    if (l > 1 << 20) fail("set-up with the peer: a blob of %llu bytes",
+                          (unsigned long long)l);
+    void *p = malloc(l + 1);
+    if (!p) fail("out of memory");
+    xfer(fd, p, l, false);
+    ((char *)p)[l] = '\0';
+    *peer_len = l;
+    return p;
+}
+
+static void ucx_check(ucs_status_t st, const char *what)
+{
+    if (st != UCS_OK) fail("%s: %s", what, ucs_status_string(st));
+}
+
+static void ucx_setup(struct side *s)
+{
+    ucp_config_t *cfg;
+    ucx_check(ucp_config_read(NULL, NULL, &cfg), "ucp_config_read");
+    ucp_params_t p = {.field_mask = UCP_PARAM_FIELD_FEATURES,
+                      .features = UCP_FEATURE_TAG};
+    ucx_check(ucp_init(&p, cfg, &s->ctx), "ucp_init");
+    ucp_config_release(cfg);
+    ucp_worker_params_t wp = {.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE,
+                              .thread_mode = UCS_THREAD_MODE_SINGLE};
+    ucx_check(ucp_worker_create(s->ctx, &wp, &s->worker), "ucp_worker_create");
+    ucp_address_t *addr;
+    size_t len, peer_len;
+    ucx_check(ucp_worker_get_address(s->worker, &addr, &len),
+              "ucp_worker_get_address");
+    void *peer = swap_blob(s->fd, addr, len, &peer_len);
+    ucp_worker_release_address(s->worker, addr);
+    ucp_ep_params_t ep = {.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS,
+                          .address = peer};
+    ucx_check(ucp_ep_create(s->worker, &ep, &s->ep), "ucp_ep_create");
+    free(peer);
+}
+
+static void ucx_wait(struct side *s, ucs_status_ptr_t sp, const char *what)
+{
+    if (UCS_PTR_IS_PTR(sp)) {
+        ucs_status_t st;
+        while ((st = ucp_request_check_status(sp)) == UCS_INPROGRESS)
+            ucp_worker_progress(s->worker);
+        ucp_request_free(sp);
+        ucx_check(st, what);
+    } else {
+        ucx_check(UCS_PTR_STATUS(sp), what);
+    }
+}
+
+static inline void ucx_send(struct side *s)
+{
+    static const ucp_request_param_t p = {0};
+    ucx_wait(s, ucp_tag_send_nbx(s->ep, s->sbuf, s->size, TAG, &p), "send");
+}
+
+static inline void ucx_recv(struct side *s)
+{
+    static const ucp_request_param_t p = {0};
+    ucx_wait(s, ucp_tag_recv_nbx(s->worker, s->rbuf, s->size, TAG, ~0ull, &p),
+             "receive");
+}
+
+static void pscom_setup(struct side *s)
+{
+    pscom_err_t rc = pscom_init(PSCOM_VERSION);
+    if (rc != PSCOM_SUCCESS) fail("pscom_init: %s", pscom_err_str(rc));
+    s->sock = pscom_open_socket(0, 0, PSCOM_RANK_UNDEFINED,
+                                PSCOM_SOCK_FLAG_INTER_JOB);
+    if (!s->sock) fail("pscom_open_socket failed");
+    pscom_con_type_mask_only(s->sock, PSCOM_CON_TYPE_UCP);
+    s->sreq = pscom_request_create(0, 0);
+    s->rreq = pscom_request_create(0, 0);
+    if (!s->sreq || !s->rreq) fail("out of memory");
+    size_t len;
+    if (!s->client) {
+        char *ep;
+        rc = pscom_listen(s->sock, PSCOM_ANYPORT);
+        if (rc == PSCOM_SUCCESS) rc = pscom_socket_get_ep_str(s->sock, &ep);
+        if (rc != PSCOM_SUCCESS) fail("pscom_listen: %s", pscom_err_str(rc));
+        free(swap_blob(s->fd, ep, strlen(ep), &len));
+        pscom_socket_free_ep_str(ep);
+        /* The client's first message names its connection. */
+        s->rreq->socket = s->sock;
+        s->rreq->connection = NULL;
+    } else {
+        char *ep = swap_blob(s->fd, "", 0, &len);
+        s->con = pscom_open_connection(s->sock);
+        if (!s->con) fail("pscom_open_connection failed");
+        rc = pscom_connect(s->con, ep, PSCOM_RANK_UNDEFINED,
+                           PSCOM_CON_FLAG_DIRECT);
+        if (rc != PSCOM_SUCCESS)
+            fail("connecting to %s: %s", ep, pscom_err_str(rc));
+        free(ep);
+        s->rreq->connection = s->con;
+        s->rreq->socket = s->sock;
+    }
+}
+
+static void pscom_post(pscom_request_t *r, pscom_connection_t *con, void *buf,
+                       size_t len, bool send)
+{
+    r->connection = con;
+    r->socket = con ? con->socket : r->socket;
+    r->data = buf;
+    r->data_len = len;
+    r->xheader_len = 0;
+    if (send) pscom_post_send(r);
+    else pscom_post_recv(r);
+}
+
+static void pscom_wait_ok(pscom_request_t *r, const char *what)
+{
+    pscom_wait(r);
+    if (!pscom_req_successful(r)) fail("pscom %s failed", what);
+}
+
+/* Both libraries' first messages, untimed: connections wired up. */
+static void hello(struct side *s)
+{
+    for (int i = 0; i < 3; i++) {
+        /* pscom first: the server accepts the connection while it waits. */
+        if (s->client) {
+            pscom_post(s->sreq, s->con, s->sbuf, s->size, true);
+            pscom_post(s->rreq, s->con, s->rbuf, s->size, false);
+            pscom_wait_ok(s->rreq, "receive");
+            pscom_wait_ok(s->sreq, "send");
+            ucx_send(s);
+            ucx_recv(s);
+        } else {
+            pscom_post(s->rreq, s->con, s->rbuf, s->size, false);
+            pscom_wait_ok(s->rreq, "receive");
+            s->con = s->rreq->connection;
+            pscom_post(s->sreq, s->con, s->sbuf, s->size, true);
+            pscom_wait_ok(s->sreq, "send");
+            ucx_recv(s);
+            ucx_send(s);
+        }
+    }
+    if (s->con->type != PSCOM_CON_TYPE_UCP)
+        fail("the pscom connection uses %s, not ucx (is the ucx plugin "
+             "loadable? pscom_info)", pscom_con_type_str(s->con->type));
+}
+
+/* One block: warm-up and timed iterations; the client's median of half
+ * round trips, in ticks. */
+static double block(struct side *s, bool use_ucx)
+{
+    unsigned n = s->warm + s->iters;
+    uint64_t t0 = ticks();
+    for (unsigned it = 0; it < n; it++) {
+        if (s->client) {
+            if (use_ucx) {
+                ucx_send(s);
+                ucx_recv(s);
+            } else {
+                pscom_post(s->sreq, s->con, s->sbuf, s->size, true);
+                pscom_post(s->rreq, s->con, s->rbuf, s->size, false);
+                pscom_wait(s->rreq);
+                if (!pscom_req_successful(s->rreq)) fail("pscom receive failed");
+                pscom_wait_ok(s->sreq, "send");
+            }
+            uint64_t t1 = ticks();
+            if (it >= s->warm) s->times[it - s->warm] = (double)(t1 - t0) / 2;
+            t0 = t1;
+        } else if (use_ucx) {
+            ucx_recv(s);
+            ucx_send(s);
+        } else {
+            pscom_post(s->rreq, s->con, s->rbuf, s->size, false);
+            pscom_wait(s->rreq);
+            if (!pscom_req_successful(s->rreq)) fail("pscom receive failed");
+            pscom_post(s->sreq, s->con, s->sbuf, s->size, true);
+            pscom_wait_ok(s->sreq, "send");
+        }
+    }
+    if (!s->client) return 0;
+    double med, p99;
+    stats(s->times, s->iters, &med, &p99);
+    return med;
+}
+
+static int cmp_dbl(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* The q-quantile of n sorted values. */
+static double quant(const double *v, unsigned n, double q)
+{
+    double pos = q * (n - 1);
+    unsigned i = (unsigned)pos;
+    return i + 1 < n ? v[i] + (pos - i) * (v[i + 1] - v[i]) : v[n - 1];
+}
+
+static void summary(const char *name, double *v, unsigned n)
+{
+    qsort(v, n, sizeof(*v), cmp_dbl);
+    printf("%-22s median %7.3f  quartiles %7.3f %7.3f  range %7.3f-%.3f\n",
+           name, quant(v, n, .5), quant(v, n, .25), quant(v, n, .75), v[0],
+           v[n - 1]);
+}
+
+struct pair {
+    double ucx, ps, ratio; /* us, us, ps / ucx */
+};
+
+static int cmp_pair_ucx(const void *a, const void *b)
+{
+    return cmp_dbl(&((const struct pair *)a)->ucx,
+                   &((const struct pair *)b)->ucx);
+}
+
+/* A summary line of field off (a double) of the pairs pr[0..n). */
+static void summary_of(const char *name, const struct pair *pr, unsigned n,
+                       size_t off, double *x)
+{
+    for (unsigned i = 0; i < n; i++)
+        x[i] = *(const double *)((const char *)&pr[i] + off);
+    summary(name, x, n);
+}
+
+static void report(const struct side *s, const double *u, const double *p,
+                   unsigned pairs, double scale)
+{
+    struct pair *pr = malloc(pairs * sizeof(*pr));
+    double *x = malloc(pairs * sizeof(*x));
+    if (!pr || !x) fail("out of memory");
+    for (unsigned i = 0; i < pairs; i++)
+        pr[i] = (struct pair){u[i] * scale, p[i] * scale, p[i] / u[i]};
+    printf("ucx_paired: %zu B, %u pairs of blocks of %u iterations (+%u "
+           "warm-up), UCX_TLS=%s\n",
+           s->size, pairs, s->iters, s->warm,
+           getenv("UCX_TLS") ? getenv("UCX_TLS") : "(all)");
+    printf("latency, us (medians of the blocks)\n");
+    summary_of("  UCX tag ping-pong", pr, pairs, offsetof(struct pair, ucx), x);
+    summary_of("  pscom over ucx", pr, pairs, offsetof(struct pair, ps), x);
+    summary_of("ratio pscom/UCX, paired", pr, pairs,
+               offsetof(struct pair, ratio), x);
+    /* The pairs by placement: sorted by UCX's latency, split where it
+     * jumps by more than half (0.2 -> 0.6 us: two L3 caches, not one). */
+    qsort(pr, pairs, sizeof(*pr), cmp_pair_ucx);
+    unsigned start = 0;
+    for (unsigned i = 1; i <= pairs; i++) {
+        if (i < pairs && pr[i].ucx <= 1.5 * pr[i - 1].ucx) continue;
+        unsigned m = i - start;
+        for (unsigned k = 0; k < m; k++) x[k] = pr[start + k].ratio;
+        qsort(x, m, sizeof(*x), cmp_dbl);
+        printf("  placement UCX %.3f-%.3f us: %3u pairs, ratio median %.3f "
+               "(quartiles %.3f %.3f)\n",
+               pr[start].ucx, pr[i - 1].ucx, m, quant(x, m, .5),
+               quant(x, m, .25), quant(x, m, .75));
+        start = i;
+    }
+    free(pr);
+    free(x);
+}
+
+static int run(struct side *s, unsigned pairs)
+{
+    s->sbuf = alloc_buf(s->size ? s->size : 1);
+    s->rbuf = alloc_buf(s->size ? s->size : 1);
+    s->times = malloc(s->iters * sizeof(*s->times));
+    double *u = malloc(pairs * sizeof(*u)), *p = malloc(pairs * sizeof(*p));
+    if (!s->times || !u || !p) fail("out of memory");
+    ucx_setup(s);
+    pscom_setup(s);
+    hello(s);
+    struct tick_span span;
+    tick_span_start(&span);
+    for (unsigned i = 0; i < pairs; i++) {
+        if (i % 2 == 0) {
+            u[i] = block(s, true);
+            p[i] = block(s, false);
+        } else {
+            p[i] = block(s, false);
+            u[i] = block(s, true);
+        }
+    }
+    if (s->client) report(s, u, p, pairs, tick_span_rate(&span) / 1000.0);
+    /* Each waits for the other before it closes: no error from a peer
+     * that left first. */
+    char c = 0;
+    xfer(s->fd, &c, 1, true);
+    xfer(s->fd, &c, 1, false);
+    pscom_close_connection(s->con);
+    pscom_close_socket(s->sock);
+    pscom_request_free(s->sreq);
+    pscom_request_free(s->rreq);
+    ucp_ep_destroy(s->ep);
+    ucp_worker_destroy(s->worker);
+    ucp_cleanup(s->ctx);
+    free(s->sbuf);
+    free(s->rbuf);
+    free(s->times);
+    free(u);
+    free(p);
+    return 0;
+}
+
+static void usage(FILE *out)
+{
+    fprintf(out,
+            "usage: ucx_paired [--size BYTES] [--pairs N] [--iters N] "
+            "[--warmup N] [--cpu A,B]\n"
+            "  pscom over ucx against UCX's tag ping-pong in alternating "
+            "blocks (defaults:\n"
+            "  8 B, 200 pairs, 2000 iterations and 200 warm-up a block, "
+            "cores 0,1)\n");
+}
+
+int main(int argc, char **argv)
+{
+    struct side s = {.size = 8, .iters = 2000, .warm = 200};
+    unsigned pairs = 200;
+    int cpu[2] = {0, 1};
+    bench_prog = "ucx_paired";
+    g_role = "server";
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            usage(stdout);
+            return 0;
+        }
+        if (!v) {
+            usage(stderr);
+            return 2;
+        }
+        i++;
+        if (!strcmp(a, "--size")) {
+            if (parse_size(v, &s.size) || s.size > (64u << 20))
+                fail("--size: '%s' is no size up to 64 MiB", v);
+        } else if (!strcmp(a, "--pairs")) {
+            pairs = (unsigned)parse_long(v, a, 1, 100000);
+        } else if (!strcmp(a, "--iters")) {
+            s.iters = (unsigned)parse_long(v, a, 1, 10000000);
+        } else if (!strcmp(a, "--warmup")) {
+            s.warm = (unsigned)parse_long(v, a, 0, 10000000);
+        } else if (!strcmp(a, "--cpu")) {
+            if (sscanf(v, "%d,%d", &cpu[0], &cpu[1]) != 2)
+                fail("--cpu: '%s' is not A,B", v);
+        } else {
+            usage(stderr);
+            return 2;
+        }
+    }
+    int sv[2];
+    if (socketpair(AF_UNIX, SOCK_STREAM, 0, sv))
+        fail("socketpair: %s", strerror(errno));
+    fflush(stdout);
+    pid_t pid = fork();
+    if (pid < 0) fail("fork: %s", strerror(errno));
+    s.client = pid == 0;
+    s.fd = sv[s.client];
+    close(sv[!s.client]);
+    if (s.client) {
+        g_role = "client";
+        prctl(PR_SET_PDEATHSIG, SIGTERM);
+    } else {
+        g_child = pid; /* fail() stops it */
+    }
+    pin_cpu(cpu[s.client]);
+    alarm(600);
+    int ret = run(&s, pairs);
+    if (s.client) {
+        fflush(stdout);
+        _exit(ret);
+    }
+    int st;
+    while (waitpid(pid, &st, 0) < 0)
+        if (errno != EINTR) fail("waitpid: %s", strerror(errno));
+    if (!WIFEXITED(st) || WEXITSTATUS(st)) {
+        fprintf(stderr, "ucx_paired: the client failed\n");
+        return 1;
+    }
+    return ret;
+}
