@@ -1,30 +1,9 @@
 /*
- * ucx_paired — pscom over its ucx plugin against UCX's own tag ping-pong
- * (the loop ucx_perftest -t tag_lat runs), in the same two processes, in
- * alternating blocks of iterations.
- *
- * Why: on a VM the host moves the two vCPUs between physical cores every
- * second or so, and a message between them takes 0.09, 0.2 or 0.6 us
- * depending on where they are (sibling threads, one L3 cache, two). One
- * run of a tool lasts a few milliseconds and lands on one of these, so
- * two tools run one after the other compare placements as much as
- * libraries. Here a block of pscom and a block of UCX follow each other
- * within a millisecond, mostly on the same placement, and the ratio is
- * taken per pair of blocks (their order alternates from pair to pair).
- *
- *   UCX_TLS=posix chrt -f 10 <builddir>/bench/ucx_paired --size 8 \
- *       --pairs 200 --cpu 0,1
- *
- * Prints the medians of the blocks of each, the median, quartiles and
- * range of the pairs' ratios (pscom/UCX, latency), and the same for the
- * pairs grouped by UCX's latency (placements). Latency is half the round
- * trip, one clock read per round trip, the median of a block. A benchmark
- * aid, not installed; bench/compare-ucx runs it with -P.
+ * The driver of the paired benchmarks (paired.h): fork, pscom's side, the
+ * alternating blocks and the report.
  */
 #include <errno.h>
 #include <signal.h>
-#include <stdbool.h>
-#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -34,29 +13,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <ucp/api/ucp.h>
-
 #include "bench_util.h"
-#include "pscom.h"
-
-#define TAG 0x5053434fu
-
-struct side {
-    bool client;
-    int fd; /* to the peer, for the set-up */
-    size_t size;
-    unsigned iters, warm;
-    void *sbuf, *rbuf;
-    /* UCX */
-    ucp_context_h ctx;
-    ucp_worker_h worker;
-    ucp_ep_h ep;
-    /* pscom */
-    pscom_socket_t *sock;
-    pscom_connection_t *con;
-    pscom_request_t *sreq, *rreq;
-    double *times;
-};
+#include "paired.h"
 
 static void xfer(int fd, void *buf, size_t len, bool out)
 {
@@ -71,8 +29,7 @@ static void xfer(int fd, void *buf, size_t len, bool out)
     }
 }
 
-/* A length-prefixed blob to the peer, and the peer's back. */
-static void *swap_blob(int fd, const void *mine, size_t len, size_t *peer_len)
+void *swap_blob(int fd, const void *mine, size_t len, size_t *peer_len)
 {
     uint64_t l = len;
     xfer(fd, &l, sizeof(l), true);
@@ -88,60 +45,6 @@ static void *swap_blob(int fd, const void *mine, size_t len, size_t *peer_len)
     return p;
 }
 
-static void ucx_check(ucs_status_t st, const char *what)
-{
-    if (st != UCS_OK) fail("%s: %s", what, ucs_status_string(st));
-}
-
-static void ucx_setup(struct side *s)
-{
-    ucp_config_t *cfg;
-    ucx_check(ucp_config_read(NULL, NULL, &cfg), "ucp_config_read");
-    ucp_params_t p = {.field_mask = UCP_PARAM_FIELD_FEATURES,
-                      .features = UCP_FEATURE_TAG};
-    ucx_check(ucp_init(&p, cfg, &s->ctx), "ucp_init");
-    ucp_config_release(cfg);
-    ucp_worker_params_t wp = {.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE,
-                              .thread_mode = UCS_THREAD_MODE_SINGLE};
-    ucx_check(ucp_worker_create(s->ctx, &wp, &s->worker), "ucp_worker_create");
-    ucp_address_t *addr;
-    size_t len, peer_len;
-    ucx_check(ucp_worker_get_address(s->worker, &addr, &len),
-              "ucp_worker_get_address");
-    void *peer = swap_blob(s->fd, addr, len, &peer_len);
-    ucp_worker_release_address(s->worker, addr);
-    ucp_ep_params_t ep = {.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS,
-                          .address = peer};
-    ucx_check(ucp_ep_create(s->worker, &ep, &s->ep), "ucp_ep_create");
-    free(peer);
-}
-
-static void ucx_wait(struct side *s, ucs_status_ptr_t sp, const char *what)
-{
-    if (UCS_PTR_IS_PTR(sp)) {
-        ucs_status_t st;
-        while ((st = ucp_request_check_status(sp)) == UCS_INPROGRESS)
-            ucp_worker_progress(s->worker);
-        ucp_request_free(sp);
-        ucx_check(st, what);
-    } else {
-        ucx_check(UCS_PTR_STATUS(sp), what);
-    }
-}
-
-static inline void ucx_send(struct side *s)
-{
-    static const ucp_request_param_t p = {0};
-    ucx_wait(s, ucp_tag_send_nbx(s->ep, s->sbuf, s->size, TAG, &p), "send");
-}
-
-static inline void ucx_recv(struct side *s)
-{
-    static const ucp_request_param_t p = {0};
-    ucx_wait(s, ucp_tag_recv_nbx(s->worker, s->rbuf, s->size, TAG, ~0ull, &p),
-             "receive");
-}
-
 static void pscom_setup(struct side *s)
 {
     pscom_err_t rc = pscom_init(PSCOM_VERSION);
@@ -149,7 +52,7 @@ static void pscom_setup(struct side *s)
     s->sock = pscom_open_socket(0, 0, PSCOM_RANK_UNDEFINED,
                                 PSCOM_SOCK_FLAG_INTER_JOB);
     if (!s->sock) fail("pscom_open_socket failed");
-    pscom_con_type_mask_only(s->sock, PSCOM_CON_TYPE_UCP);
+    pscom_con_type_mask_only(s->sock, backend.con_type);
     s->sreq = pscom_request_create(0, 0);
     s->rreq = pscom_request_create(0, 0);
     if (!s->sreq || !s->rreq) fail("out of memory");
@@ -206,34 +109,35 @@ static void hello(struct side *s)
             pscom_post(s->rreq, s->con, s->rbuf, s->size, false);
             pscom_wait_ok(s->rreq, "receive");
             pscom_wait_ok(s->sreq, "send");
-            ucx_send(s);
-            ucx_recv(s);
+            raw_send(s);
+            raw_recv(s);
         } else {
             pscom_post(s->rreq, s->con, s->rbuf, s->size, false);
             pscom_wait_ok(s->rreq, "receive");
             s->con = s->rreq->connection;
             pscom_post(s->sreq, s->con, s->sbuf, s->size, true);
             pscom_wait_ok(s->sreq, "send");
-            ucx_recv(s);
-            ucx_send(s);
+            raw_recv(s);
+            raw_send(s);
         }
     }
-    if (s->con->type != PSCOM_CON_TYPE_UCP)
-        fail("the pscom connection uses %s, not ucx (is the ucx plugin "
-             "loadable? pscom_info)", pscom_con_type_str(s->con->type));
+    if (s->con->type != backend.con_type)
+        fail("the pscom connection uses %s, not %s (is the plugin "
+             "loadable? pscom_info)", pscom_con_type_str(s->con->type),
+             backend.plugin);
 }
 
 /* One block: warm-up and timed iterations; the client's median of half
  * round trips, in ticks. */
-static double block(struct side *s, bool use_ucx)
+static double block(struct side *s, bool raw)
 {
     unsigned n = s->warm + s->iters;
     uint64_t t0 = ticks();
     for (unsigned it = 0; it < n; it++) {
         if (s->client) {
-            if (use_ucx) {
-                ucx_send(s);
-                ucx_recv(s);
+            if (raw) {
+                raw_send(s);
+                raw_recv(s);
             } else {
                 pscom_post(s->sreq, s->con, s->sbuf, s->size, true);
                 pscom_post(s->rreq, s->con, s->rbuf, s->size, false);
@@ -244,9 +148,9 @@ static double block(struct side *s, bool use_ucx)
             uint64_t t1 = ticks();
             if (it >= s->warm) s->times[it - s->warm] = (double)(t1 - t0) / 2;
             t0 = t1;
-        } else if (use_ucx) {
-            ucx_recv(s);
-            ucx_send(s);
+        } else if (raw) {
+            raw_recv(s);
+            raw_send(s);
         } else {
             pscom_post(s->rreq, s->con, s->rbuf, s->size, false);
             pscom_wait(s->rreq);
@@ -278,19 +182,19 @@ static double quant(const double *v, unsigned n, double q)
 static void summary(const char *name, double *v, unsigned n)
 {
     qsort(v, n, sizeof(*v), cmp_dbl);
-    printf("%-22s median %7.3f  quartiles %7.3f %7.3f  range %7.3f-%.3f\n",
+    printf("%-28s median %7.3f  quartiles %7.3f %7.3f  range %7.3f-%.3f\n",
            name, quant(v, n, .5), quant(v, n, .25), quant(v, n, .75), v[0],
            v[n - 1]);
 }
 
 struct pair {
-    double ucx, ps, ratio; /* us, us, ps / ucx */
+    double raw, ps, ratio; /* us, us, ps / raw */
 };
 
-static int cmp_pair_ucx(const void *a, const void *b)
+static int cmp_pair_raw(const void *a, const void *b)
 {
-    return cmp_dbl(&((const struct pair *)a)->ucx,
-                   &((const struct pair *)b)->ucx);
+    return cmp_dbl(&((const struct pair *)a)->raw,
+                   &((const struct pair *)b)->raw);
 }
 
 /* A summary line of field off (a double) of the pairs pr[0..n). */
@@ -310,27 +214,30 @@ static void report(const struct side *s, const double *u, const double *p,
     if (!pr || !x) fail("out of memory");
     for (unsigned i = 0; i < pairs; i++)
         pr[i] = (struct pair){u[i] * scale, p[i] * scale, p[i] / u[i]};
-    printf("ucx_paired: %zu B, %u pairs of blocks of %u iterations (+%u "
-           "warm-up), UCX_TLS=%s\n",
-           s->size, pairs, s->iters, s->warm,
-           getenv("UCX_TLS") ? getenv("UCX_TLS") : "(all)");
+    printf("%s: %zu B, %u pairs of blocks of %u iterations (+%u "
+           "warm-up), %s=%s\n",
+           backend.prog, s->size, pairs, s->iters, s->warm, backend.env,
+           getenv(backend.env) ? getenv(backend.env) : "(unset)");
     printf("latency, us (medians of the blocks)\n");
-    summary_of("  UCX tag ping-pong", pr, pairs, offsetof(struct pair, ucx), x);
-    summary_of("  pscom over ucx", pr, pairs, offsetof(struct pair, ps), x);
-    summary_of("ratio pscom/UCX, paired", pr, pairs,
+    char name[64];
+    snprintf(name, sizeof(name), "  %s", backend.raw);
+    summary_of(name, pr, pairs, offsetof(struct pair, raw), x);
+    snprintf(name, sizeof(name), "  pscom over %s", backend.plugin);
+    summary_of(name, pr, pairs, offsetof(struct pair, ps), x);
+    summary_of("ratio pscom/raw, paired", pr, pairs,
                offsetof(struct pair, ratio), x);
-    /* The pairs by placement: sorted by UCX's latency, split where it
+    /* The pairs by placement: sorted by the raw latency, split where it
      * jumps by more than half (0.2 -> 0.6 us: two L3 caches, not one). */
-    qsort(pr, pairs, sizeof(*pr), cmp_pair_ucx);
+    qsort(pr, pairs, sizeof(*pr), cmp_pair_raw);
     unsigned start = 0;
     for (unsigned i = 1; i <= pairs; i++) {
-        if (i < pairs && pr[i].ucx <= 1.5 * pr[i - 1].ucx) continue;
+        if (i < pairs && pr[i].raw <= 1.5 * pr[i - 1].raw) continue;
         unsigned m = i - start;
         for (unsigned k = 0; k < m; k++) x[k] = pr[start + k].ratio;
         qsort(x, m, sizeof(*x), cmp_dbl);
-        printf("  placement UCX %.3f-%.3f us: %3u pairs, ratio median %.3f "
+        printf("  placement %.3f-%.3f us: %3u pairs, ratio median %.3f "
                "(quartiles %.3f %.3f)\n",
-               pr[start].ucx, pr[i - 1].ucx, m, quant(x, m, .5),
+               pr[start].raw, pr[i - 1].raw, m, quant(x, m, .5),
                quant(x, m, .25), quant(x, m, .75));
         start = i;
     }
@@ -345,7 +252,7 @@ static int run(struct side *s, unsigned pairs)
     s->times = malloc(s->iters * sizeof(*s->times));
     double *u = malloc(pairs * sizeof(*u)), *p = malloc(pairs * sizeof(*p));
     if (!s->times || !u || !p) fail("out of memory");
-    ucx_setup(s);
+    raw_setup(s);
     pscom_setup(s);
     hello(s);
     struct tick_span span;
@@ -369,9 +276,7 @@ static int run(struct side *s, unsigned pairs)
     pscom_close_socket(s->sock);
     pscom_request_free(s->sreq);
     pscom_request_free(s->rreq);
-    ucp_ep_destroy(s->ep);
-    ucp_worker_destroy(s->worker);
-    ucp_cleanup(s->ctx);
+    raw_teardown(s);
     free(s->sbuf);
     free(s->rbuf);
     free(s->times);
@@ -383,12 +288,12 @@ static int run(struct side *s, unsigned pairs)
 static void usage(FILE *out)
 {
     fprintf(out,
-            "usage: ucx_paired [--size BYTES] [--pairs N] [--iters N] "
+            "usage: %s [--size BYTES] [--pairs N] [--iters N] "
             "[--warmup N] [--cpu A,B]\n"
-            "  pscom over ucx against UCX's tag ping-pong in alternating "
-            "blocks (defaults:\n"
-            "  8 B, 200 pairs, 2000 iterations and 200 warm-up a block, "
-            "cores 0,1)\n");
+            "  pscom over %s against the %s in alternating blocks\n"
+            "  (defaults: 8 B, 200 pairs, 2000 iterations and 200 warm-up "
+            "a block, cores 0,1)\n",
+            backend.prog, backend.plugin, backend.raw);
 }
 
 int main(int argc, char **argv)
@@ -396,7 +301,7 @@ int main(int argc, char **argv)
     struct side s = {.size = 8, .iters = 2000, .warm = 200};
     unsigned pairs = 200;
     int cpu[2] = {0, 1};
-    bench_prog = "ucx_paired";
+    bench_prog = backend.prog;
     g_role = "server";
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -442,6 +347,7 @@ int main(int argc, char **argv)
         g_child = pid; /* fail() stops it */
     }
     pin_cpu(cpu[s.client]);
+    raw_prepare();
     alarm(600);
     int ret = run(&s, pairs);
     if (s.client) {

@@ -1,0 +1,40 @@
+#!/bin/sh
+# bench/ucx_paired and bench/ofi_paired run pscom over a plugin and that
+# library's own ping-pong in the same two processes: each must finish,
+# measure both in every pair and account for every pair in exactly one
+# placement group; a bad option is refused.
+#
+# Usage: check-paired.sh PAIRED VAR=VALUE   (the transport, e.g. UCX_TLS=posix)
+set -u
+
+if [ $# -ne 2 ]; then
+    echo "usage: $0 PAIRED VAR=VALUE" >&2
+    exit 2
+fi
+tmp=$(mktemp) || exit 1
+trap 'rm -f "$tmp"' EXIT
+fail() {
+    echo "check-paired: $*" >&2
+    cat "$tmp" >&2
+    exit 1
+}
+
+env "$2" "$1" --pairs 6 --iters 50 --warmup 5 --cpu -1,-1 >"$tmp" 2>&1 ||
+    fail "$1 failed"
+grep -q "^[a-z]*_paired: 8 B, 6 pairs of blocks of 50 iterations (+5 warm-up), $2\$" "$tmp" ||
+    fail "no header line for 6 pairs of 50 iterations over $2"
+# The library's, pscom's and the ratio's line: median, quartiles and range,
+# positive numbers.
+stats='median +[0-9]+\.[0-9]+ +quartiles +[0-9.]+ +[0-9.]+ +range +[0-9.]+-[0-9.]+$'
+n=$(grep -Ec " $stats" "$tmp")
+[ "$n" -eq 3 ] || fail "$n lines of statistics, not 3"
+grep -Eq "^  pscom over [a-z]+ +$stats" "$tmp" || fail "no line for pscom"
+grep -Eq "^ratio pscom/raw, paired +$stats" "$tmp" || fail "no line for the ratio"
+grep -Eq " median +0\.000 " "$tmp" && fail "a median of zero"
+pairs=$(sed -n 's/^  placement .*: *\([0-9][0-9]*\) pairs,.*/\1/p' "$tmp" |
+        awk '{ n += $1 } END { print n + 0 }')
+[ "$pairs" -eq 6 ] || fail "the placement groups hold $pairs pairs, not 6"
+
+"$1" --pairs 0 >"$tmp" 2>&1 && fail "--pairs 0 was accepted"
+grep -q 'pairs' "$tmp" || fail "--pairs 0: no message naming it"
+exit 0
