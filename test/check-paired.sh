@@ -4,13 +4,15 @@
 # measure both in every pair and account for every pair in exactly one
 # placement group; a bad option is refused.
 #
-# Usage: check-paired.sh PAIRED VAR=VALUE   (the transport, e.g. UCX_TLS=posix)
+# Usage: check-paired.sh PAIRED VAR=VALUE [BYTES]
+#   VAR=VALUE: the transport, e.g. UCX_TLS=posix; BYTES: message size (8)
 set -u
 
-if [ $# -ne 2 ]; then
-    echo "usage: $0 PAIRED VAR=VALUE" >&2
+if [ $# -lt 2 ] || [ $# -gt 3 ]; then
+    echo "usage: $0 PAIRED VAR=VALUE [BYTES]" >&2
     exit 2
 fi
+size=${3:-8}
 tmp=$(mktemp) || exit 1
 trap 'rm -f "$tmp"' EXIT
 fail() {
@@ -19,9 +21,9 @@ fail() {
     exit 1
 }
 
-env "$2" "$1" --pairs 6 --iters 50 --warmup 5 --cpu -1,-1 >"$tmp" 2>&1 ||
-    fail "$1 failed"
-grep -q "^[a-z]*_paired: 8 B, 6 pairs of blocks of 50 iterations (+5 warm-up), $2\$" "$tmp" ||
+env "$2" "$1" --size "$size" --pairs 6 --iters 50 --warmup 5 --cpu -1,-1 \
+    >"$tmp" 2>&1 || fail "$1 failed"
+grep -q "^[a-z]*_paired: $size B, 6 pairs of blocks of 50 iterations (+5 warm-up), $2\$" "$tmp" ||
     fail "no header line for 6 pairs of 50 iterations over $2"
 # The library's, pscom's and the ratio's line: median, quartiles and range,
 # positive numbers.
