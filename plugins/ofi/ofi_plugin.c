@@ -289,7 +289,6 @@ static struct {
     size_t max_msg;      /* largest message we take */
     ofw_ep_t *ep;        /* NULL until the first handshake */
     pid_t ep_pid;        /* the process that opened it */
-    bool atexit_set;
     int ep_err;          /* opening the endpoint failed for good */
     uint8_t addr[OFW_ADDR_MAX];
     size_t addr_len;
@@ -411,8 +410,14 @@ static void fail_proto(struct ofi_con *oc, const char *why)
 /* At exit, close the endpoint if the core has not: providers free what
  * outlives the process otherwise (the shm provider leaves its region in
  * /dev/shm). Only in the process that opened it: a forked child must not
- * remove its parent's region. */
-static void ep_close_at_exit(void)
+ * remove its parent's region. A destructor, not an atexit handler: the
+ * core's own exit handler (registered by pscom_init, before this plugin
+ * opened its endpoint) closes the sockets and flushes their sends through
+ * this endpoint, and atexit handlers run last registered first, while
+ * destructors run after all of them (and before libfabric's own, which
+ * this module depends on). An atexit handler closed the endpoint first,
+ * and the flush then sent on a closed one. */
+__attribute__((destructor)) static void ep_close_at_exit(void)
 {
     if (ofi.ep && ofi.ep_pid == getpid()) {
         ofw_ep_close(ofi.ep);
@@ -454,7 +459,6 @@ static int ep_get(void)
         return rc;
     }
     ofi.ep_pid = getpid();
-    if (!ofi.atexit_set && atexit(ep_close_at_exit) == 0) ofi.atexit_set = true;
     char s[128];
     LOG(L_DEBUG, "endpoint %s open (provider %s, domain %s)",
         ofw_addr_str(ofi.ep, ofi.addr, ofi.addr_len, s, sizeof(s)),
