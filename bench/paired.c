@@ -16,17 +16,12 @@
 #include "bench_util.h"
 #include "paired.h"
 
+/* All of len bytes to or from the peer, or fail. */
 static void xfer(int fd, void *buf, size_t len, bool out)
 {
-    char *p = buf;
-    while (len) {
-        ssize_t n = out ? write(fd, p, len) : read(fd, p, len);
-        if (n < 0 && errno == EINTR) continue;
-        if (n <= 0)
-            fail("set-up with the peer: %s", n ? strerror(errno) : "it is gone");
-        p += n;
-        len -= (size_t)n;
-    }
+    ssize_t n = out ? pscom_writeall(fd, buf, len) : pscom_readall(fd, buf, len);
+    if (n != (ssize_t)len)
+        fail("set-up with the peer: %s", n < 0 ? strerror(errno) : "it is gone");
 }
 
 void *swap_blob(int fd, const void *mine, size_t len, size_t *peer_len)
@@ -165,12 +160,6 @@ static double block(struct side *s, bool raw)
     return med;
 }
 
-static int cmp_dbl(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
 /* The q-quantile of n sorted values. */
 static double quant(const double *v, unsigned n, double q)
 {
@@ -181,28 +170,29 @@ static double quant(const double *v, unsigned n, double q)
 
 static void summary(const char *name, double *v, unsigned n)
 {
-    qsort(v, n, sizeof(*v), cmp_dbl);
+    qsort(v, n, sizeof(*v), cmp_double);
     printf("%-28s median %7.3f  quartiles %7.3f %7.3f  range %7.3f-%.3f\n",
            name, quant(v, n, .5), quant(v, n, .25), quant(v, n, .75), v[0],
            v[n - 1]);
 }
 
+/* A pair of blocks: both latencies (us) and their ratio. */
+enum { RAW, PS, RATIO };
 struct pair {
-    double raw, ps, ratio; /* us, us, ps / raw */
+    double v[3]; /* [RAW], [PS], [RATIO] = ps / raw */
 };
 
 static int cmp_pair_raw(const void *a, const void *b)
 {
-    return cmp_dbl(&((const struct pair *)a)->raw,
-                   &((const struct pair *)b)->raw);
+    return cmp_double(&((const struct pair *)a)->v[RAW],
+                      &((const struct pair *)b)->v[RAW]);
 }
 
-/* A summary line of field off (a double) of the pairs pr[0..n). */
+/* A summary line of value k of the pairs pr[0..n), x the room to sort. */
 static void summary_of(const char *name, const struct pair *pr, unsigned n,
-                       size_t off, double *x)
+                       int k, double *x)
 {
-    for (unsigned i = 0; i < n; i++)
-        x[i] = *(const double *)((const char *)&pr[i] + off);
+    for (unsigned i = 0; i < n; i++) x[i] = pr[i].v[k];
     summary(name, x, n);
 }
 
@@ -213,7 +203,7 @@ static void report(const struct side *s, const double *u, const double *p,
     double *x = malloc(pairs * sizeof(*x));
     if (!pr || !x) fail("out of memory");
     for (unsigned i = 0; i < pairs; i++)
-        pr[i] = (struct pair){u[i] * scale, p[i] * scale, p[i] / u[i]};
+        pr[i] = (struct pair){{u[i] * scale, p[i] * scale, p[i] / u[i]}};
     printf("%s: %zu B, %u pairs of blocks of %u iterations (+%u "
            "warm-up), %s=%s\n",
            backend.prog, s->size, pairs, s->iters, s->warm, backend.env,
@@ -221,23 +211,22 @@ static void report(const struct side *s, const double *u, const double *p,
     printf("latency, us (medians of the blocks)\n");
     char name[64];
     snprintf(name, sizeof(name), "  %s", backend.raw);
-    summary_of(name, pr, pairs, offsetof(struct pair, raw), x);
+    summary_of(name, pr, pairs, RAW, x);
     snprintf(name, sizeof(name), "  pscom over %s", backend.plugin);
-    summary_of(name, pr, pairs, offsetof(struct pair, ps), x);
-    summary_of("ratio pscom/raw, paired", pr, pairs,
-               offsetof(struct pair, ratio), x);
+    summary_of(name, pr, pairs, PS, x);
+    summary_of("ratio pscom/raw, paired", pr, pairs, RATIO, x);
     /* The pairs by placement: sorted by the raw latency, split where it
      * jumps by more than half (0.2 -> 0.6 us: two L3 caches, not one). */
     qsort(pr, pairs, sizeof(*pr), cmp_pair_raw);
     unsigned start = 0;
     for (unsigned i = 1; i <= pairs; i++) {
-        if (i < pairs && pr[i].raw <= 1.5 * pr[i - 1].raw) continue;
+        if (i < pairs && pr[i].v[RAW] <= 1.5 * pr[i - 1].v[RAW]) continue;
         unsigned m = i - start;
-        for (unsigned k = 0; k < m; k++) x[k] = pr[start + k].ratio;
-        qsort(x, m, sizeof(*x), cmp_dbl);
+        for (unsigned k = 0; k < m; k++) x[k] = pr[start + k].v[RATIO];
+        qsort(x, m, sizeof(*x), cmp_double);
         printf("  placement %.3f-%.3f us: %3u pairs, ratio median %.3f "
                "(quartiles %.3f %.3f)\n",
-               pr[start].raw, pr[i - 1].raw, m, quant(x, m, .5),
+               pr[start].v[RAW], pr[i - 1].v[RAW], m, quant(x, m, .5),
                quant(x, m, .25), quant(x, m, .75));
         start = i;
     }
@@ -347,7 +336,6 @@ int main(int argc, char **argv)
         g_child = pid; /* fail() stops it */
     }
     pin_cpu(cpu[s.client]);
-    raw_prepare();
     alarm(600);
     int ret = run(&s, pairs);
     if (s.client) {

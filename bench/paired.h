@@ -51,9 +51,6 @@ struct backend {
     const char *env;    /* the variable that picks the transport */
 };
 extern const struct backend backend;
-/* Before pscom_init: settings pscom's plugin should share with the raw
- * side (may be empty). */
-void raw_prepare(void);
 void raw_setup(struct side *s);
 void raw_send(struct side *s);
 void raw_recv(struct side *s);

@@ -56,10 +56,6 @@ static void ofi_check(int rc, const char *what)
     if (rc) fail("%s: %s", what, fi_strerror(rc < 0 ? -rc : rc));
 }
 
-void raw_prepare(void)
-{
-}
-
 /* Reap completions; fails on an error entry. */
 static void progress(struct ofi_side *o)
 {

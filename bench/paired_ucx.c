@@ -37,10 +37,6 @@ struct ucx_side {
     ucp_ep_h ep;
 };
 
-void raw_prepare(void)
-{
-}
-
 static void ucx_check(ucs_status_t st, const char *what)
 {
     if (st != UCS_OK) fail("%s: %s", what, ucs_status_string(st));

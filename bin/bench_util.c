@@ -287,7 +287,7 @@ unsigned default_iters(size_t size, enum mode mode)
     return (unsigned)it;
 }
 
-static int cmp_double(const void *a, const void *b)
+int cmp_double(const void *a, const void *b)
 {
     double x = *(const double *)a, y = *(const double *)b;
 

@@ -168,6 +168,8 @@ int parse_size(const char *s, size_t *out);
 long parse_long(const char *s, const char *opt, long min, long max);
 /* About ITER_BYTES per size, within [ITERS_MIN, ITERS_MAX]. */
 unsigned default_iters(size_t size, enum mode mode);
+/* qsort comparator of doubles, ascending. */
+int cmp_double(const void *a, const void *b);
 /* Sorts t; median and 99th percentile. */
 void stats(double *t, unsigned n, double *median, double *p99);
 /* Pin the calling process to cpu (nothing for a negative cpu). */
