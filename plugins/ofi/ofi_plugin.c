@@ -221,6 +221,7 @@ struct ofi_con {
     bool dead;      /* failed or closing: no more upcalls */
     bool peer_gone; /* failed because the peer died (no goodbye) */
     bool attn;      /* on the attention scan (counted in ofi.attn) */
+    struct dl rlink; /* ofi.owing while owed is not 0 */
     bool tx_blocked; /* a send found the queue full */
     bool tx_report; /* frames completed: report them from progress */
     bool pull;      /* pull mode (both sides asked for it) */
@@ -236,6 +237,7 @@ struct ofi_con {
     struct op **ring;
     unsigned nring;
     unsigned rx_idx;     /* ring slot of the next frame */
+    unsigned owed;       /* the slots before rx_idx delivered, not posted */
     uint32_t rx_seq;     /* the next frame to deliver */
     uint64_t rx_frames;  /* frames delivered */
     uint64_t eof_hold_at; /* ms since the peer's EOF message waits, or 0 */
@@ -298,6 +300,7 @@ static struct {
     struct dl orphans;   /* operations of closed connections */
     struct dl sinks;     /* OP_SINK operations, oldest last */
     struct dl offering;  /* connections with frames for the peer to copy */
+    struct dl owing;     /* connections with delivered slots to post again */
     bool pull;           /* offer pull mode to peers */
     unsigned attn;       /* connections with attn set */
     unsigned rounds;
@@ -708,6 +711,37 @@ static int body_pull(struct ofi_con *oc, const ofi_pull_desc_t *d,
     return 0;
 }
 
+/* A delivered ring slot is posted again before the next read of the
+ * completion queue, not at once: the progress call that delivered a
+ * message returns sooner, and the application's answer to it goes out
+ * before the provider's receive call (a tenth of an 8-byte round trip over
+ * shm). The slot's next frame is nring - 1 frames ahead, so the peer would
+ * have to send all of them first to find it not posted; the provider then
+ * keeps the frame as unexpected until it is. */
+static void owe_slot(struct ofi_con *oc, struct op *slot)
+{
+    slot->state = SLOT_IDLE;
+    if (!oc->owed++) dl_add_tail(&ofi.owing, &oc->rlink);
+}
+
+/* Post the owed slots again, each for its frame: the slot k places before
+ * rx_idx took frame rx_seq - k and takes frame rx_seq - k + nring next. */
+static void post_owed(void)
+{
+    while (!dl_empty(&ofi.owing)) {
+        struct ofi_con *oc = dl_entry(ofi.owing.next, struct ofi_con, rlink);
+        dl_del(&oc->rlink);
+        unsigned owed = oc->owed;
+        oc->owed = 0;
+        for (unsigned k = owed; k > 0 && !oc->dead; k--) {
+            struct op *slot = oc->ring[(oc->rx_idx + oc->nring - k) % oc->nring];
+            /* The attention scan may have posted it meanwhile. */
+            if (slot->state != SLOT_IDLE) continue;
+            slot_post(oc, slot, oc->rx_seq + oc->nring - k);
+        }
+    }
+}
+
 /* Hand the frames that arrived in sequence to the core. */
 static void deliver(struct ofi_con *oc)
 {
@@ -768,7 +802,7 @@ static void deliver(struct ofi_con *oc)
             oc->dead = true;
             return;
         }
-        if (slot_post(oc, slot, seq + oc->nring)) return;
+        owe_slot(oc, slot);
         if (pull && body_pull(oc, &pd, oc->rx_frames - 1)) return;
     }
 }
@@ -1326,6 +1360,7 @@ static int ofi_init(void)
     dl_init(&ofi.orphans);
     dl_init(&ofi.sinks);
     dl_init(&ofi.offering);
+    dl_init(&ofi.owing);
     ofi.next_conid = (uint32_t)getpid() << 12;
 
     char why[512];
@@ -1406,6 +1441,7 @@ static int ofi_hs_start(pscom_plugin_con_t *con, void *priv, void *blob,
     dl_init(&oc->ops);
     dl_init(&oc->link);
     dl_init(&oc->olink);
+    dl_init(&oc->rlink);
     if (++ofi.next_conid == 0) ofi.next_conid = 1;
     oc->conid = ofi.next_conid;
     oc->counted = true;
@@ -1579,6 +1615,8 @@ static void ofi_close(pscom_plugin_con_t *con, void *priv)
     oc->dead = true;
     clear_attn(oc);
     dl_del(&oc->link);
+    dl_del(&oc->rlink);
+    oc->owed = 0;
 
     if (oc->fd >= 0) {
         uint8_t bye[BYE_LEN] = {'O', 'F', 'I', 'B'};
@@ -1706,6 +1744,8 @@ static int ofi_progress(void)
     if (!ofi.in_progress++) ofi.calls++;
     int did = handle_comps(); /* what an outer call read */
     for (int round = 0; round < 4; round++) {
+        /* Before the provider looks for arriving messages again. */
+        if (!dl_empty(&ofi.owing)) post_owed();
         ssize_t n = ofw_cq_read(ofi.ep, ofi.comp, CQ_BATCH);
         if (n > 0) {
             ofi.comp_next = 0;
