@@ -190,8 +190,9 @@ struct op {
     bool direct;   /* OP_BODY: received into the core's buffer */
     uint8_t state; /* OP_SLOT: enum slot_state */
     struct ofi_con *oc;
-    struct dl link; /* oc->ops (not slots), or ofi.orphans, ofi.sinks */
-    uint32_t seq;   /* OP_SLOT: the frame it is posted for */
+    struct dl link; /* oc->ops (not slots), or ofi.orphans, ofi.sinks,
+                     * ofi.owed (an idle slot) */
+    uint32_t seq;   /* OP_SLOT: the frame it is posted (or owed) for */
     size_t len;     /* OP_SLOT: bytes received; OP_BODY: bytes posted */
     uint64_t frame; /* OP_TX: frame number */
     uint64_t deadline; /* OP_SINK: ms */
@@ -223,7 +224,6 @@ struct ofi_con {
     bool dead;      /* failed or closing: no more upcalls */
     bool peer_gone; /* failed because the peer died (no goodbye) */
     bool attn;      /* on the attention scan (counted in ofi.attn) */
-    struct dl rlink; /* ofi.owing while owed is not 0 */
     bool tx_blocked; /* a send found the queue full */
     bool tx_report; /* frames completed: report them from progress */
     bool pull;      /* pull mode (both sides asked for it) */
@@ -239,7 +239,6 @@ struct ofi_con {
     struct op **ring;
     unsigned nring;
     unsigned rx_idx;     /* ring slot of the next frame */
-    unsigned owed;       /* the slots before rx_idx delivered, not posted */
     uint32_t rx_seq;     /* the next frame to deliver */
     uint64_t rx_frames;  /* frames delivered */
     uint64_t eof_hold_at; /* ms since the peer's EOF message waits, or 0 */
@@ -302,7 +301,7 @@ static struct {
     struct dl orphans;   /* operations of closed connections */
     struct dl sinks;     /* OP_SINK operations, oldest last */
     struct dl offering;  /* connections with frames for the peer to copy */
-    struct dl owing;     /* connections with delivered slots to post again */
+    struct dl owed;      /* delivered ring slots to post again (op.link) */
     bool pull;           /* offer pull mode to peers */
     unsigned attn;       /* connections with attn set */
     unsigned rounds;
@@ -541,6 +540,7 @@ static void deliver(struct ofi_con *oc);
  * slot is SLOT_IDLE when that failed. */
 static ssize_t slot_post_raw(struct ofi_con *oc, struct op *op, uint32_t seq)
 {
+    dl_del(&op->link); /* no longer owed, if it was */
     op->seq = seq & OFI_SEQ_MASK;
     ssize_t rc = ofw_trecv(ofi.ep, op->buf, op->cap,
                            ofi_tag(oc->conid, op->seq, OFI_PART_FIRST), 0,
@@ -720,27 +720,22 @@ static int body_pull(struct ofi_con *oc, const ofi_pull_desc_t *d,
  * shm). The slot's next frame is nring - 1 frames ahead, so the peer would
  * have to send all of them first to find it not posted; the provider then
  * keeps the frame as unexpected until it is. */
-static void owe_slot(struct ofi_con *oc, struct op *slot)
+static void owe_slot(struct op *slot, uint32_t seq)
 {
     slot->state = SLOT_IDLE;
-    if (!oc->owed++) dl_add_tail(&ofi.owing, &oc->rlink);
+    slot->seq = seq & OFI_SEQ_MASK;
+    dl_add_tail(&ofi.owed, &slot->link);
 }
 
-/* Post the owed slots again, each for its frame: the slot k places before
- * rx_idx took frame rx_seq - k and takes frame rx_seq - k + nring next. */
+/* Post the owed slots again. Posting takes a slot off the list, also when
+ * the attention scan posts it first; freeing a closed connection's slots
+ * does too (op_free). */
 static void post_owed(void)
 {
-    while (!dl_empty(&ofi.owing)) {
-        struct ofi_con *oc = dl_entry(ofi.owing.next, struct ofi_con, rlink);
-        dl_del(&oc->rlink);
-        unsigned owed = oc->owed;
-        oc->owed = 0;
-        for (unsigned k = owed; k > 0 && !oc->dead; k--) {
-            struct op *slot = oc->ring[(oc->rx_idx + oc->nring - k) % oc->nring];
-            /* The attention scan may have posted it meanwhile. */
-            if (slot->state != SLOT_IDLE) continue;
-            slot_post(oc, slot, oc->rx_seq + oc->nring - k);
-        }
+    while (!dl_empty(&ofi.owed)) {
+        struct op *slot = dl_entry(ofi.owed.next, struct op, link);
+        dl_del(&slot->link);
+        if (!slot->oc->dead) slot_post(slot->oc, slot, slot->seq);
     }
 }
 
@@ -804,7 +799,7 @@ static void deliver(struct ofi_con *oc)
             oc->dead = true;
             return;
         }
-        owe_slot(oc, slot);
+        owe_slot(slot, seq + oc->nring);
         if (pull && body_pull(oc, &pd, oc->rx_frames - 1)) return;
     }
 }
@@ -1367,7 +1362,7 @@ static int ofi_init(void)
     dl_init(&ofi.orphans);
     dl_init(&ofi.sinks);
     dl_init(&ofi.offering);
-    dl_init(&ofi.owing);
+    dl_init(&ofi.owed);
     ofi.next_conid = (uint32_t)getpid() << 12;
 
     char why[512];
@@ -1448,7 +1443,6 @@ static int ofi_hs_start(pscom_plugin_con_t *con, void *priv, void *blob,
     dl_init(&oc->ops);
     dl_init(&oc->link);
     dl_init(&oc->olink);
-    dl_init(&oc->rlink);
     if (++ofi.next_conid == 0) ofi.next_conid = 1;
     oc->conid = ofi.next_conid;
     oc->counted = true;
@@ -1622,8 +1616,6 @@ static void ofi_close(pscom_plugin_con_t *con, void *priv)
     oc->dead = true;
     clear_attn(oc);
     dl_del(&oc->link);
-    dl_del(&oc->rlink);
-    oc->owed = 0;
 
     if (oc->fd >= 0) {
         uint8_t bye[BYE_LEN] = {'O', 'F', 'I', 'B'};
@@ -1754,7 +1746,7 @@ static int ofi_progress(void)
     int did = ofi.comp_next < ofi.comp_n ? handle_comps() : 0;
     for (int round = 0; round < 4; round++) {
         /* Before the provider looks for arriving messages again. */
-        if (!dl_empty(&ofi.owing)) post_owed();
+        if (!dl_empty(&ofi.owed)) post_owed();
         ssize_t n = ofw_cq_read(ofi.ep, ofi.comp, CQ_BATCH);
         if (n > 0) {
             ofi.comp_next = 0;
