@@ -82,6 +82,7 @@ struct psc_con {
     unsigned tx_done_calls;
     size_t tx_done_bytes;
     int close_on_tx_done; /* tx_done returns -1 (closing) */
+    void (*on_push)(struct psc_con *c); /* called as rx_push starts */
     /* receive: the byte stream as the application would see it */
     uint8_t *rx;
     size_t rx_len, rx_cap;

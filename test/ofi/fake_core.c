@@ -166,6 +166,7 @@ int pscom_plugin_rx_push(pscom_plugin_con_t *c, const void *buf, size_t len)
 {
     const uint8_t *p = buf;
     if (c->failed) return -1;
+    if (c->on_push) c->on_push(c);
     rx_append(c, buf, len);
     while (len) {
         if (c->in_body) {

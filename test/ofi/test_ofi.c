@@ -594,6 +594,40 @@ static void test_slot_posted_before_next_read(void **state)
     assert_int_equal(fake_posted_count(), 0);
 }
 
+/* A progress call nested in the delivery of a frame (the core's upcall
+ * waits) posts the slots delivered before it, for their frames, and leaves
+ * the one being delivered; every frame still arrives, in order. */
+static int nested_done;
+
+static void progress_at_third_frame(struct psc_con *c)
+{
+    if (c->frames_in != 2 || nested_done) return;
+    nested_done = 1;
+    ops->progress();
+}
+
+static void test_progress_nested_in_delivery(void **state)
+{
+    setenv("PSP_OFI_RECVQ", "4", 1);
+    nested_done = 0;
+    struct pair p;
+    pair_open(&p);
+    p.b.on_push = progress_at_third_frame;
+
+    struct fake_frame *f[8];
+    uint8_t expect[8 * 200];
+    for (unsigned i = 0; i < 8; i++) f[i] = fake_frame_new(0, 0, 100, 60 + i);
+    size_t total = send_frames(&p, &p.a, f, 3, expect);
+    progress(1);
+    assert_int_equal(nested_done, 1);
+    assert_int_equal(p.b.frames_in, 3);
+    total += send_frames(&p, &p.a, f + 3, 5, expect + total);
+    progress(50);
+    check_stream(&p.b, expect, total, 8);
+    assert_int_equal(fake_unexpected_count(), 0);
+    pair_close(&p);
+}
+
 /* A rendezvous body and an eager one of 100000 bytes: the core offers its
  * buffer for the first only, which gets it directly. */
 static void direct_and_eager(void)
@@ -1010,6 +1044,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_send_now, setup, teardown),
         cmocka_unit_test_setup_teardown(test_recv_eagain, setup, teardown),
         cmocka_unit_test_setup_teardown(test_slot_posted_before_next_read,
+                                        setup, teardown),
+        cmocka_unit_test_setup_teardown(test_progress_nested_in_delivery,
                                         setup, teardown),
         cmocka_unit_test_setup_teardown(test_direct_rendezvous_data, setup,
                                         teardown),
