@@ -716,7 +716,7 @@ static int body_pull(struct ofi_con *oc, const ofi_pull_desc_t *d,
 /* A delivered ring slot is posted again before the next read of the
  * completion queue, not at once: the progress call that delivered a
  * message returns sooner, and the application's answer to it goes out
- * before the provider's receive call (over shm 8-12% of the 8-byte
+ * before the provider's receive call (over shm 6-12% of the 8-byte
  * latency). The slot's next frame is nring - 1 frames ahead, so the peer would
  * have to send all of them first to find it not posted; the provider then
  * keeps the frame as unexpected until it is. */
