@@ -94,27 +94,43 @@ static void pscom_wait_ok(pscom_request_t *r, const char *what)
     if (!pscom_req_successful(r)) fail("pscom %s failed", what);
 }
 
+/* One round trip over pscom: the client sends first. The server answers
+ * on the connection the message came on (its first one names it). */
+static void pscom_round(struct side *s)
+{
+    if (s->client) {
+        pscom_post(s->sreq, s->con, s->sbuf, s->size, true);
+        pscom_post(s->rreq, s->con, s->rbuf, s->size, false);
+        pscom_wait_ok(s->rreq, "receive");
+        pscom_wait_ok(s->sreq, "send");
+    } else {
+        pscom_post(s->rreq, s->con, s->rbuf, s->size, false);
+        pscom_wait_ok(s->rreq, "receive");
+        s->con = s->rreq->connection;
+        pscom_post(s->sreq, s->con, s->sbuf, s->size, true);
+        pscom_wait_ok(s->sreq, "send");
+    }
+}
+
+/* One round trip over the library alone. */
+static void raw_round(struct side *s)
+{
+    if (s->client) {
+        raw_send(s);
+        raw_recv(s);
+    } else {
+        raw_recv(s);
+        raw_send(s);
+    }
+}
+
 /* Both libraries' first messages, untimed: connections wired up. */
 static void hello(struct side *s)
 {
     for (int i = 0; i < 3; i++) {
         /* pscom first: the server accepts the connection while it waits. */
-        if (s->client) {
-            pscom_post(s->sreq, s->con, s->sbuf, s->size, true);
-            pscom_post(s->rreq, s->con, s->rbuf, s->size, false);
-            pscom_wait_ok(s->rreq, "receive");
-            pscom_wait_ok(s->sreq, "send");
-            raw_send(s);
-            raw_recv(s);
-        } else {
-            pscom_post(s->rreq, s->con, s->rbuf, s->size, false);
-            pscom_wait_ok(s->rreq, "receive");
-            s->con = s->rreq->connection;
-            pscom_post(s->sreq, s->con, s->sbuf, s->size, true);
-            pscom_wait_ok(s->sreq, "send");
-            raw_recv(s);
-            raw_send(s);
-        }
+        pscom_round(s);
+        raw_round(s);
     }
     if (s->con->type != backend.con_type)
         fail("the pscom connection uses %s, not %s (is the plugin "
@@ -129,30 +145,12 @@ static double block(struct side *s, bool raw)
     unsigned n = s->warm + s->iters;
     uint64_t t0 = ticks();
     for (unsigned it = 0; it < n; it++) {
-        if (s->client) {
-            if (raw) {
-                raw_send(s);
-                raw_recv(s);
-            } else {
-                pscom_post(s->sreq, s->con, s->sbuf, s->size, true);
-                pscom_post(s->rreq, s->con, s->rbuf, s->size, false);
-                pscom_wait(s->rreq);
-                if (!pscom_req_successful(s->rreq)) fail("pscom receive failed");
-                pscom_wait_ok(s->sreq, "send");
-            }
-            uint64_t t1 = ticks();
-            if (it >= s->warm) s->times[it - s->warm] = (double)(t1 - t0) / 2;
-            t0 = t1;
-        } else if (raw) {
-            raw_recv(s);
-            raw_send(s);
-        } else {
-            pscom_post(s->rreq, s->con, s->rbuf, s->size, false);
-            pscom_wait(s->rreq);
-            if (!pscom_req_successful(s->rreq)) fail("pscom receive failed");
-            pscom_post(s->sreq, s->con, s->sbuf, s->size, true);
-            pscom_wait_ok(s->sreq, "send");
-        }
+        if (raw) raw_round(s);
+        else pscom_round(s);
+        if (!s->client) continue;
+        uint64_t t1 = ticks();
+        if (it >= s->warm) s->times[it - s->warm] = (double)(t1 - t0) / 2;
+        t0 = t1;
     }
     if (!s->client) return 0;
     double med, p99;
@@ -346,7 +344,7 @@ int main(int argc, char **argv)
     while (waitpid(pid, &st, 0) < 0)
         if (errno != EINTR) fail("waitpid: %s", strerror(errno));
     if (!WIFEXITED(st) || WEXITSTATUS(st)) {
-        fprintf(stderr, "ucx_paired: the client failed\n");
+        fprintf(stderr, "%s: the client failed\n", backend.prog);
         return 1;
     }
     return ret;
