@@ -172,7 +172,8 @@ enum op_kind {
 };
 
 enum slot_state {
-    SLOT_IDLE,   /* to be posted (the last try found the queue full) */
+    SLOT_IDLE,   /* owed a receive (on ofi.owed): delivered, or the last
+                  * try found the queue full */
     SLOT_POSTED, /* the provider holds it */
     SLOT_DONE,   /* received, not yet delivered */
     SLOT_BUSY,   /* being delivered */
@@ -536,6 +537,22 @@ static void ref_put(struct ofi_con *oc)
 
 static void deliver(struct ofi_con *oc);
 
+/* Ring slot `slot` is owed a receive for frame `seq`, posted before the
+ * next read of the completion queue (post_owed): a slot whose post found
+ * the queue full, and a delivered one. The delivered one is not posted at
+ * once: the progress call that delivered a message returns sooner, and the
+ * application's answer to it goes out before the provider's receive call
+ * (over shm 6-12% of the 8-byte latency). Its next frame is nring - 1
+ * frames ahead, so the peer would have to send all of them first to find
+ * it not posted; the provider then keeps the frame as unexpected until it
+ * is. */
+static void owe_slot(struct op *slot, uint32_t seq)
+{
+    slot->state = SLOT_IDLE;
+    slot->seq = seq & OFI_SEQ_MASK;
+    dl_add_tail(&ofi.owed, &slot->link);
+}
+
 /* Post ring slot `op` for frame `seq`: 0, or the provider's error. The
  * slot is SLOT_IDLE when that failed. */
 static ssize_t slot_post_raw(struct ofi_con *oc, struct op *op, uint32_t seq)
@@ -558,13 +575,28 @@ static int slot_post(struct ofi_con *oc, struct op *op, uint32_t seq)
     /* Full queue; the shm provider says -ENOMEM when unexpected messages
      * hold its receive entries (posting and progress free them). */
     if (rc == -EAGAIN || rc == -ENOMEM) {
-        set_attn(oc);
+        owe_slot(op, seq);
         return 0;
     }
     LOG(L_DEBUG, "%s: posting a receive failed: %s (provider %s)",
         pscom_plugin_con_str(oc->con), ofw_strerror((int)rc), ofi.info.prov);
     fail_con(oc, PSCOM_OP_READ, PSCOM_ERR_IOERROR, "fi_trecv", (int)-rc);
     return -1;
+}
+
+/* Post the owed slots again, once each: one that finds the queue full
+ * again is owed again, for the next read. Posting takes a slot off the
+ * list, and so does freeing a closed connection's slots (op_free). */
+static void post_owed(void)
+{
+    struct dl *last = ofi.owed.prev;
+    while (!dl_empty(&ofi.owed)) {
+        struct dl *p = ofi.owed.next;
+        struct op *slot = dl_entry(p, struct op, link);
+        dl_del(p);
+        if (!slot->oc->dead) slot_post(slot->oc, slot, slot->seq);
+        if (p == last) break;
+    }
 }
 
 /* Post the next chunk of the rest of the frame being received. 0, or -1
@@ -711,32 +743,6 @@ static int body_pull(struct ofi_con *oc, const ofi_pull_desc_t *d,
     }
     free(tmp);
     return 0;
-}
-
-/* A delivered ring slot is posted again before the next read of the
- * completion queue, not at once: the progress call that delivered a
- * message returns sooner, and the application's answer to it goes out
- * before the provider's receive call (over shm 6-12% of the 8-byte
- * latency). The slot's next frame is nring - 1 frames ahead, so the peer would
- * have to send all of them first to find it not posted; the provider then
- * keeps the frame as unexpected until it is. */
-static void owe_slot(struct op *slot, uint32_t seq)
-{
-    slot->state = SLOT_IDLE;
-    slot->seq = seq & OFI_SEQ_MASK;
-    dl_add_tail(&ofi.owed, &slot->link);
-}
-
-/* Post the owed slots again. Posting takes a slot off the list, also when
- * the attention scan posts it first; freeing a closed connection's slots
- * does too (op_free). */
-static void post_owed(void)
-{
-    while (!dl_empty(&ofi.owed)) {
-        struct op *slot = dl_entry(ofi.owed.next, struct op, link);
-        dl_del(&slot->link);
-        if (!slot->oc->dead) slot_post(slot->oc, slot, slot->seq);
-    }
 }
 
 /* Hand the frames that arrived in sequence to the core. */
@@ -1570,11 +1576,10 @@ static int ofi_open(pscom_plugin_con_t *con, void *priv, int fd)
         oc->ring[i] = op;
         ssize_t rc = slot_post_raw(oc, op, i);
         if (rc == -EAGAIN || rc == -ENOMEM) {
-            set_attn(oc); /* posted from progress */
+            owe_slot(op, i); /* posted from progress */
         } else if (rc) {
             LOG(L_ERR, "%s: posting receives failed: %s",
                 pscom_plugin_con_str(con), ofw_strerror((int)rc));
-            clear_attn(oc);
             release(oc);
             ref_put(oc);
             return (int)rc;
@@ -1682,7 +1687,8 @@ static void ofi_tx_kick(pscom_plugin_con_t *con, void *priv)
     tx_run(oc);
 }
 
-/* Connections whose sends or receives found a full queue. */
+/* Connections whose sends or a body's receive found a full queue, whose
+ * sends completed, or whose EOF waits. */
 static void scan_attn(void)
 {
     struct dl *p, *next;
@@ -1691,14 +1697,6 @@ static void scan_attn(void)
         struct ofi_con *oc = dl_entry(p, struct ofi_con, link);
         if (!oc->attn) continue;
         clear_attn(oc);
-        if (oc->dead) continue;
-        for (unsigned i = 0; i < oc->nring && !oc->dead; i++) {
-            struct op *slot = oc->ring[i];
-            if (slot->state != SLOT_IDLE) continue;
-            /* Slot i is for the frame that is (i - rx_idx) mod nring ahead. */
-            unsigned ahead = (i + oc->nring - oc->rx_idx) % oc->nring;
-            slot_post(oc, slot, oc->rx_seq + ahead);
-        }
         if (oc->dead) continue;
         if (oc->body.active && oc->body.need_post) {
             if (body_post(oc)) continue;

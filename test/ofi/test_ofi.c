@@ -552,11 +552,21 @@ static void test_recv_eagain(void **state)
     assert_int_equal(fake_posted_count(), 2);
 
     struct fake_frame *f[10];
-    uint8_t expect[10 * 3000];
+    uint8_t expect[20 * 3000];
     for (unsigned i = 0; i < 10; i++) f[i] = fake_frame_new(0, 0, 2000, i);
     size_t total = send_frames(&p, &p.a, f, 10, expect);
     progress(100);
     check_stream(&p.b, expect, total, 10);
+
+    /* Delivered slots whose post finds the queue full are owed again. */
+    unsigned before = fake.eagains;
+    fake.recv_eagain = 3;
+    struct fake_frame *g[10];
+    for (unsigned i = 0; i < 10; i++) g[i] = fake_frame_new(0, 0, 2000, 20 + i);
+    total += send_frames(&p, &p.a, g, 10, expect + total);
+    progress(100);
+    assert_int_equal(fake.eagains, before + 3);
+    check_stream(&p.b, expect, total, 20);
     pair_close(&p);
 }
 
