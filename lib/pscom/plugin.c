@@ -249,7 +249,8 @@ static void announce_module(const char *name, const char *alias)
     if (!s) return;
     register_priority(s, alias);
     s->p.state = PSC_PLUGIN_PENDING;
-    snprintf(s->p.why, sizeof(s->p.why), "loaded at the first connection");
+    snprintf(s->p.why, sizeof(s->p.why),
+             "opened when a connection first tries it");
 }
 
 static void load_module(struct slot *s)
@@ -311,6 +312,21 @@ static void load_module(struct slot *s)
     init_plugin(s, d);
 }
 
+/* A module not opened yet ranks by the priority its table entry gives. */
+static int builtin_priority(const struct psc_plugin *p)
+{
+    if (p->desc) return p->desc->priority;
+    for (size_t i = 0; i < sizeof(loadable) / sizeof(loadable[0]); i++)
+        if (!strcmp(p->name, loadable[i].name)) return loadable[i].priority;
+    return 0;
+}
+
+/* Loaded, or a module that may still load. */
+static bool may_serve(const struct psc_plugin *p)
+{
+    return p->state == PSC_PLUGIN_LOADED || p->state == PSC_PLUGIN_PENDING;
+}
+
 void psc_plugin_sort(struct psc_plugin **list, unsigned n)
 {
     /* Insertion sort: a handful of entries, and it is stable. */
@@ -319,14 +335,12 @@ void psc_plugin_sort(struct psc_plugin **list, unsigned n)
         unsigned j = i;
         while (j > 0) {
             struct psc_plugin *q = list[j - 1];
-            bool p_ok = p->state == PSC_PLUGIN_LOADED;
-            bool q_ok = q->state == PSC_PLUGIN_LOADED;
-            int pp = p->desc ? p->desc->priority : 0;
-            int qp = q->desc ? q->desc->priority : 0;
+            bool p_ok = may_serve(p);
+            bool q_ok = may_serve(q);
             bool before = p_ok != q_ok ? p_ok
                           : p->user_priority != q->user_priority
                               ? p->user_priority > q->user_priority
-                              : pp > qp;
+                              : builtin_priority(p) > builtin_priority(q);
             if (!before) break;
             list[j] = q;
             j--;
@@ -361,24 +375,23 @@ void psc_plugins_load_modules(void)
     psc_plugin_sort(order, count);
 }
 
-/* Would a module not loaded yet be preferred to `best` for a socket with
- * this transport mask? Then load them all. */
-void psc_plugins_load_modules_for(const struct psc_plugin *best, uint64_t mask)
+int psc_plugin_start(struct psc_plugin *p)
 {
-    bool loaded_one = false;
-    for (size_t i = 0; i < sizeof(loadable) / sizeof(loadable[0]); i++) {
-        struct psc_plugin *p = psc_plugin_find(loadable[i].name);
-        if (!p || p->state != PSC_PLUGIN_PENDING || p->user_priority <= 0)
-            continue;
-        if (!(mask & ((uint64_t)1 << loadable[i].type))) continue;
-        if (best && (best->user_priority > p->user_priority ||
-                     (best->user_priority == p->user_priority &&
-                      best->desc->priority >= loadable[i].priority)))
-            continue;
+    if (p->state == PSC_PLUGIN_PENDING) {
         load_module((struct slot *)p);
-        loaded_one = true;
+        psc_plugin_sort(order, count);
     }
-    if (loaded_one) psc_plugin_sort(order, count);
+    return psc_plugin_ensure_init(p);
+}
+
+bool psc_plugin_may_carry(const struct psc_plugin *p, uint64_t mask)
+{
+    unsigned type = p->desc ? (unsigned)p->desc->con_type : 64;
+    for (size_t i = 0; !p->desc && i < sizeof(loadable) / sizeof(loadable[0]);
+         i++)
+        if (!strcmp(p->name, loadable[i].name))
+            type = (unsigned)loadable[i].type;
+    return type < 64 && (mask & ((uint64_t)1 << type));
 }
 
 const char *const *psc_plugins_pending_prefixes(void)

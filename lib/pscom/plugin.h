@@ -13,7 +13,7 @@ enum psc_plugin_state {
     PSC_PLUGIN_LOADED,   /* registered and initialised */
     PSC_PLUGIN_DISABLED, /* PSP_<NAME>=0 */
     PSC_PLUGIN_FAILED,   /* not found, wrong version, or init failed */
-    PSC_PLUGIN_PENDING,  /* loadable, loaded at the first connection */
+    PSC_PLUGIN_PENDING,  /* loadable, opened when a connection tries it */
 };
 
 struct psc_plugin {
@@ -50,11 +50,16 @@ int psc_plugin_ensure_init(struct psc_plugin *p);
 /* Load and start every plugin (for tools: pscom_info, tests). */
 void psc_plugins_init_all(void);
 
-/* Load the modules (psc_plugins_load_modules) only if one of them could be
- * preferred, for a socket with transport mask `mask`, to `best`, the best
- * plugin usable without them (NULL: none). Same-node peers on shared memory
- * never pay for loading UCX or libfabric. */
-void psc_plugins_load_modules_for(const struct psc_plugin *best, uint64_t mask);
+/* Open p if it is a module not opened yet, then run its init op if that
+ * has not run: 0, or -1 when it cannot serve (state and reason in p). The
+ * handshake starts a module when it is about to try it, so that a
+ * connection UCX carries never pays for opening libfabric, whose
+ * libraries' constructors alone take a fifth of a second here. */
+int psc_plugin_start(struct psc_plugin *p);
+
+/* May p carry connections of a socket with this transport mask? For a
+ * module not opened yet, by the type it will have. */
+bool psc_plugin_may_carry(const struct psc_plugin *p, uint64_t mask);
 
 /* PSP_ prefixes of the settings of loadable plugins not loaded yet
  * (NULL-terminated), for the unknown-variable check at initialisation. */
@@ -71,7 +76,8 @@ struct psc_plugin *psc_plugin_find(const char *name);
 struct psc_plugin *psc_plugin_by_type(pscom_con_type_t t);
 
 /* Sort a list of plugins: by user priority, then built-in priority
- * (descending); disabled and failed ones last. Exposed for the unit test. */
+ * (descending; a module not opened yet by the priority it will have);
+ * disabled and failed ones last. Exposed for the unit test. */
 void psc_plugin_sort(struct psc_plugin **list, unsigned count);
 
 /* A connection of p was opened / closed (keeps the progress list). */
