@@ -29,7 +29,7 @@ ninja -C build-asan
 # tracer cannot walk, so these run with address and undefined-behaviour
 # checks but without leak detection; everything else with it.
 vendor_suites=(conformance-ucx_tcp conformance-ucx_posix conformance-ofi_tcp_rxm
-               conformance-ofi_shm pmix_server pmix_client doc)
+               conformance-ofi_shm pmix_server pmix_client plugin_start_vendor doc)
 no_vendor=()
 only_vendor=()
 for s in "${vendor_suites[@]}"; do
