@@ -32,7 +32,7 @@ static const pscom_plugin_t *const builtin[] = {
 
 /* Loadable plugins this project ships, with ParaStation's names for their
  * PSP_ priority variables. */
-static const struct {
+static const struct loadable_entry {
     const char *name;
     const char *alias;
     pscom_con_type_t type; /* what the module will say, before it is loaded */
@@ -312,19 +312,26 @@ static void load_module(struct slot *s)
     init_plugin(s, d);
 }
 
+/* The entry of the loadable table for a plugin's name, or NULL. */
+static const struct loadable_entry *loadable_of(const struct psc_plugin *p)
+{
+    for (size_t i = 0; i < sizeof(loadable) / sizeof(loadable[0]); i++)
+        if (!strcmp(p->name, loadable[i].name)) return &loadable[i];
+    return NULL;
+}
+
 /* A module not opened yet ranks by the priority its table entry gives. */
 static int builtin_priority(const struct psc_plugin *p)
 {
-    if (p->desc) return p->desc->priority;
-    for (size_t i = 0; i < sizeof(loadable) / sizeof(loadable[0]); i++)
-        if (!strcmp(p->name, loadable[i].name)) return loadable[i].priority;
-    return 0;
+    const struct loadable_entry *l = p->desc ? NULL : loadable_of(p);
+    return p->desc ? p->desc->priority : l ? l->priority : 0;
 }
 
-/* Loaded, or a module that may still load. */
+/* Loaded, or a module not opened yet that is not disabled. */
 static bool may_serve(const struct psc_plugin *p)
 {
-    return p->state == PSC_PLUGIN_LOADED || p->state == PSC_PLUGIN_PENDING;
+    return p->state == PSC_PLUGIN_LOADED ||
+           (p->state == PSC_PLUGIN_PENDING && p->user_priority > 0);
 }
 
 void psc_plugin_sort(struct psc_plugin **list, unsigned n)
@@ -384,13 +391,13 @@ int psc_plugin_start(struct psc_plugin *p)
     return psc_plugin_ensure_init(p);
 }
 
-bool psc_plugin_may_carry(const struct psc_plugin *p, uint64_t mask)
+bool psc_plugin_offerable(const struct psc_plugin *p, uint64_t mask)
 {
-    unsigned type = p->desc ? (unsigned)p->desc->con_type : 64;
-    for (size_t i = 0; !p->desc && i < sizeof(loadable) / sizeof(loadable[0]);
-         i++)
-        if (!strcmp(p->name, loadable[i].name))
-            type = (unsigned)loadable[i].type;
+    if (!may_serve(p)) return false;
+    const struct loadable_entry *l = p->desc ? NULL : loadable_of(p);
+    unsigned type = p->desc ? (unsigned)p->desc->con_type
+                    : l     ? (unsigned)l->type
+                            : 64;
     return type < 64 && (mask & ((uint64_t)1 << type));
 }
 

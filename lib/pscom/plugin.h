@@ -57,9 +57,10 @@ void psc_plugins_init_all(void);
  * libraries' constructors alone take a fifth of a second here. */
 int psc_plugin_start(struct psc_plugin *p);
 
-/* May p carry connections of a socket with this transport mask? For a
- * module not opened yet, by the type it will have. */
-bool psc_plugin_may_carry(const struct psc_plugin *p, uint64_t mask);
+/* Loaded, or a module not opened yet and not disabled (PSP_<NAME>=0), and
+ * of a type that the transport mask allows (for a module not opened yet,
+ * the type it will have)? */
+bool psc_plugin_offerable(const struct psc_plugin *p, uint64_t mask);
 
 /* PSP_ prefixes of the settings of loadable plugins not loaded yet
  * (NULL-terminated), for the unknown-variable check at initialisation. */

@@ -285,11 +285,9 @@ static int send_error(struct psc_precon *pc, pscom_err_t code, const char *text)
 
 static bool plugin_usable(struct psc_precon *pc, struct psc_plugin *p)
 {
-    uint64_t mask = pc->con->sock->con_type_mask;
+    if (!psc_plugin_offerable(p, pc->con->sock->con_type_mask)) return false;
     /* A module not opened yet is offered by name; it opens when tried. */
-    if (p->state == PSC_PLUGIN_PENDING) return psc_plugin_may_carry(p, mask);
-    if (p->state != PSC_PLUGIN_LOADED || !psc_plugin_may_carry(p, mask))
-        return false;
+    if (p->state == PSC_PLUGIN_PENDING) return true;
     const pscom_plugin_t *d = p->desc;
     if ((d->flags & PSCOM_PLUGIN_LOCAL_ONLY) && !pc->peer.same_node)
         return false;

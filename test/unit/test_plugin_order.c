@@ -58,6 +58,29 @@ static void disabled_and_failed_last(void **state)
     assert_int_not_equal(list[2]->state, PSC_PLUGIN_LOADED);
 }
 
+/* A module not opened yet (no descriptor) ranks by the priority of its
+ * entry in the registry's table (ucx 30: between shm and tcp), unless
+ * PSP_<NAME>=0 disabled it. */
+static void pending_module_ranks_by_table(void **state)
+{
+    struct psc_plugin t = mk(&d_tcp, 1, PSC_PLUGIN_LOADED);
+    struct psc_plugin s = mk(&d_shm, 1, PSC_PLUGIN_LOADED);
+    struct psc_plugin u = {.user_priority = 1, .state = PSC_PLUGIN_PENDING};
+    struct psc_plugin o = {.user_priority = 0, .state = PSC_PLUGIN_PENDING};
+    snprintf(u.name, sizeof(u.name), "ucx");
+    snprintf(o.name, sizeof(o.name), "ofi");
+    struct psc_plugin *list[] = {&t, &o, &u, &s};
+    psc_plugin_sort(list, 4);
+    assert_ptr_equal(list[0], &s);
+    assert_ptr_equal(list[1], &u);
+    assert_ptr_equal(list[2], &t);
+    assert_ptr_equal(list[3], &o);
+    assert_true(psc_plugin_offerable(&u, ~(uint64_t)0));
+    assert_false(psc_plugin_offerable(&o, ~(uint64_t)0));
+    assert_false(psc_plugin_offerable(
+        &u, ~((uint64_t)1 << PSCOM_CON_TYPE_UCP)));
+}
+
 /* The loaded registry honours PSP_TCP=0 and lists modules that are absent. */
 static void registry_from_environment(void **state)
 {
@@ -87,6 +110,7 @@ int main(void)
         cmocka_unit_test(builtin_priority_on_ties),
         cmocka_unit_test(user_priority_wins),
         cmocka_unit_test(disabled_and_failed_last),
+        cmocka_unit_test(pending_module_ranks_by_table),
         cmocka_unit_test(registry_from_environment),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
