@@ -78,7 +78,7 @@ enum { L_ERR = 1, L_WARN = 2, L_INFO = 3, L_DEBUG = 4, L_VERBOSE = 5 };
 /* ---------------------------------------------------------------------- */
 
 static char *cfg_provider, *cfg_domain;
-static size_t cfg_rendezvous, cfg_bounce, cfg_max_msg;
+static size_t cfg_rendezvous, cfg_bounce, cfg_max_msg, cfg_split;
 static unsigned cfg_recvq, cfg_sendq, cfg_eof_grace, cfg_linger;
 static int cfg_pull;
 
@@ -117,6 +117,11 @@ static const pscom_config_row_t ofi_rows[] = {
      "1: receivers on this host copy frames larger than the inject size "
      "from the sender's memory (no send waits on a dead peer); 0: they are "
      "sent; -1: 1 with the shm provider", "ofi", NULL, &cfg_pull},
+    {"PSP_OFI_SPLIT", PSCOM_CONFIG_SIZE, "8k",
+     "pull mode: a frame whose rest after its head is at most this size is "
+     "sent as injected messages of the inject size instead of being copied "
+     "by the receiver (providers with an inject size of 1k or more); 0: "
+     "never", "ofi", NULL, &cfg_split},
 };
 
 /* ---------------------------------------------------------------------- */
@@ -251,6 +256,7 @@ struct ofi_con {
         uint32_t seq;
         uint64_t k;      /* chunks received */
         uint64_t left;   /* bytes still to receive */
+        size_t chunk;    /* bytes per chunk of this frame's rest */
     } body;
 
     /* Pull mode, sending: fifo[f % nfifo] is acknowledged when
@@ -271,6 +277,15 @@ struct ofi_con {
         size_t hl, bl, first;
         uint64_t off, total, k;
     } txp;
+    /* Pull mode: the rest of frame `frame`, injected in chunks (tx_split);
+     * `off` bytes of it are sent. */
+    struct {
+        bool active;
+        uint64_t frame;
+        const uint8_t *rest;
+        size_t len, off;
+        uint64_t k;
+    } tsp;
 
     /* Watching the peer. */
     uint64_t gone_at;    /* ms when the peer's socket closed, or 0 */
@@ -603,7 +618,7 @@ static void post_owed(void)
  * when the connection failed. */
 static int body_post(struct ofi_con *oc)
 {
-    size_t n = min_size(oc->body.left, oc->chunk);
+    size_t n = min_size(oc->body.left, oc->body.chunk);
     struct op *op = op_new(OP_BODY, 0);
     if (!op) goto nomem;
     void *dst = NULL;
@@ -768,9 +783,11 @@ static void deliver(struct ofi_con *oc)
             return;
         }
         /* Pull mode: a first message shorter than its frame ends with the
-         * descriptor of the rest. */
+         * descriptor of the rest; one without a process announces the rest
+         * as injected chunks of `addr` bytes (tx_split). */
         ofi_pull_desc_t pd = {0};
         bool pull = oc->pull && len < total;
+        size_t split = 0;
         if (pull) {
             if (len < OFI_PULL_DESC_LEN + 8) {
                 fail_proto(oc, "message shorter than a pull descriptor");
@@ -778,10 +795,16 @@ static void deliver(struct ofi_con *oc)
             }
             len -= OFI_PULL_DESC_LEN;
             ofi_pull_desc_decode(slot->buf + len, &pd);
-            if (pd.len != total - len || !pd.pid) {
+            bool split_ok = !pd.pid && !pd.ack && pd.addr &&
+                            pd.addr <= OFI_SPLIT_CHUNK_MAX;
+            if (pd.len != total - len || (!pd.pid && !split_ok)) {
                 fail_proto(oc, "pull descriptor that does not match its "
                                "frame");
                 return;
+            }
+            if (!pd.pid) {
+                split = (size_t)pd.addr;
+                pull = false;
             }
         }
         if (type == OFI_MSG_EOF && len == total && hold_eof(oc)) return;
@@ -796,6 +819,7 @@ static void deliver(struct ofi_con *oc)
             /* Until the rest is in, nested calls deliver nothing. */
             oc->body.active = true;
             oc->body.need_post = !pull;
+            oc->body.chunk = split ? split : oc->chunk;
             oc->body.seq = seq;
             oc->body.k = 0;
             oc->body.left = total - len;
@@ -1021,6 +1045,67 @@ static int tx_offer(struct ofi_con *oc, uint64_t frame, const uint8_t *head,
     return 1;
 }
 
+/* Pull mode: may frame `total` bytes long with a head of hl bytes go as
+ * injected messages (tx_split) instead of being pulled? When its head fits
+ * a first message with a descriptor and its rest is at most PSP_OFI_SPLIT:
+ * the copies through the provider's queue cost less than the receiver's
+ * cross-memory read and acknowledgement (doc/plugins/ofi.md). */
+static bool splittable(const struct ofi_con *oc, size_t hl, uint64_t total)
+{
+    size_t max = min_size(ofi.inject_max, oc->peer_bounce);
+    return ofi.inject_max >= OFI_SPLIT_INJECT_MIN &&
+           ofi_pull_first_len(hl, max) == hl && total - hl <= cfg_split;
+}
+
+/* Inject the chunks of the split frame's rest that are not sent yet. 1
+ * when all are, 0 when the queue is full, -1 when the connection failed. */
+static int tsp_continue(struct ofi_con *oc)
+{
+    size_t chunk = min_size(ofi.inject_max, OFI_SPLIT_CHUNK_MAX);
+    while (oc->tsp.off < oc->tsp.len) {
+        size_t n = min_size(oc->tsp.len - oc->tsp.off, chunk);
+        ssize_t rc = ofw_tinject(ofi.ep, oc->tsp.rest + oc->tsp.off, n,
+                                 oc->dest,
+                                 ofi_tag(oc->peer_conid,
+                                         (uint32_t)oc->tsp.frame,
+                                         ofi_chunk_part(oc->tsp.k)));
+        int sent = send_result(oc, rc, "fi_tinject");
+        if (sent <= 0) return sent;
+        oc->tsp.off += n;
+        oc->tsp.k++;
+    }
+    oc->fifo[oc->tsp.frame % oc->nfifo].posting = false;
+    oc->tsp.active = false;
+    return 1;
+}
+
+/* Pull mode, a frame that splittable() allows: its head with a descriptor
+ * that names no process (the rest follows as chunks of the inject size),
+ * then the body in such chunks. Each message is injected: nothing waits
+ * for the peer, as with pulled frames. 1 when all is sent, 0 when the
+ * queue is full (the rest goes from tx_post later), -1 when the
+ * connection failed. */
+static int tx_split(struct ofi_con *oc, uint64_t frame, const uint8_t *head,
+                    size_t hl, const uint8_t *body, size_t bl)
+{
+    size_t chunk = min_size(ofi.inject_max, OFI_SPLIT_CHUNK_MAX);
+    ofi_pull_desc_t d = {.addr = chunk, .len = bl};
+    uint8_t buf[INJECT_MAX];
+    memcpy(buf, head, hl);
+    ofi_pull_desc_encode(&d, buf + hl);
+    ssize_t rc = ofw_tinject(ofi.ep, buf, hl + OFI_PULL_DESC_LEN, oc->dest,
+                             ofi_tag(oc->peer_conid, (uint32_t)frame,
+                                     OFI_PART_FIRST));
+    int sent = send_result(oc, rc, "fi_tinject");
+    if (sent <= 0) return sent;
+    oc->fifo[frame % oc->nfifo] = (struct txe){
+        .head = head, .hl = hl, .bytes = hl + bl, .posting = true};
+    oc->tx_tail++;
+    oc->tsp = (typeof(oc->tsp)){
+        .active = true, .frame = frame, .rest = body, .len = bl};
+    return tsp_continue(oc);
+}
+
 /* Pull mode: frames whose acknowledgement arrived are done; their
  * connections report them from scan_attn (no upcalls here). */
 static void poll_acks(void)
@@ -1105,6 +1190,10 @@ static int tx_post(struct ofi_con *oc)
             int rc = txp_continue(oc);
             if (rc <= 0) return rc;
         }
+        if (oc->tsp.active) {
+            int rc = tsp_continue(oc);
+            if (rc <= 0) return rc;
+        }
         if (oc->tx_tail - oc->tx_head >= oc->nfifo) return 0;
 
         size_t total;
@@ -1139,6 +1228,11 @@ static int tx_post(struct ofi_con *oc)
             oc->fifo[frame % oc->nfifo] =
                 (struct txe){.head = head, .hl = hl, .bytes = ftotal};
             oc->tx_tail++;
+            continue;
+        }
+        if (oc->pull && splittable(oc, hl, ftotal)) {
+            int rc = tx_split(oc, frame, head, hl, body, bl);
+            if (rc <= 0) return rc;
             continue;
         }
         if (oc->pull) {

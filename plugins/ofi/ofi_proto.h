@@ -90,6 +90,13 @@ typedef struct ofi_pull_desc {
 
 #define OFI_PULL_DESC_LEN 32
 
+/* Split frames (pull mode): a descriptor with process id 0 and no
+ * acknowledgement word announces the rest as injected chunks of `addr`
+ * bytes (at most OFI_SPLIT_CHUNK_MAX), only with providers whose inject
+ * size is at least OFI_SPLIT_INJECT_MIN. */
+#define OFI_SPLIT_CHUNK_MAX 65536
+#define OFI_SPLIT_INJECT_MIN 1024
+
 /* Little endian, OFI_PULL_DESC_LEN bytes (the last 4 are 0). */
 void ofi_pull_desc_encode(const ofi_pull_desc_t *d, void *buf);
 void ofi_pull_desc_decode(const void *buf, ofi_pull_desc_t *d);

@@ -26,6 +26,7 @@ struct fake_knobs {
     int select_fails, ep_open_fails, av_fails;
     /* behaviour */
     unsigned send_eagain;  /* the next n sends return -EAGAIN */
+    unsigned send_eagain_after; /* ... after this many more succeeded */
     unsigned recv_eagain;  /* the next n receives return -EAGAIN */
     int send_fails;        /* fi_tsendv returns -EIO */
     unsigned send_error_completion; /* the next n sends complete with an error */

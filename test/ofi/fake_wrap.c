@@ -211,15 +211,24 @@ const char *ofw_addr_str(ofw_ep_t *ep, const void *addr, size_t addr_len,
     return buf;
 }
 
+/* Does this send find the queue full (send_eagain, send_eagain_after)? */
+static int send_refused(void)
+{
+    if (!fake.send_eagain) return 0;
+    if (fake.send_eagain_after) {
+        fake.send_eagain_after--;
+        return 0;
+    }
+    fake.send_eagain--;
+    fake.eagains++;
+    return 1;
+}
+
 ssize_t ofw_tinject(ofw_ep_t *ep, const void *buf, size_t len, uint64_t dest,
                     uint64_t tag)
 {
     fake.inject_calls++;
-    if (fake.send_eagain) {
-        fake.send_eagain--;
-        fake.eagains++;
-        return -EAGAIN;
-    }
+    if (send_refused()) return -EAGAIN;
     if (len > fake.inject_size) return -EINVAL;
     fake.injects++;
     send_msg(buf, len, tag);
@@ -230,11 +239,7 @@ ssize_t ofw_tsendv(ofw_ep_t *ep, const struct iovec *iov, size_t count,
                    uint64_t dest, uint64_t tag, ofw_ctx_t *ctx)
 {
     fake.tsend_calls++;
-    if (fake.send_eagain) {
-        fake.send_eagain--;
-        fake.eagains++;
-        return -EAGAIN;
-    }
+    if (send_refused()) return -EAGAIN;
     if (count > fake.iov_limit) return -EINVAL;
     if (fake.send_fails) return -EIO;
     size_t len = 0;

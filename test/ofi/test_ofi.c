@@ -51,6 +51,7 @@ static int teardown(void **state)
     unsetenv("PSP_OFI_RECVQ");
     unsetenv("PSP_OFI_LINGER");
     unsetenv("PSP_OFI_PULL");
+    unsetenv("PSP_OFI_SPLIT");
     return 0;
 }
 
@@ -823,6 +824,15 @@ static void pull_setup(void)
 {
     fake.local_only = 1;
     fake.inject_size = 4096;
+    setenv("PSP_OFI_SPLIT", "0", 1); /* every frame too large is pulled */
+}
+
+/* Pull mode with frames of up to 16 KiB after their head split into
+ * injected messages (the default is 8 KiB). */
+static void split_setup(void)
+{
+    pull_setup();
+    setenv("PSP_OFI_SPLIT", "16k", 1);
 }
 
 /* Frames of every shape arrive whole and in order; what does not fit an
@@ -850,6 +860,57 @@ static void test_pull_stream_shapes(void **state)
     assert_int_equal(fake.injects, N);
     assert_int_equal(fake.cma_writes, pulled);
     assert_true(fake.cma_reads >= pulled);
+    pair_close(&p);
+}
+
+/* Split frames: in pull mode a frame too large to inject whose rest after
+ * its head is at most PSP_OFI_SPLIT goes as its head with a descriptor
+ * naming no process, then the rest in injected chunks of the inject size;
+ * larger ones are pulled. All arrive whole and in order, and only the
+ * pulled ones are read from the sender's memory. */
+static void test_split_stream_shapes(void **state)
+{
+    split_setup();
+    struct pair p;
+    pair_open(&p);
+
+    static const size_t shapes[][2] = {
+        {0, 5000},  {8, 4096}, {0, 0},     {16, 200},   {0, 16384},
+        {255, 3000}, {0, 16385}, {3, 9000}, {64, 100000}, {0, 4089},
+    };
+    enum { N = sizeof(shapes) / sizeof(shapes[0]) };
+    /* chunks of 4096 bytes: 5000 -> 2, 4096 -> 1, 16384 -> 4, 9000 -> 3,
+     * 4089 -> 1 (its frame of 4097 bytes is one too long to inject) */
+    const unsigned chunks = 2 + 1 + 4 + 3 + 1;
+    const unsigned pulled = 2; /* 16385 and 100000 bytes after the head */
+    send_shapes(&p, shapes, N);
+    assert_int_equal(fake.tsend_calls, 0);
+    assert_int_equal(fake.injects, N + chunks);
+    assert_int_equal(fake.cma_writes, pulled);
+    assert_true(fake.cma_reads >= pulled);
+    assert_true(fake.largest_msg <= 4096);
+    pair_close(&p);
+}
+
+/* A split frame whose chunks find the queue full half way: the rest goes
+ * from progress, and every frame still arrives whole and in order. */
+static void test_split_eagain(void **state)
+{
+    split_setup();
+    struct pair p;
+    pair_open(&p);
+    struct fake_frame *f[3];
+    uint8_t expect[3 * 13000];
+    for (unsigned i = 0; i < 3; i++) f[i] = fake_frame_new(0, 4, 12000, 60 + i);
+    fake.send_eagain_after = 2; /* the head and one chunk go */
+    fake.send_eagain = 3;
+    size_t total = send_frames(&p, &p.a, f, 3, expect);
+    progress(100);
+    check_stream(&p.b, expect, total, 3);
+    assert_int_equal(p.a.tx_done_bytes, total);
+    assert_int_equal(fake.eagains, 3);
+    assert_int_equal(fake.cma_reads, 0);
+    assert_int_equal(fake.injects, 3 * 4);
     pair_close(&p);
 }
 
@@ -1072,6 +1133,9 @@ int main(void)
                                         teardown),
         cmocka_unit_test_setup_teardown(test_pull_stream_shapes, setup,
                                         teardown),
+        cmocka_unit_test_setup_teardown(test_split_stream_shapes, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_split_eagain, setup, teardown),
         cmocka_unit_test_setup_teardown(test_pull_order_both_ways, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_pull_done_when_acknowledged,
