@@ -33,7 +33,10 @@
  * the rest from the sender's memory (process_vm_readv) and acknowledges
  * by writing to a word of the sender's (process_vm_writev). No send then
  * waits for a receiver inside the provider, so a killed peer cannot hold
- * back the completions of sends to other peers.
+ * back the completions of sends to other peers. A frame whose rest is at
+ * most PSP_OFI_SPLIT is split instead: its head with a descriptor naming
+ * no process, then the rest in injected chunks, received as the rest of a
+ * sent frame (cross-memory calls cost microseconds on some hosts).
  *
  * Peer death: a failed send reports an error completion; a peer that only
  * sends to us is watched through the pre-connection's TCP socket, which the
