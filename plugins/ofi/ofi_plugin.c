@@ -282,7 +282,7 @@ struct ofi_con {
     } txp;
     /* Pull mode: the rest of frame `frame`, injected in chunks (tx_split);
      * `off` bytes of it are sent. */
-    struct {
+    struct split_tx {
         bool active;
         uint64_t frame;
         const uint8_t *rest;
@@ -1104,7 +1104,7 @@ static int tx_split(struct ofi_con *oc, uint64_t frame, const uint8_t *head,
     oc->fifo[frame % oc->nfifo] = (struct txe){
         .head = head, .hl = hl, .bytes = hl + bl, .posting = true};
     oc->tx_tail++;
-    oc->tsp = (typeof(oc->tsp)){
+    oc->tsp = (struct split_tx){
         .active = true, .frame = frame, .rest = body, .len = bl};
     return tsp_continue(oc);
 }
