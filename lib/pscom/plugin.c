@@ -323,8 +323,9 @@ static const struct loadable_entry *loadable_of(const struct psc_plugin *p)
 /* A module not opened yet ranks by the priority its table entry gives. */
 static int builtin_priority(const struct psc_plugin *p)
 {
-    const struct loadable_entry *l = p->desc ? NULL : loadable_of(p);
-    return p->desc ? p->desc->priority : l ? l->priority : 0;
+    if (p->desc) return p->desc->priority;
+    const struct loadable_entry *l = loadable_of(p);
+    return l ? l->priority : 0;
 }
 
 /* Loaded, or a module not opened yet that is not disabled. */
@@ -394,10 +395,13 @@ int psc_plugin_start(struct psc_plugin *p)
 bool psc_plugin_offerable(const struct psc_plugin *p, uint64_t mask)
 {
     if (!may_serve(p)) return false;
-    const struct loadable_entry *l = p->desc ? NULL : loadable_of(p);
-    unsigned type = p->desc ? (unsigned)p->desc->con_type
-                    : l     ? (unsigned)l->type
-                            : 64;
+    unsigned type = 64;
+    if (p->desc) {
+        type = (unsigned)p->desc->con_type;
+    } else {
+        const struct loadable_entry *l = loadable_of(p);
+        if (l) type = (unsigned)l->type;
+    }
     return type < 64 && (mask & ((uint64_t)1 << type));
 }
 

@@ -34,8 +34,8 @@
  * by writing to a word of the sender's (process_vm_writev). No send then
  * waits for a receiver inside the provider, so a killed peer cannot hold
  * back the completions of sends to other peers. A frame whose rest is at
- * most PSP_OFI_SPLIT is split instead: its head with a descriptor naming
- * no process, then the rest in injected chunks, received as the rest of a
+ * most PSP_OFI_SPLIT is split instead: its head with a descriptor marked
+ * split, then the rest in injected chunks, received as the rest of a
  * sent frame (cross-memory calls cost microseconds on some hosts).
  *
  * Peer death: a failed send reports an error completion; a peer that only
@@ -286,7 +286,7 @@ struct ofi_con {
         bool active;
         uint64_t frame;
         const uint8_t *rest;
-        size_t len, off;
+        size_t len, off, chunk;
         uint64_t k;
     } tsp;
 
@@ -786,8 +786,8 @@ static void deliver(struct ofi_con *oc)
             return;
         }
         /* Pull mode: a first message shorter than its frame ends with the
-         * descriptor of the rest; one without a process announces the rest
-         * as injected chunks of `addr` bytes (tx_split). */
+         * descriptor of the rest; a split one announces the rest as
+         * injected chunks of `addr` bytes (tx_split). */
         ofi_pull_desc_t pd = {0};
         bool pull = oc->pull && len < total;
         size_t split = 0;
@@ -798,14 +798,16 @@ static void deliver(struct ofi_con *oc)
             }
             len -= OFI_PULL_DESC_LEN;
             ofi_pull_desc_decode(slot->buf + len, &pd);
-            bool split_ok = !pd.pid && !pd.ack && pd.addr &&
-                            pd.addr <= OFI_SPLIT_CHUNK_MAX;
-            if (pd.len != total - len || (!pd.pid && !split_ok)) {
+            bool is_split = pd.flags == OFI_DESC_SPLIT;
+            bool valid = is_split ? !pd.pid && !pd.ack && pd.addr &&
+                                        pd.addr <= OFI_SPLIT_CHUNK_MAX
+                                  : pd.pid && !pd.flags;
+            if (pd.len != total - len || !valid) {
                 fail_proto(oc, "pull descriptor that does not match its "
                                "frame");
                 return;
             }
-            if (!pd.pid) {
+            if (is_split) {
                 split = (size_t)pd.addr;
                 pull = false;
             }
@@ -1000,6 +1002,22 @@ static ssize_t inject_frame(struct ofi_con *oc, uint64_t frame,
                                OFI_PART_FIRST));
 }
 
+/* Pull mode: the first message of frame `frame` that does not fit an
+ * injection whole: `first` bytes of its head, then descriptor d of the
+ * rest. send_result's answer. */
+static int inject_with_desc(struct ofi_con *oc, uint64_t frame,
+                            const uint8_t *head, size_t first,
+                            const ofi_pull_desc_t *d)
+{
+    uint8_t buf[INJECT_MAX];
+    memcpy(buf, head, first);
+    ofi_pull_desc_encode(d, buf + first);
+    ssize_t rc = ofw_tinject(ofi.ep, buf, first + OFI_PULL_DESC_LEN, oc->dest,
+                             ofi_tag(oc->peer_conid, (uint32_t)frame,
+                                     OFI_PART_FIRST));
+    return send_result(oc, rc, "fi_tinject");
+}
+
 /* Pull mode: send a frame too large to inject as its head (or as much of
  * it as fits) and a descriptor of the rest, which the peer copies from our
  * memory; the frame is done when the peer acknowledges that (poll_acks).
@@ -1029,13 +1047,7 @@ static int tx_offer(struct ofi_con *oc, uint64_t frame, const uint8_t *head,
     ofi_pull_desc_t d = {.addr = (uint64_t)(uintptr_t)src, .len = rest,
                          .ack = (uint64_t)(uintptr_t)ack,
                          .pid = (uint32_t)getpid()};
-    uint8_t buf[INJECT_MAX];
-    memcpy(buf, head, first);
-    ofi_pull_desc_encode(&d, buf + first);
-    ssize_t rc = ofw_tinject(ofi.ep, buf, first + OFI_PULL_DESC_LEN, oc->dest,
-                             ofi_tag(oc->peer_conid, (uint32_t)frame,
-                                     OFI_PART_FIRST));
-    int sent = send_result(oc, rc, "fi_tinject");
+    int sent = inject_with_desc(oc, frame, head, first, &d);
     if (sent <= 0) {
         free(tmp);
         return sent;
@@ -1064,9 +1076,8 @@ static bool splittable(const struct ofi_con *oc, size_t hl, uint64_t total)
  * when all are, 0 when the queue is full, -1 when the connection failed. */
 static int tsp_continue(struct ofi_con *oc)
 {
-    size_t chunk = min_size(ofi.inject_max, OFI_SPLIT_CHUNK_MAX);
     while (oc->tsp.off < oc->tsp.len) {
-        size_t n = min_size(oc->tsp.len - oc->tsp.off, chunk);
+        size_t n = min_size(oc->tsp.len - oc->tsp.off, oc->tsp.chunk);
         ssize_t rc = ofw_tinject(ofi.ep, oc->tsp.rest + oc->tsp.off, n,
                                  oc->dest,
                                  ofi_tag(oc->peer_conid,
@@ -1083,7 +1094,7 @@ static int tsp_continue(struct ofi_con *oc)
 }
 
 /* Pull mode, a frame that splittable() allows: its head with a descriptor
- * that names no process (the rest follows as chunks of the inject size),
+ * marked split (the rest follows as chunks of the inject size),
  * then the body in such chunks. Each message is injected: nothing waits
  * for the peer, as with pulled frames. 1 when all is sent, 0 when the
  * queue is full (the rest goes from tx_post later), -1 when the
@@ -1092,20 +1103,15 @@ static int tx_split(struct ofi_con *oc, uint64_t frame, const uint8_t *head,
                     size_t hl, const uint8_t *body, size_t bl)
 {
     size_t chunk = min_size(ofi.inject_max, OFI_SPLIT_CHUNK_MAX);
-    ofi_pull_desc_t d = {.addr = chunk, .len = bl};
-    uint8_t buf[INJECT_MAX];
-    memcpy(buf, head, hl);
-    ofi_pull_desc_encode(&d, buf + hl);
-    ssize_t rc = ofw_tinject(ofi.ep, buf, hl + OFI_PULL_DESC_LEN, oc->dest,
-                             ofi_tag(oc->peer_conid, (uint32_t)frame,
-                                     OFI_PART_FIRST));
-    int sent = send_result(oc, rc, "fi_tinject");
+    ofi_pull_desc_t d = {.addr = chunk, .len = bl, .flags = OFI_DESC_SPLIT};
+    int sent = inject_with_desc(oc, frame, head, hl, &d);
     if (sent <= 0) return sent;
     oc->fifo[frame % oc->nfifo] = (struct txe){
         .head = head, .hl = hl, .bytes = hl + bl, .posting = true};
     oc->tx_tail++;
     oc->tsp = (struct split_tx){
-        .active = true, .frame = frame, .rest = body, .len = bl};
+        .active = true, .frame = frame, .rest = body, .len = bl,
+        .chunk = chunk};
     return tsp_continue(oc);
 }
 

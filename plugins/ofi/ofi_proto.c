@@ -159,7 +159,7 @@ void ofi_pull_desc_encode(const ofi_pull_desc_t *d, void *buf)
     put64(p + 8, d->len);
     put64(p + 16, d->ack);
     put32(p + 24, d->pid);
-    put32(p + 28, 0);
+    put32(p + 28, d->flags);
 }
 
 void ofi_pull_desc_decode(const void *buf, ofi_pull_desc_t *d)
@@ -169,4 +169,5 @@ void ofi_pull_desc_decode(const void *buf, ofi_pull_desc_t *d)
     d->len = get64(p + 8);
     d->ack = get64(p + 16);
     d->pid = get32(p + 24);
+    d->flags = get32(p + 28);
 }

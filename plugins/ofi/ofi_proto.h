@@ -86,18 +86,20 @@ typedef struct ofi_pull_desc {
     uint64_t len;  /* bytes of the rest */
     uint64_t ack;  /* address of the 8-byte acknowledgement word */
     uint32_t pid;  /* the sender's process id */
+    uint32_t flags; /* OFI_DESC_SPLIT */
 } ofi_pull_desc_t;
 
 #define OFI_PULL_DESC_LEN 32
 
-/* Split frames (pull mode): a descriptor with process id 0 and no
- * acknowledgement word announces the rest as injected chunks of `addr`
- * bytes (at most OFI_SPLIT_CHUNK_MAX), only with providers whose inject
- * size is at least OFI_SPLIT_INJECT_MIN. */
+/* Split frames (pull mode): a descriptor with flag OFI_DESC_SPLIT (and
+ * neither process nor acknowledgement word) announces the rest as injected
+ * chunks of `addr` bytes (at most OFI_SPLIT_CHUNK_MAX), only with providers
+ * whose inject size is at least OFI_SPLIT_INJECT_MIN. */
+#define OFI_DESC_SPLIT 0x1u
 #define OFI_SPLIT_CHUNK_MAX 65536
 #define OFI_SPLIT_INJECT_MIN 1024
 
-/* Little endian, OFI_PULL_DESC_LEN bytes (the last 4 are 0). */
+/* Little endian, OFI_PULL_DESC_LEN bytes. */
 void ofi_pull_desc_encode(const ofi_pull_desc_t *d, void *buf);
 void ofi_pull_desc_decode(const void *buf, ofi_pull_desc_t *d);
 

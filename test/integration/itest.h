@@ -236,6 +236,11 @@ void itest_pscom_init(void);
 /* The transport the tests run on (PSCOM_TEST_TRANSPORT, default "tcp"). */
 const char *itest_transport_name(void);
 
+/* Skip the test (exit 77, with the plugin's reason) unless plugin `name`
+ * can run here. Asked in a child, so that this process stays free of
+ * pscom. */
+void itest_require_plugin(const char *name);
+
 /* Restrict `sock` to the test transport. */
 void itest_apply_transport(pscom_socket_t *sock);
 

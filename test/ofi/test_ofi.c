@@ -818,6 +818,27 @@ static void test_close_after_peer_died(void **state)
 /* ---------------------------------------------------------------------- */
 /* Pull mode                                                              */
 
+/* n frames (4-byte xheader, bl bytes of body, seeds from `seed`) sent while
+ * `count` sends find the queue full, after `after` more that succeed: all
+ * arrive whole and in order, and are reported, once progress retried. */
+static void send_into_full_queue(struct pair *p, unsigned n, size_t bl,
+                                 unsigned seed, unsigned after,
+                                 unsigned count)
+{
+    struct fake_frame **f = calloc(n, sizeof(*f));
+    uint8_t *expect = malloc(n * (bl + 16));
+    for (unsigned i = 0; i < n; i++) f[i] = fake_frame_new(0, 4, bl, seed + i);
+    fake.send_eagain_after = after;
+    fake.send_eagain = count;
+    size_t total = send_frames(p, &p->a, f, n, expect);
+    progress(100);
+    check_stream(&p->b, expect, total, n);
+    assert_int_equal(p->a.tx_done_bytes, total);
+    assert_int_equal(fake.eagains, count);
+    free(expect);
+    free(f);
+}
+
 /* A provider for this host with the shm provider's inject size: pull
  * mode by default. */
 static void pull_setup(void)
@@ -865,7 +886,7 @@ static void test_pull_stream_shapes(void **state)
 
 /* Split frames: in pull mode a frame too large to inject whose rest after
  * its head is at most PSP_OFI_SPLIT goes as its head with a descriptor
- * naming no process, then the rest in injected chunks of the inject size;
+ * marked split, then the rest in injected chunks of the inject size;
  * larger ones are pulled. All arrive whole and in order, and only the
  * pulled ones are read from the sender's memory. */
 static void test_split_stream_shapes(void **state)
@@ -899,16 +920,8 @@ static void test_split_eagain(void **state)
     split_setup();
     struct pair p;
     pair_open(&p);
-    struct fake_frame *f[3];
-    uint8_t expect[3 * 13000];
-    for (unsigned i = 0; i < 3; i++) f[i] = fake_frame_new(0, 4, 12000, 60 + i);
-    fake.send_eagain_after = 2; /* the head and one chunk go */
-    fake.send_eagain = 3;
-    size_t total = send_frames(&p, &p.a, f, 3, expect);
-    progress(100);
-    check_stream(&p.b, expect, total, 3);
-    assert_int_equal(p.a.tx_done_bytes, total);
-    assert_int_equal(fake.eagains, 3);
+    /* the head and one chunk go, then three sends find the queue full */
+    send_into_full_queue(&p, 3, 12000, 60, 2, 3);
     assert_int_equal(fake.cma_reads, 0);
     assert_int_equal(fake.injects, 3 * 4);
     pair_close(&p);
@@ -960,15 +973,7 @@ static void test_pull_eagain(void **state)
     pull_setup();
     struct pair p;
     pair_open(&p);
-    struct fake_frame *f[6];
-    uint8_t expect[6 * 10000];
-    for (unsigned i = 0; i < 6; i++) f[i] = fake_frame_new(0, 4, 9000, 40 + i);
-    fake.send_eagain = 4;
-    size_t total = send_frames(&p, &p.a, f, 6, expect);
-    progress(100);
-    check_stream(&p.b, expect, total, 6);
-    assert_int_equal(p.a.tx_done_bytes, total);
-    assert_int_equal(fake.eagains, 4);
+    send_into_full_queue(&p, 6, 9000, 40, 0, 4);
     pair_close(&p);
 }
 
@@ -1018,11 +1023,12 @@ static void test_pull_copy_fails(void **state)
 }
 
 /* Malformed pull messages: a descriptor of another length than the rest
- * of its frame, one without a process, a message too short for one. Each
+ * of its frame, one without a process, a message too short for one, one
+ * marked split that names a process and an acknowledgement word. Each
  * fails the connection once. */
 static void test_pull_bad_descriptors(void **state)
 {
-    for (int c = 0; c < 3; c++) {
+    for (int c = 0; c < 4; c++) {
         fake_reset();
         pull_setup();
         struct pair p;
@@ -1036,6 +1042,7 @@ static void test_pull_bad_descriptors(void **state)
         if (c == 0) d.len -= 1;
         if (c == 1) d.pid = 0;
         if (c == 2) len = 20;
+        if (c == 3) d.flags = OFI_DESC_SPLIT;
         ofi_pull_desc_encode(&d, msg + 16);
         fake_send_raw(msg, len, ofi_tag(p.blob_b.conid, 0, OFI_PART_FIRST));
         progress(5);

@@ -17,14 +17,12 @@
  * transport carries the connection.
  */
 #include "itest.h"
-#include "pscom_plugin.h"
 
 #include <dirent.h>
 #include <dlfcn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 static int lazy; /* the mode: 0 overlap, 1 lazy */
@@ -117,25 +115,6 @@ static void remove_dir(const char *dir)
     rmdir(dir);
 }
 
-/* Lazy mode: can UCX carry connections here? Asked in a child, which may
- * open every module. */
-static void require_ucx(void)
-{
-    fflush(NULL);
-    pid_t pid = fork();
-    ITEST_ASSERT(pid >= 0, "fork failed");
-    if (pid == 0) {
-        const char *why = "";
-        if (pscom_plugin_available("ucx", &why)) _exit(0);
-        printf("SKIP: ucx cannot run here: %s\n", why);
-        fflush(stdout);
-        _exit(77);
-    }
-    int st;
-    ITEST_ASSERT(waitpid(pid, &st, 0) == pid, "waitpid failed");
-    if (WIFEXITED(st) && WEXITSTATUS(st) == 77) exit(77);
-}
-
 int main(int argc, char **argv)
 {
     itest_set_role("orchestrator");
@@ -148,7 +127,7 @@ int main(int argc, char **argv)
 
     char dir[] = "/tmp/pscom-plugin-start-XXXXXX";
     if (lazy) {
-        require_ucx();
+        itest_require_plugin("ucx");
     } else {
         ITEST_ASSERT(mkdtemp(dir) != NULL, "mkdtemp failed");
         setenv("START_SYNC_DIR", dir, 1);
