@@ -194,6 +194,8 @@ static void summary_of(const char *name, const struct pair *pr, unsigned n,
     summary(name, x, n);
 }
 
+const char *raw_mode;
+
 static void report(const struct side *s, const double *u, const double *p,
                    unsigned pairs, double scale)
 {
@@ -206,6 +208,7 @@ static void report(const struct side *s, const double *u, const double *p,
            "warm-up), %s=%s\n",
            backend.prog, s->size, pairs, s->iters, s->warm, backend.env,
            getenv(backend.env) ? getenv(backend.env) : "(unset)");
+    if (raw_mode) printf("%s: %s\n", backend.raw, raw_mode);
     printf("latency, us (medians of the blocks)\n");
     char name[64];
     snprintf(name, sizeof(name), "  %s", backend.raw);
@@ -234,8 +237,8 @@ static void report(const struct side *s, const double *u, const double *p,
 
 static int run(struct side *s, unsigned pairs)
 {
-    s->sbuf = alloc_buf(s->size ? s->size : 1);
-    s->rbuf = alloc_buf(s->size ? s->size : 1);
+    s->sbuf = alloc_buf(s->size ? s->size : 1, 0);
+    s->rbuf = alloc_buf(s->size ? s->size : 1, 0);
     s->times = malloc(s->iters * sizeof(*s->times));
     double *u = malloc(pairs * sizeof(*u)), *p = malloc(pairs * sizeof(*p));
     if (!s->times || !u || !p) fail("out of memory");

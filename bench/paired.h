@@ -51,6 +51,9 @@ struct backend {
     const char *env;    /* the variable that picks the transport */
 };
 extern const struct backend backend;
+/* What raw_setup may set: how the library's side runs, when not as its tool
+ * does by default (a line of the report), else NULL. */
+extern const char *raw_mode;
 void raw_setup(struct side *s);
 void raw_send(struct side *s);
 void raw_recv(struct side *s);

@@ -12,9 +12,16 @@
  * pairs grouped by UCX's latency (placements). Latency is half the round
  * trip, one clock read per round trip, the median of a block. A benchmark
  * aid, not installed; bench/compare-ucx runs it with -P.
+ *
+ * PAIRED_PEER_ERRORS=1 puts UCX's endpoint in peer error-handling mode, the
+ * mode of pscom's (ucx_perftest -e; on shared memory with
+ * UCX_MM_ERROR_HANDLING=y, as pscom sets it): like for like, where UCX
+ * picks other lanes in that mode (over tcp it leaves out the put-zcopy
+ * rendezvous lanes, as the tcp memory domain cannot invalidate memory).
  */
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include <ucp/api/ucp.h>
 
@@ -49,6 +56,19 @@ void raw_setup(struct side *s)
     s->raw = u;
     ucp_config_t *cfg;
     ucx_check(ucp_config_read(NULL, NULL, &cfg), "ucp_config_read");
+    const char *pe = getenv("PAIRED_PEER_ERRORS");
+    int peer_errors = pe && !strcmp(pe, "1");
+    if (pe && !peer_errors && strcmp(pe, "0"))
+        fail("PAIRED_PEER_ERRORS is 0 or 1, not '%s'", pe);
+    if (peer_errors) {
+        raw_mode = "endpoint in peer error-handling mode (PAIRED_PEER_ERRORS=1)";
+        /* (Over a list without shared memory UCX would warn about it.) */
+        const char *tls = getenv("UCX_TLS");
+        if (!getenv("UCX_MM_ERROR_HANDLING") &&
+            (!tls || strstr(tls, "posix") || strstr(tls, "sysv") ||
+             strstr(tls, "sm") || strstr(tls, "mm") || strstr(tls, "all")))
+            (void)ucp_config_modify(cfg, "MM_ERROR_HANDLING", "y");
+    }
     ucp_params_t p = {.field_mask = UCP_PARAM_FIELD_FEATURES,
                       .features = UCP_FEATURE_TAG};
     ucx_check(ucp_init(&p, cfg, &u->ctx), "ucp_init");
@@ -62,8 +82,11 @@ void raw_setup(struct side *s)
               "ucp_worker_get_address");
     void *peer = swap_blob(s->fd, addr, len, &peer_len);
     ucp_worker_release_address(u->worker, addr);
-    ucp_ep_params_t ep = {.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS,
-                          .address = peer};
+    ucp_ep_params_t ep = {.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS |
+                                        UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE,
+                          .address = peer,
+                          .err_mode = peer_errors ? UCP_ERR_HANDLING_MODE_PEER
+                                                  : UCP_ERR_HANDLING_MODE_NONE};
     ucx_check(ucp_ep_create(u->worker, &ep, &u->ep), "ucp_ep_create");
     free(peer);
 }

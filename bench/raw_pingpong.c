@@ -234,10 +234,10 @@ static int run_side(struct side *s)
         if (iters > maxiters)
             maxiters = iters;
     }
-    s->sbuf  = alloc_buf(maxsize);
+    s->sbuf  = alloc_buf(maxsize, 0);
     s->nrbuf = o->c.mode == MODE_PINGPONG ? 1 : WINDOW;
     for (i = 0; i < s->nrbuf; i++)
-        s->rbuf[i] = alloc_buf(maxsize);
+        s->rbuf[i] = alloc_buf(maxsize, 0);
     s->times = malloc(maxiters * sizeof(*s->times));
     if (!s->times)
         fail("out of memory");

@@ -9,6 +9,7 @@
 #include <sched.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -222,13 +223,17 @@ void verify_or_die(const unsigned char *p, size_t len, size_t size,
 /* Options, iterations, statistics, pinning                               */
 /* ---------------------------------------------------------------------- */
 
-void *alloc_buf(size_t len)
+void *alloc_buf(size_t len, int huge)
 {
     void *p = NULL;
     size_t n = len < 4096 ? 4096 : len;
+    size_t align = huge && n >= HUGE_PAGE ? HUGE_PAGE : 4096;
 
-    if (posix_memalign(&p, 4096, n))
+    if (posix_memalign(&p, align, n))
         fail("out of memory allocating a %zu byte buffer", n);
+    /* Only a hint: a kernel without transparent huge pages keeps 4 KiB. */
+    if (align == HUGE_PAGE)
+        (void)madvise(p, n, MADV_HUGEPAGE);
     memset(p, 0xa5, n); /* touch every page before timing */
     return p;
 }

@@ -160,8 +160,12 @@ void bench_iters(const struct bench_opts *o, size_t size, unsigned *iters,
                  unsigned *warmup);
 
 /* Page-aligned, touched (so that no page fault is timed); fails if out of
- * memory. */
-void *alloc_buf(size_t len);
+ * memory. With huge set, a buffer of HUGE_PAGE bytes or more is aligned to
+ * HUGE_PAGE and advised to the kernel as transparent huge pages
+ * (MADV_HUGEPAGE), as ucx_perftest allocates its buffers: copies of large
+ * messages then take fewer TLB misses. */
+#define HUGE_PAGE ((size_t)2 << 20)
+void *alloc_buf(size_t len, int huge);
 /* "64k", "4MiB", "1GB" (powers of 1024) up to MAX_MSG_SIZE; 0 or -1. */
 int parse_size(const char *s, size_t *out);
 /* A number of option opt within [min, max], or a message and exit(1). */

@@ -54,13 +54,15 @@
 #define PARAMS_VERSION 1
 #define PARAMS_F_THREADED 0x1u /* wire_params.flags: pscom_init_thread */
 #define PARAMS_F_ONE_BUF  0x2u /* ... a window's receives share one buffer */
-#define PARAMS_F_KNOWN    (PARAMS_F_THREADED | PARAMS_F_ONE_BUF)
+#define PARAMS_F_HUGE     0x4u /* ... buffers in transparent huge pages */
+#define PARAMS_F_KNOWN    (PARAMS_F_THREADED | PARAMS_F_ONE_BUF | PARAMS_F_HUGE)
 
 struct opts {
     struct bench_opts c; /* the options shared with raw_pingpong */
     int ondemand;
     int threaded; /* pscom_init_thread instead of pscom_init */
     int one_buffer; /* --bw/--bidir: the window's receives share a buffer */
+    int huge_pages; /* --huge-pages: buffers of 2 MiB up in huge pages */
     size_t xheader;
     int has_con_type;
     pscom_con_type_t con_type;
@@ -235,6 +237,8 @@ static void usage(FILE *out)
 "  --one-buffer        with --bw/--bidir: receive every message of a window\n"
 "                      into the same buffer, as ucx_perftest -t tag_bw does\n"
 "                      (default: a buffer per message; not with --verify)\n"
+"  --huge-pages        buffers of 2 MiB or more in transparent huge pages\n"
+"                      (madvise), as ucx_perftest allocates its buffers\n"
 "  --verify            fill every message with a pattern and check each byte\n"
 "  --xheader N         extended header bytes per message (default 0)\n"
 "  --ondemand          connect on first use (default with PSP_ONDEMAND=1)\n"
@@ -258,11 +262,12 @@ static void parse_options(struct opts *o, int argc, char **argv)
 {
     enum {
         OPT_TRANSPORT = BOPT_NEXT, OPT_ONDEMAND, OPT_THREADED, OPT_XHEADER,
-        OPT_PAIRS, OPT_ONE_BUFFER,
+        OPT_PAIRS, OPT_ONE_BUFFER, OPT_HUGE_PAGES,
     };
     static const struct option longopts[] = {
         BENCH_LONGOPTS,
         {"one-buffer", no_argument, NULL, OPT_ONE_BUFFER},
+        {"huge-pages", no_argument, NULL, OPT_HUGE_PAGES},
         {"transport", required_argument, NULL, OPT_TRANSPORT},
         {"ondemand", no_argument, NULL, OPT_ONDEMAND},
         {"threaded", no_argument, NULL, OPT_THREADED},
@@ -286,6 +291,9 @@ static void parse_options(struct opts *o, int argc, char **argv)
         switch (c) {
         case OPT_ONE_BUFFER:
             o->one_buffer = 1;
+            break;
+        case OPT_HUGE_PAGES:
+            o->huge_pages = 1;
             break;
         case OPT_TRANSPORT:
             for (i = 0; i < sizeof(transports) / sizeof(transports[0]); i++)
@@ -392,6 +400,7 @@ static void bench_alloc(struct bench *b)
     int streaming = b->p.mode != MODE_PINGPONG;
     int recv_window = b->p.mode == MODE_BIDIR || (b->p.mode == MODE_BW &&
                                                   !b->is_client);
+    int huge = !!(b->p.flags & PARAMS_F_HUGE);
 
     b->maxsize = 0;
     for (i = 0; i < b->p.nsizes; i++) {
@@ -400,10 +409,10 @@ static void bench_alloc(struct bench *b)
         if (b->p.step[i].iters > maxiters)
             maxiters = b->p.step[i].iters;
     }
-    b->sbuf  = alloc_buf(b->maxsize);
+    b->sbuf  = alloc_buf(b->maxsize, huge);
     b->nrbuf = recv_window && !(b->p.flags & PARAMS_F_ONE_BUF) ? WINDOW : 1;
     for (i = 0; i < b->nrbuf; i++)
-        b->rbuf[i] = alloc_buf(b->maxsize);
+        b->rbuf[i] = alloc_buf(b->maxsize, huge);
     for (i = 0; i < (streaming ? WINDOW : 1u); i++) {
         b->sreq[i] = new_req(xh);
         b->rreq[i] = new_req(xh);
@@ -634,6 +643,8 @@ static void print_header(const struct bench *b, const char *transport)
         printf(", one receive buffer");
     if (b->p.flags & PARAMS_F_THREADED)
         printf(", threaded (pscom_init_thread)");
+    if (b->p.flags & PARAMS_F_HUGE)
+        printf(", huge pages");
     putchar('\n');
     printf("# %s\n", pscom_con_str(b->con));
     if (b->p.mode == MODE_BIDIR)
@@ -674,10 +685,12 @@ static void print_result(const struct bench *b, int json, size_t size,
                "\"lat_us_p99\": %.3f, \"bw_MBps\": %.2f, \"transport\": ",
                size, iters, med, p99, bw);
         print_json_str(transport);
-        printf(", \"mode\": \"%s\", \"threaded\": %s, \"one_buffer\": %s",
+        printf(", \"mode\": \"%s\", \"threaded\": %s, \"one_buffer\": %s, "
+               "\"huge_pages\": %s",
                mode_names[b->p.mode],
                b->p.flags & PARAMS_F_THREADED ? "true" : "false",
-               b->p.flags & PARAMS_F_ONE_BUF ? "true" : "false");
+               b->p.flags & PARAMS_F_ONE_BUF ? "true" : "false",
+               b->p.flags & PARAMS_F_HUGE ? "true" : "false");
         if (g_pair[0] >= 0)
             printf(", \"ranks\": [%d, %d]", g_pair[0], g_pair[1]);
         printf("}\n");
@@ -704,7 +717,8 @@ static void build_params(const struct opts *o, struct wire_params *p)
     p->window  = WINDOW;
     p->nsizes  = o->c.nsizes;
     p->flags   = (o->threaded ? PARAMS_F_THREADED : 0) |
-                 (o->one_buffer ? PARAMS_F_ONE_BUF : 0);
+                 (o->one_buffer ? PARAMS_F_ONE_BUF : 0) |
+                 (o->huge_pages ? PARAMS_F_HUGE : 0);
     for (i = 0; i < o->c.nsizes; i++) {
         unsigned iters, warm;
 

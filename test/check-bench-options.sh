@@ -1,7 +1,10 @@
 #!/bin/sh
 # pscom_bench's --one-buffer: a window received into one buffer runs and is
 # reported as such (JSON "one_buffer": true), for --bw and --bidir; with
-# ping-pong or --verify it is refused with a message.
+# ping-pong or --verify it is refused with a message. --huge-pages: a run
+# with every byte verified, sizes on both sides of 2 MiB, in both directions
+# and streaming, is reported as such (JSON "huge_pages": true; false
+# without it).
 #
 # Usage: check-bench-options.sh PSCOM_BENCH
 set -u
@@ -29,6 +32,17 @@ done
 PSP_SHM=0 "$bench" --transport tcp --bw --sizes 4k --iters 3 --warmup 1 \
     --json --timeout 60 >"$tmp" 2>&1 || fail "--bw failed"
 grep -q '"one_buffer": false' "$tmp" || fail "--bw: one_buffer is not false"
+grep -q '"huge_pages": false' "$tmp" || fail "--bw: huge_pages is not false"
+
+for mode in pingpong bidir; do
+    flag=
+    [ "$mode" = bidir ] && flag=--bidir
+    PSP_SHM=0 "$bench" --transport tcp ${flag:+"$flag"} --huge-pages --verify \
+        --sizes 1m,3m --iters 3 --warmup 1 --json --timeout 60 >"$tmp" 2>&1 ||
+        fail "$mode --huge-pages --verify failed"
+    n=$(grep -c "\"mode\": \"$mode\".*\"huge_pages\": true" "$tmp")
+    [ "$n" -eq 2 ] || fail "$mode --huge-pages: $n of 2 results say huge_pages"
+done
 
 for args in "--one-buffer" "--bw --one-buffer --verify"; do
     # shellcheck disable=SC2086 # the options are words
