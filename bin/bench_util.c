@@ -134,10 +134,13 @@ void arm_timeout(const char *phase)
 
 void die(void)
 {
+    pid_t child = g_child;
+
     fflush(stdout);
     fflush(stderr);
-    if (g_child > 0)
-        kill(g_child, SIGTERM);
+    g_child = -1; /* stopped on purpose: not reported as failed (SIGCHLD) */
+    if (child > 0)
+        kill(child, SIGTERM);
     _exit(1);
 }
 

@@ -45,6 +45,7 @@
 
 #include "bench_util.h"
 #include "pscom.h"
+#include "pscom_plugin.h" /* pscom_plugin_available */
 #ifdef PSCOM_BENCH_PMIX
 #include "pscom_bench_pmix.h"
 #endif
@@ -66,6 +67,7 @@ struct opts {
     size_t xheader;
     int has_con_type;
     pscom_con_type_t con_type;
+    const char *transport; /* --transport NAME, or NULL */
     int listen_port;        /* -l PORT, or -1 */
     const char *connect_to; /* -c HOST:PORT, or NULL */
     int all_pairs;          /* PMIx mode: --pairs all */
@@ -309,6 +311,7 @@ static void parse_options(struct opts *o, int argc, char **argv)
             }
             o->has_con_type = 1;
             o->con_type     = transports[i].type;
+            o->transport    = transports[i].name;
             break;
         case OPT_ONDEMAND:
             o->ondemand = 1;
@@ -378,8 +381,14 @@ static pscom_socket_t *open_socket(const struct opts *o)
         fail("pscom_open_socket failed");
     pscom_socket_set_name(sock, "bench");
     sock->ops.con_error = on_con_error;
-    if (o->has_con_type)
+    if (o->has_con_type) {
+        const char *why = "";
+
+        /* Said here, before a connection fails for want of it. */
+        if (!pscom_plugin_available(o->transport, &why))
+            fail("transport %s is not available here: %s", o->transport, why);
         pscom_con_type_mask_only(sock, o->con_type);
+    }
     return sock;
 }
 

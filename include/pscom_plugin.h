@@ -385,7 +385,8 @@ void pscom_plugin_set_reason(const char *reason);
 
 /* For tools and tests: 1 when the plugin `name` (also ParaStation's names
  * "ucp", "openib") is loaded and usable in this process, else 0 and *why
- * (if given) says why. Initialises the library if needed. */
+ * (if given) says why. Initialises the library if needed, and opens and
+ * starts that plugin (only that one) if it was not yet. */
 int pscom_plugin_available(const char *name, const char **why);
 
 /* Logging at PSP_DEBUG levels (0 fatal .. 6 trace). */

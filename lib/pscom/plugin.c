@@ -534,7 +534,6 @@ void psc_plugins_unload(void)
 int pscom_plugin_available(const char *name, const char **why)
 {
     if (!psc_ctx.initialised) pscom_init(PSCOM_VERSION);
-    psc_plugins_init_all();
     struct psc_plugin *p = psc_plugin_find(name);
     if (!p) {
         /* ParaStation's names of our transports */
@@ -545,7 +544,9 @@ int pscom_plugin_available(const char *name, const char **why)
         if (why) *why = "no plugin of that name";
         return 0;
     }
-    if (p->state == PSC_PLUGIN_LOADED) return 1;
+    /* Only this one is opened and started: asking for ucx does not open
+     * libfabric. */
+    if (psc_plugin_start(p) == 0) return 1;
     if (why) *why = p->why;
     return 0;
 }
