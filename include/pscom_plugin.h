@@ -380,7 +380,11 @@ void pscom_plugin_fd_del(int fd);
 void pscom_plugin_rma_done(void *token, int err);
 
 /* From a plugin's init op: the reason it is about to fail, in words for a
- * person ("no RDMA device found"); pscom_info shows it. */
+ * person ("no RDMA device found"); pscom_info shows it. From its hs_start
+ * or hs_connect op: why it cannot serve this connection ("cannot reach the
+ * peer's UCX worker: Destination is unreachable"); the handshake's debug
+ * lines show it on both sides (it travels in the REJECT). Ignored at other
+ * times. */
 void pscom_plugin_set_reason(const char *reason);
 
 /* For tools and tests: 1 when the plugin `name` (also ParaStation's names

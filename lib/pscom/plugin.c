@@ -116,13 +116,28 @@ static void register_priority(struct slot *s, const char *alias)
     psc_config_register(s->rows, n);
 }
 
-/* The plugin whose init op runs, and what it said about failing. */
+/* The plugin whose init op runs; whether a handshake op runs
+ * (psc_plugin_reason_begin); what the op said about failing. */
 static struct slot *initialising;
+static bool hs_op;
 static char reason[128];
 
 void pscom_plugin_set_reason(const char *text)
 {
-    if (initialising && text) snprintf(reason, sizeof(reason), "%s", text);
+    if ((initialising || hs_op) && text)
+        snprintf(reason, sizeof(reason), "%s", text);
+}
+
+void psc_plugin_reason_begin(void)
+{
+    reason[0] = 0;
+    hs_op = true;
+}
+
+const char *psc_plugin_reason_end(void)
+{
+    hs_op = false;
+    return reason;
 }
 
 static void init_plugin(struct slot *s, const pscom_plugin_t *d)

@@ -260,13 +260,29 @@ static void put_identity(struct psc_precon_writer *w, struct psc_con *con)
                        con->ondemand ? PSC_PRECON_F_ONDEMAND : 0);
 }
 
-static int send_simple(struct psc_precon *pc, uint8_t type, const char *plugin)
+/* A record about a plugin; why (REJECT, FAILED: the reason, for the peer's
+ * debug line) may be NULL. */
+static int send_simple(struct psc_precon *pc, uint8_t type, const char *plugin,
+                       const char *why)
 {
     uint8_t buf[OUT_MAX];
     struct psc_precon_writer w;
     begin(&w, buf, type);
     if (plugin) psc_precon_put_str(&w, PSC_TAG_PLUGIN, plugin);
+    if (why && why[0]) {
+        char text[PSC_PRECON_STR_MAX + 1];
+        snprintf(text, sizeof(text), "%s", why);
+        psc_precon_put_str(&w, PSC_TAG_ERROR_TEXT, text);
+    }
     return pc_send(pc, &w);
+}
+
+/* Why a plugin's hs op failed with rc: what it said since
+ * psc_plugin_reason_begin, else the error's text. */
+static const char *hs_why(int rc)
+{
+    const char *said = psc_plugin_reason_end();
+    return said[0] ? said : strerror(rc < 0 ? -rc : rc);
 }
 
 static int send_error(struct psc_precon *pc, pscom_err_t code, const char *text)
@@ -339,11 +355,13 @@ static int try_next(struct psc_precon *pc)
         void *priv = calloc(1, d->con_priv_size ? d->con_priv_size : 1);
         uint8_t blob[PSC_PRECON_PLUGIN_DATA_MAX];
         size_t blen = sizeof(blob);
+        psc_plugin_reason_begin();
         int rc = priv ? d->ops->hs_start(pc->con, priv, blob, &blen) : -ENOMEM;
+        const char *why = hs_why(rc);
         if (rc) {
             psc_debug("connect to %s: %s is not available for this "
                       "connection (%s); trying the next transport",
-                      pc_peer(pc), d->name, strerror(rc < 0 ? -rc : rc));
+                      pc_peer(pc), d->name, why);
             free(priv);
             continue;
         }
@@ -614,14 +632,16 @@ static int on_try(struct psc_precon *pc, const struct psc_precon_msg *m)
     if (!p) {
         psc_debug("handshake from %s: asked for %s, which we do not offer",
                   pc_peer(pc), m->plugin ? m->plugin : "(none)");
-        return send_simple(pc, PSC_PRECON_REJECT, m->plugin) ? pc_fail(pc, PSCOM_ERR_IOERROR)
-                                                             : PC_GO_ON;
+        return send_simple(pc, PSC_PRECON_REJECT, m->plugin,
+                           "not offered to this peer")
+                   ? pc_fail(pc, PSCOM_ERR_IOERROR)
+                   : PC_GO_ON;
     }
     if (start_for_peer(pc, p)) {
+        const char *why = p->why[0] ? p->why : "it does not reach this peer";
         psc_debug("handshake from %s: %s cannot be used here (%s); rejecting "
-                  "it", pc_peer(pc), p->name,
-                  p->why[0] ? p->why : "it does not reach this peer");
-        return send_simple(pc, PSC_PRECON_REJECT, p->name)
+                  "it", pc_peer(pc), p->name, why);
+        return send_simple(pc, PSC_PRECON_REJECT, p->name, why)
                    ? pc_fail(pc, PSCOM_ERR_IOERROR)
                    : PC_GO_ON;
     }
@@ -629,6 +649,7 @@ static int on_try(struct psc_precon *pc, const struct psc_precon_msg *m)
     void *priv = calloc(1, d->con_priv_size ? d->con_priv_size : 1);
     uint8_t blob[PSC_PRECON_PLUGIN_DATA_MAX];
     size_t blen = sizeof(blob);
+    psc_plugin_reason_begin();
     int rc = priv ? d->ops->hs_start(pc->con, priv, blob, &blen) : -ENOMEM;
     if (!rc) {
         pc->trying = p;
@@ -637,12 +658,14 @@ static int on_try(struct psc_precon *pc, const struct psc_precon_msg *m)
     } else {
         free(priv);
     }
+    const char *why = hs_why(rc);
     if (rc) {
         psc_debug("handshake from %s: %s failed here (%s); rejecting it",
-                  pc_peer(pc), d->name, strerror(rc < 0 ? -rc : rc));
+                  pc_peer(pc), d->name, why);
         abort_trying(pc);
-        return send_simple(pc, PSC_PRECON_REJECT, d->name) ? pc_fail(pc, PSCOM_ERR_IOERROR)
-                                                           : PC_GO_ON;
+        return send_simple(pc, PSC_PRECON_REJECT, d->name, why)
+                   ? pc_fail(pc, PSCOM_ERR_IOERROR)
+                   : PC_GO_ON;
     }
     uint8_t buf[OUT_MAX];
     struct psc_precon_writer w;
@@ -665,16 +688,18 @@ static int on_accept(struct psc_precon *pc, const struct psc_precon_msg *m)
         return pc_fail(pc, PSCOM_ERR_IOERROR);
     }
     const pscom_plugin_t *d = pc->trying->desc;
+    psc_plugin_reason_begin();
     int rc = d->ops->hs_connect(pc->con, pc->try_priv, m->plugin_data,
                                 m->plugin_data_len);
+    const char *why = hs_why(rc);
     if (rc) {
         psc_debug("connect to %s: %s failed (%s); trying the next transport",
-                  pc_peer(pc), d->name, strerror(rc < 0 ? -rc : rc));
-        if (send_simple(pc, PSC_PRECON_FAILED, d->name))
+                  pc_peer(pc), d->name, why);
+        if (send_simple(pc, PSC_PRECON_FAILED, d->name, why))
             return pc_retry_or_fail(pc, PSCOM_ERR_IOERROR, strerror(errno));
         return try_next(pc);
     }
-    if (send_simple(pc, PSC_PRECON_ESTABLISHED, d->name))
+    if (send_simple(pc, PSC_PRECON_ESTABLISHED, d->name, NULL))
         return pc_retry_or_fail(pc, PSCOM_ERR_IOERROR, strerror(errno));
     pc->state = PC_SWITCH;
     if (pc->out_len) return PC_GO_ON; /* switch when ESTABLISHED is out */
@@ -728,6 +753,9 @@ static int handle_record(struct psc_precon *pc)
         ret = do_switch(pc);
     } else if (pc->state == PC_NEGOTIATE && !pc->connector &&
                t == PSC_PRECON_FAILED) {
+        psc_debug("handshake from %s: %s failed at the peer (%s)", pc_peer(pc),
+                  m->plugin ? m->plugin : "(none)",
+                  m->error_text ? m->error_text : "no reason given");
         abort_trying(pc);
         ret = PC_GO_ON;
     } else if (pc->state == PC_NEGOTIATE && pc->connector &&
@@ -735,6 +763,9 @@ static int handle_record(struct psc_precon *pc)
         ret = on_accept(pc, m);
     } else if (pc->state == PC_NEGOTIATE && pc->connector &&
                t == PSC_PRECON_REJECT && about_trying(pc, m)) {
+        psc_debug("connect to %s: the peer cannot use %s (%s); trying the "
+                  "next transport", pc_peer(pc), m->plugin,
+                  m->error_text ? m->error_text : "no reason given");
         ret = try_next(pc);
     } else {
         psc_err("handshake with %s: unexpected %s record in state %s; "

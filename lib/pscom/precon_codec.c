@@ -105,6 +105,10 @@ static int take_str(struct dec *d, const uint8_t *v, size_t n,
     s = d->out->strbuf + d->used;
     memcpy(s, v, n);
     s[n] = '\0';
+    /* Strings end up in messages: a peer's control characters (a newline,
+     * a terminal escape) are shown as '?', not written into a log. */
+    for (size_t i = 0; i < n; i++)
+        if ((unsigned char)s[i] < 0x20 || s[i] == 0x7f) s[i] = '?';
     d->used += n + 1;
     *dst = s;
     return PSC_PRECON_OK;

@@ -1610,10 +1610,14 @@ static int ofi_hs_connect(pscom_plugin_con_t *con, void *priv,
     oc->chunk = min_size(ofi.max_msg, b->max_msg);
 
 out:
-    if (rc)
-        LOG(L_DEBUG, "%s: %s (peer's provider \"%s\", ours \"%s\"): %s",
-            pscom_plugin_con_str(con), why ? why : "handshake failed",
-            b->prov[0] ? b->prov : "?", ofi.info.prov, strerror(-rc));
+    if (rc) {
+        char reason[200];
+        snprintf(reason, sizeof(reason), "%s (peer's provider \"%s\", ours "
+                 "\"%s\"): %s", why ? why : "handshake failed",
+                 b->prov[0] ? b->prov : "?", ofi.info.prov, strerror(-rc));
+        LOG(L_DEBUG, "%s: %s", pscom_plugin_con_str(con), reason);
+        pscom_plugin_set_reason(reason);
+    }
     free(b);
     return rc;
 }

@@ -1657,6 +1657,9 @@ static int ux_hs_connect(pscom_plugin_con_t *con, void *priv, const void *blob,
     if (ux_blob_decode(blob, len, &b, &why)) {
         pscom_plugin_log(2, "ucx: %s: bad handshake data from the peer: %s",
                          pscom_plugin_con_str(con), why);
+        char reason[160];
+        snprintf(reason, sizeof(reason), "bad handshake data: %s", why);
+        pscom_plugin_set_reason(reason);
         return -EPROTO;
     }
     uc->peer_slot = b.slot;
@@ -1668,8 +1671,11 @@ static int ux_hs_connect(pscom_plugin_con_t *con, void *priv, const void *blob,
     int st = uxw_ep_create(uc->us->w, b.addr, b.addr_len, peer_errors,
                            ep_err_cb, uc->us, &uc->ep);
     if (st) {
-        pscom_plugin_log(4, "ucx: %s: cannot reach the peer's UCX worker: %s",
-                         pscom_plugin_con_str(con), uxw_status_str(st));
+        char reason[128];
+        snprintf(reason, sizeof(reason), "cannot reach the peer's UCX worker: %s",
+                 uxw_status_str(st));
+        pscom_plugin_log(4, "ucx: %s: %s", pscom_plugin_con_str(con), reason);
+        pscom_plugin_set_reason(reason);
         uc->ep = NULL;
         return -EHOSTUNREACH;
     }

@@ -874,6 +874,8 @@ static int vb_hs_connect(pscom_plugin_con_t *con, void *priv, const void *blob,
         pscom_plugin_log(LOG_DEBUG, "verbs: %s: the peer's wire-up data is "
                          "malformed or of another version (%zu bytes); not "
                          "using verbs", con_str(vc), len);
+        pscom_plugin_set_reason("the peer's wire-up data is malformed or of "
+                                "another version");
         return -EPROTO;
     }
     vb_qp_path_t path;
@@ -883,6 +885,10 @@ static int vb_hs_connect(pscom_plugin_con_t *con, void *priv, const void *blob,
         pscom_plugin_log(LOG_DEBUG, "verbs: %s: cannot reach the peer's port "
                          "(LID %u, port %u): %s", con_str(vc), w.lid, w.port,
                          why);
+        char reason[160];
+        snprintf(reason, sizeof(reason), "cannot reach the peer's port (LID "
+                 "%u, port %u): %s", w.lid, w.port, why);
+        pscom_plugin_set_reason(reason);
         return rc;
     }
     rc = vb_qp_to_rtr(vc->qp, &path);

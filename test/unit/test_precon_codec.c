@@ -508,6 +508,17 @@ static void test_wrong_fixed_lengths(void **state)
     }
 }
 
+/* The decoded string of a string tag. */
+static const char *decoded_str(const struct psc_precon_msg *m, uint16_t tag)
+{
+    switch (tag) {
+    case PSC_TAG_BOOT_ID: return m->boot_id;
+    case PSC_TAG_HOSTNAME: return m->hostname;
+    case PSC_TAG_PLUGIN: return m->plugin;
+    default: return m->error_text;
+    }
+}
+
 static void test_bad_strings(void **state)
 {
     static struct raw r;
@@ -543,6 +554,11 @@ static void test_bad_strings(void **state)
         r.len = 0;
         raw_field(&r, tag, "y", 1);
         assert_int_equal(decode_raw(&r, &msg), PSC_PRECON_OK);
+        /* Control characters arrive as '?': they end up in log lines. */
+        r.len = 0;
+        raw_field(&r, tag, "a\nb\x1b[31mc\x7f\xc3\xa9", 12);
+        assert_int_equal(decode_raw(&r, &msg), PSC_PRECON_OK);
+        assert_string_equal(decoded_str(&msg, tag), "a?b?[31mc?\xc3\xa9");
     }
 }
 
@@ -863,6 +879,8 @@ static void check_invariants(const struct psc_precon_msg *m,
         sl = strnlen(s, room);
         assert_true(sl < room);
         assert_true(sl >= 1 && sl <= PSC_PRECON_STR_MAX);
+        for (size_t k = 0; k < sl; k++)
+            assert_true((unsigned char)s[k] >= 0x20 && s[k] != 0x7f);
     }
     if (m->plugin_data) {
         const uint8_t *d = m->plugin_data;
