@@ -27,6 +27,7 @@
 
 #include "bench_util.h"
 #include "paired.h"
+#include "ucx_tls.h"
 
 #define TAG 0x5053434fu
 
@@ -62,11 +63,11 @@ void raw_setup(struct side *s)
         fail("PAIRED_PEER_ERRORS is 0 or 1, not '%s'", pe);
     if (peer_errors) {
         raw_mode = "endpoint in peer error-handling mode (PAIRED_PEER_ERRORS=1)";
-        /* (Over a list without shared memory UCX would warn about it.) */
-        const char *tls = getenv("UCX_TLS");
+        /* As the plugin does (ucx_wrap.c). */
         if (!getenv("UCX_MM_ERROR_HANDLING") &&
-            (!tls || strstr(tls, "posix") || strstr(tls, "sysv") ||
-             strstr(tls, "sm") || strstr(tls, "mm") || strstr(tls, "all")))
+            !getenv("UCX_POSIX_ERROR_HANDLING") &&
+            !getenv("UCX_SYSV_ERROR_HANDLING") &&
+            ucx_tls_wants_shm(getenv("UCX_TLS")))
             (void)ucp_config_modify(cfg, "MM_ERROR_HANDLING", "y");
     }
     ucp_params_t p = {.field_mask = UCP_PARAM_FIELD_FEATURES,

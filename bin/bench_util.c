@@ -139,7 +139,7 @@ void die(void)
     fflush(stdout);
     fflush(stderr);
     g_child = -1; /* stopped on purpose: not reported as failed (SIGCHLD) */
-    if (child > 0)
+    if (child > 0 && !g_child_reaped) /* (a reaped pid may be reused) */
         kill(child, SIGTERM);
     _exit(1);
 }

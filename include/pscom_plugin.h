@@ -383,8 +383,8 @@ void pscom_plugin_rma_done(void *token, int err);
  * person ("no RDMA device found"); pscom_info shows it. From its hs_start
  * or hs_connect op: why it cannot serve this connection ("cannot reach the
  * peer's UCX worker: Destination is unreachable"); the handshake's debug
- * lines show it on both sides (it travels in the REJECT). Ignored at other
- * times. */
+ * lines show it on both sides (it travels in the REJECT or FAILED record).
+ * At most 255 bytes are kept. Ignored at other times. */
 void pscom_plugin_set_reason(const char *reason);
 
 /* For tools and tests: 1 when the plugin `name` (also ParaStation's names

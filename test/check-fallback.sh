@@ -5,6 +5,7 @@
 # ucx fails at the acceptor, which rejects it with its reason; the
 # connector's debug line gives that reason, and the connection runs on the
 # next common transport: ofi when both have it, else tcp (PSP_OFI=0).
+# (verbs is off: on a host with an RDMA device it would come first.)
 # SKIP (77) when UCX cannot run here.
 #
 # Usage: check-fallback.sh PSCOM_BENCH PSCOM_INFO
@@ -23,11 +24,14 @@ fail() {
     for f in "$dir"/*; do echo "--- $f" >&2; cat "$f" >&2; done
     exit 1
 }
-"$info" >"$dir/info" 2>&1
-if ! grep -Eq '^  ucx +loaded ' "$dir/info"; then
-    echo "SKIP: the ucx plugin is not available here"
-    exit 77
-fi
+# Both UCX configurations must start here.
+for tls in tcp posix; do
+    UCX_TLS=$tls "$info" >"$dir/info" 2>&1
+    if ! grep -Eq '^  ucx +loaded ' "$dir/info"; then
+        echo "SKIP: the ucx plugin does not start here with UCX_TLS=$tls"
+        exit 77
+    fi
+done
 
 # run EXPECTED [VAR=VALUE...]: one pair of processes; the rest of the
 # environment of both sides.
@@ -39,7 +43,7 @@ run() {
     for try in 1 2 3 4 5; do
         port=$((20000 + ($$ * 7 + try * 1009) % 10000))
         : >"$dir/srv"
-        env "$@" PSP_SHM=0 UCX_TLS=tcp PSP_DEBUG=4 "$bench" -l "$port" \
+        env "$@" PSP_SHM=0 PSP_VERBS=0 UCX_TLS=tcp PSP_DEBUG=4 "$bench" -l "$port" \
             --timeout 60 >"$dir/srv" 2>&1 &
         srv_pid=$!
         for _ in $(seq 100); do
@@ -49,11 +53,12 @@ run() {
             sleep 0.1
         done
         [ -n "$listening" ] && break
+        kill "$srv_pid" 2>/dev/null
         wait "$srv_pid"
         srv_pid=
     done
     [ -n "$listening" ] || fail "the server did not listen"
-    env "$@" PSP_SHM=0 UCX_TLS=posix PSP_DEBUG=4 "$bench" -c "127.0.0.1:$port" \
+    env "$@" PSP_SHM=0 PSP_VERBS=0 UCX_TLS=posix PSP_DEBUG=4 "$bench" -c "127.0.0.1:$port" \
         --sizes 8,100k --iters 20 --verify --timeout 60 >"$dir/cli" 2>&1 ||
         fail "the client failed ($*)"
     wait "$srv_pid" || fail "the server failed ($*)"

@@ -38,7 +38,9 @@ for t in verbs openib; do
     fi
     grep -q "transport $t is not available here: initialisation failed: no RDMA device found" "$tmp" ||
         fail "pscom_bench --transport $t: not the 'no RDMA device' message"
-    # one message, from the server: the client stopped on purpose is no failure
-    [ "$(grep -c . "$tmp")" -eq 1 ] || fail "pscom_bench --transport $t: more than one line"
+    # the client, stopped on purpose, is not reported as failed
+    if grep -q "client process failed" "$tmp"; then
+        fail "pscom_bench --transport $t: the stopped client is reported as failed"
+    fi
 done
 echo "check-verbs-no-device: ok"

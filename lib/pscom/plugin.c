@@ -120,7 +120,7 @@ static void register_priority(struct slot *s, const char *alias)
  * (psc_plugin_reason_begin); what the op said about failing. */
 static struct slot *initialising;
 static bool hs_op;
-static char reason[128];
+static char reason[256]; /* a string of the handshake: at most 255 bytes */
 
 void pscom_plugin_set_reason(const char *text)
 {

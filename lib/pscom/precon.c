@@ -277,12 +277,12 @@ static int send_simple(struct psc_precon *pc, uint8_t type, const char *plugin,
     return pc_send(pc, &w);
 }
 
-/* Why a plugin's hs op failed with rc: what it said since
+/* Why a plugin's hs op failed with rc, into why: what it said since
  * psc_plugin_reason_begin, else the error's text. */
-static const char *hs_why(int rc)
+static void hs_why(int rc, char *why, size_t len)
 {
     const char *said = psc_plugin_reason_end();
-    return said[0] ? said : strerror(rc < 0 ? -rc : rc);
+    snprintf(why, len, "%s", said[0] ? said : strerror(rc < 0 ? -rc : rc));
 }
 
 static int send_error(struct psc_precon *pc, pscom_err_t code, const char *text)
@@ -355,9 +355,10 @@ static int try_next(struct psc_precon *pc)
         void *priv = calloc(1, d->con_priv_size ? d->con_priv_size : 1);
         uint8_t blob[PSC_PRECON_PLUGIN_DATA_MAX];
         size_t blen = sizeof(blob);
+        char why[PSC_PRECON_STR_MAX + 1];
         psc_plugin_reason_begin();
         int rc = priv ? d->ops->hs_start(pc->con, priv, blob, &blen) : -ENOMEM;
-        const char *why = hs_why(rc);
+        hs_why(rc, why, sizeof(why));
         if (rc) {
             psc_debug("connect to %s: %s is not available for this "
                       "connection (%s); trying the next transport",
@@ -649,16 +650,19 @@ static int on_try(struct psc_precon *pc, const struct psc_precon_msg *m)
     void *priv = calloc(1, d->con_priv_size ? d->con_priv_size : 1);
     uint8_t blob[PSC_PRECON_PLUGIN_DATA_MAX];
     size_t blen = sizeof(blob);
+    char why[PSC_PRECON_STR_MAX + 1];
     psc_plugin_reason_begin();
     int rc = priv ? d->ops->hs_start(pc->con, priv, blob, &blen) : -ENOMEM;
     if (!rc) {
         pc->trying = p;
         pc->try_priv = priv;
+        /* A reason hs_start gave is not hs_connect's. */
+        psc_plugin_reason_begin();
         rc = d->ops->hs_connect(pc->con, priv, m->plugin_data, m->plugin_data_len);
     } else {
         free(priv);
     }
-    const char *why = hs_why(rc);
+    hs_why(rc, why, sizeof(why));
     if (rc) {
         psc_debug("handshake from %s: %s failed here (%s); rejecting it",
                   pc_peer(pc), d->name, why);
@@ -688,10 +692,11 @@ static int on_accept(struct psc_precon *pc, const struct psc_precon_msg *m)
         return pc_fail(pc, PSCOM_ERR_IOERROR);
     }
     const pscom_plugin_t *d = pc->trying->desc;
+    char why[PSC_PRECON_STR_MAX + 1];
     psc_plugin_reason_begin();
     int rc = d->ops->hs_connect(pc->con, pc->try_priv, m->plugin_data,
                                 m->plugin_data_len);
-    const char *why = hs_why(rc);
+    hs_why(rc, why, sizeof(why));
     if (rc) {
         psc_debug("connect to %s: %s failed (%s); trying the next transport",
                   pc_peer(pc), d->name, why);

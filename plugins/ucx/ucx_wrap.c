@@ -13,6 +13,7 @@
 #include <string.h>
 #include <ucp/api/ucp.h>
 
+#include "ucx_tls.h"
 #include "ucx_wrap.h"
 
 struct uxw_context {
@@ -41,25 +42,10 @@ static int ucx_var_set(const char *name)
 
 /* Whether UCX_TLS lets UCX open its shared-memory (mm) transports. A setting
  * for a transport UCX does not open earns a warning from UCX, so it is only
- * given when they are wanted: UCX_TLS unset, or naming them (all, sm, shm,
- * mm, posix, sysv), or excluding (^...) none of them. */
+ * given when they are wanted (ucx_tls.h). */
 static int shm_tls_wanted(void)
 {
-    const char *tls = getenv("UCX_TLS");
-    if (!tls || !*tls) return 1;
-    int negate = tls[0] == '^';
-    static const char *const names[] = {"all", "sm", "shm", "mm", "posix",
-                                        "sysv"};
-    char list[256];
-    snprintf(list, sizeof(list), "%s", tls + negate);
-    int named = 0;
-    char *save = NULL;
-    for (char *t = strtok_r(list, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
-        t[strcspn(t, ":")] = 0; /* "posix:aux" */
-        for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
-            if (!strcmp(t, names[i]) && (!negate || i > 0)) named = 1;
-    }
-    return negate ? !named : named;
+    return ucx_tls_wants_shm(getenv("UCX_TLS"));
 }
 
 static void modify(ucp_config_t *config, const char *name, const char *value)
