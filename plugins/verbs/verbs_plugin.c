@@ -897,6 +897,10 @@ static int vb_hs_connect(pscom_plugin_con_t *con, void *priv, const void *blob,
                          "(peer QP %u, LID %u, MTU %s%s): %s; not using verbs",
                          con_str(vc), w.qpn, w.lid, mtu_str(path.mtu),
                          path.grh ? ", routed by GID" : "", strerror(-rc));
+        char reason[128];
+        snprintf(reason, sizeof(reason), "queue pair INIT->RTR failed: %s",
+                 strerror(-rc));
+        pscom_plugin_set_reason(reason);
         return rc;
     }
     vb_qp_rts_t rts = {

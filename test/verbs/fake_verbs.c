@@ -342,8 +342,10 @@ int vb_modify_qp(struct ibv_qp *qp, struct ibv_qp_attr *attr, int attr_mask)
     }
     if (!(attr_mask & IBV_QP_STATE)) return 0;
     enum ibv_qp_state to = attr->qp_state, from = qp->state;
-    if (fake_cfg.fail_state && (int)to == fake_cfg.fail_state)
-        return fake_cfg.fail_errno;
+    if (fake_cfg.fail_state && (int)to == fake_cfg.fail_state) {
+        if (fake_cfg.fail_skip <= 0) return fake_cfg.fail_errno;
+        fake_cfg.fail_skip--;
+    }
     bool legal = to == IBV_QPS_ERR || to == IBV_QPS_RESET ||
                  (from == IBV_QPS_RESET && to == IBV_QPS_INIT) ||
                  (from == IBV_QPS_INIT && to == IBV_QPS_RTR) ||

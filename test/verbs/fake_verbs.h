@@ -32,6 +32,7 @@ struct fake_cfg {
     uint16_t lid;            /* LID of the port */
     int rd_atom;             /* max_qp_rd_atom / max_qp_init_rd_atom */
     int fail_state;          /* modify_qp to this state fails (0: none) */
+    int fail_skip;           /* ... after this many such calls succeeded */
     int fail_errno;          /* ... with this error */
     int fail_reg;            /* reg_mr fails with this errno (0: never) */
     int fork_status;         /* what ibv_is_fork_initialized says */

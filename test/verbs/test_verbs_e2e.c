@@ -23,6 +23,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include <cmocka.h>
 
 #include "fake_verbs.h"
@@ -298,6 +299,50 @@ static void rtr_failure_falls_back_to_tcp(void **state)
     assert_int_equal(cb->type, PSCOM_CON_TYPE_TCP);
     exchange(ca, cb, 1000, 1, 1);
     /* The aborted verbs attempt left nothing behind. */
+    pscom_close_socket(a);
+    pscom_close_socket(b);
+    errors = 0;
+    assert_int_equal(st->live_qp, 0);
+}
+
+/* The connector's end fails after the acceptor's succeeded: FAILED, with
+ * the reason, which the acceptor's debug line gives; then tcp. */
+static void connector_failure_reason_reaches_acceptor(void **state)
+{
+    pscom_socket_t *a = open_sock(0, PSCOM_CON_TYPE_OPENIB);
+    pscom_socket_t *b = open_sock(1, PSCOM_CON_TYPE_OPENIB);
+    pscom_con_type_mask_add(a, PSCOM_CON_TYPE_TCP);
+    pscom_con_type_mask_add(b, PSCOM_CON_TYPE_TCP);
+    cfg->fail_state = IBV_QPS_RTR;
+    cfg->fail_skip = 1; /* the acceptor's queue pair reaches RTR */
+    /* Both sides' debug lines into a file (this process is both). */
+    char path[] = "/tmp/verbs_e2e_log_XXXXXX";
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    fflush(stderr);
+    int saved = dup(2);
+    dup2(fd, 2);
+    pscom_set_debug(4);
+    pscom_connection_t *cb, *ca = connect_pair(a, b, &cb);
+    pscom_set_debug(0);
+    fflush(stderr);
+    dup2(saved, 2);
+    close(saved);
+    cfg->fail_state = 0;
+    cfg->fail_skip = 0;
+    char log[16384] = "";
+    ssize_t n = pread(fd, log, sizeof(log) - 1, 0);
+    close(fd);
+    unlink(path);
+    assert_true(n > 0);
+    log[n] = 0;
+    assert_int_equal(ca->type, PSCOM_CON_TYPE_TCP);
+    assert_int_equal(cb->type, PSCOM_CON_TYPE_TCP);
+    if (!strstr(log, "verbs failed at the peer (queue pair INIT->RTR "
+                     "failed: Invalid argument)"))
+        fail_msg("the acceptor's debug line lacks the connector's reason:\n%s",
+                 log);
+    exchange(ca, cb, 1000, 1, 1);
     pscom_close_socket(a);
     pscom_close_socket(b);
     errors = 0;
@@ -606,6 +651,7 @@ int main(void)
         cmocka_unit_test(floods_both_ways),
         cmocka_unit_test(rendezvous_truncated_and_reused),
         cmocka_unit_test(rtr_failure_falls_back_to_tcp),
+        cmocka_unit_test(connector_failure_reason_reaches_acceptor),
         cmocka_unit_test(broken_queue_pair_fails_connection),
         cmocka_unit_test(send_before_accept),
         cmocka_unit_test(many_connections),
