@@ -117,6 +117,13 @@ int ofi_blob_decode(const void *buf, size_t len, ofi_blob_t *b,
         *why = "ofi handshake blob: NUL in the provider name";
         return -EPROTO;
     }
+    for (size_t i = 0; i < plen; i++)
+        if (p[HDR_LEN + i] < 0x20 || p[HDR_LEN + i] > 0x7e) {
+            /* (it goes into log lines) */
+            *why = "ofi handshake blob: the provider name has characters "
+                   "other than printable ASCII";
+            return -EPROTO;
+        }
     uint32_t bounce = get32(p + 12);
     uint64_t max_msg = get64(p + 16);
     if (bounce < OFI_BOUNCE_MIN || bounce > OFI_BOUNCE_MAX) {

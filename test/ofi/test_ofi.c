@@ -191,6 +191,8 @@ static void test_blob_malformed(void **state)
         {28, 64, -EPROTO},            /* prov_len > 63 */
         {28, 10, -EPROTO},            /* prov_len does not match */
         {29, 0, -EPROTO},             /* NUL in the provider name */
+        {29, '\n', -EPROTO},          /* a control character in it */
+        {29, 0x80, -EPROTO},          /* not ASCII */
         {12, 0, -EPROTO},             /* bounce 0 (low byte 0, 16384 -> 16384?) */
     };
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
