@@ -560,8 +560,10 @@ int pscom_plugin_available(const char *name, const char **why)
         return 0;
     }
     /* Only this one is opened and started: asking for ucx does not open
-     * libfabric. */
-    if (psc_plugin_start(p) == 0) return 1;
-    if (why) *why = p->why;
-    return 0;
+     * libfabric. (Under the library lock: it may sort the plugin list.) */
+    psc_lock();
+    int ok = psc_plugin_start(p) == 0;
+    psc_unlock();
+    if (!ok && why) *why = p->why;
+    return ok;
 }
