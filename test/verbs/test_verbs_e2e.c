@@ -286,33 +286,45 @@ static void rendezvous_truncated_and_reused(void **state)
     assert_int_equal(st->live_qp, 0);
 }
 
-static void rtr_failure_falls_back_to_tcp(void **state)
+/* Two sockets that may use verbs, else tcp. */
+static void open_verbs_or_tcp(pscom_socket_t **a, pscom_socket_t **b)
 {
-    pscom_socket_t *a = open_sock(0, PSCOM_CON_TYPE_OPENIB);
-    pscom_socket_t *b = open_sock(1, PSCOM_CON_TYPE_OPENIB);
-    pscom_con_type_mask_add(a, PSCOM_CON_TYPE_TCP);
-    pscom_con_type_mask_add(b, PSCOM_CON_TYPE_TCP);
-    cfg->fail_state = IBV_QPS_RTR;
-    pscom_connection_t *cb, *ca = connect_pair(a, b, &cb);
-    cfg->fail_state = 0;
+    *a = open_sock(0, PSCOM_CON_TYPE_OPENIB);
+    *b = open_sock(1, PSCOM_CON_TYPE_OPENIB);
+    pscom_con_type_mask_add(*a, PSCOM_CON_TYPE_TCP);
+    pscom_con_type_mask_add(*b, PSCOM_CON_TYPE_TCP);
+}
+
+/* The pair fell back to tcp, works, and the aborted verbs attempt left
+ * nothing behind. */
+static void check_tcp_fallback(pscom_socket_t *a, pscom_socket_t *b,
+                               pscom_connection_t *ca, pscom_connection_t *cb)
+{
     assert_int_equal(ca->type, PSCOM_CON_TYPE_TCP);
     assert_int_equal(cb->type, PSCOM_CON_TYPE_TCP);
     exchange(ca, cb, 1000, 1, 1);
-    /* The aborted verbs attempt left nothing behind. */
     pscom_close_socket(a);
     pscom_close_socket(b);
     errors = 0;
     assert_int_equal(st->live_qp, 0);
 }
 
+static void rtr_failure_falls_back_to_tcp(void **state)
+{
+    pscom_socket_t *a, *b;
+    open_verbs_or_tcp(&a, &b);
+    cfg->fail_state = IBV_QPS_RTR;
+    pscom_connection_t *cb, *ca = connect_pair(a, b, &cb);
+    cfg->fail_state = 0;
+    check_tcp_fallback(a, b, ca, cb);
+}
+
 /* The connector's end fails after the acceptor's succeeded: FAILED, with
  * the reason, which the acceptor's debug line gives; then tcp. */
 static void connector_failure_reason_reaches_acceptor(void **state)
 {
-    pscom_socket_t *a = open_sock(0, PSCOM_CON_TYPE_OPENIB);
-    pscom_socket_t *b = open_sock(1, PSCOM_CON_TYPE_OPENIB);
-    pscom_con_type_mask_add(a, PSCOM_CON_TYPE_TCP);
-    pscom_con_type_mask_add(b, PSCOM_CON_TYPE_TCP);
+    pscom_socket_t *a, *b;
+    open_verbs_or_tcp(&a, &b);
     cfg->fail_state = IBV_QPS_RTR;
     cfg->fail_skip = 1; /* the acceptor's queue pair reaches RTR */
     /* Both sides' debug lines into a file (this process is both). */
@@ -336,17 +348,11 @@ static void connector_failure_reason_reaches_acceptor(void **state)
     unlink(path);
     assert_true(n > 0);
     log[n] = 0;
-    assert_int_equal(ca->type, PSCOM_CON_TYPE_TCP);
-    assert_int_equal(cb->type, PSCOM_CON_TYPE_TCP);
     if (!strstr(log, "verbs failed at the peer (queue pair INIT->RTR "
                      "failed: Invalid argument)"))
         fail_msg("the acceptor's debug line lacks the connector's reason:\n%s",
                  log);
-    exchange(ca, cb, 1000, 1, 1);
-    pscom_close_socket(a);
-    pscom_close_socket(b);
-    errors = 0;
-    assert_int_equal(st->live_qp, 0);
+    check_tcp_fallback(a, b, ca, cb);
 }
 
 static void broken_queue_pair_fails_connection(void **state)
