@@ -331,7 +331,7 @@ static void parse_options(struct opts *o, int argc, char **argv)
             o->all_pairs = !strcmp(optarg, "all");
             break;
         case 'l':
-            o->listen_port = (int)parse_long(optarg, "--listen", 0, 65535);
+            o->listen_port = (int)parse_long(optarg, "--listen", 1, 65535);
             break;
         case 'c':
             o->connect_to = optarg;
