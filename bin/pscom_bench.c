@@ -65,9 +65,8 @@ struct opts {
     int one_buffer; /* --bw/--bidir: the window's receives share a buffer */
     int huge_pages; /* --huge-pages: buffers of 2 MiB up in huge pages */
     size_t xheader;
-    int has_con_type;
-    pscom_con_type_t con_type;
-    const char *transport; /* --transport NAME, or NULL */
+    const char *transport;     /* --transport NAME, or NULL */
+    pscom_con_type_t con_type; /* ... its connection type */
     int listen_port;        /* -l PORT, or -1 */
     const char *connect_to; /* -c HOST:PORT, or NULL */
     int all_pairs;          /* PMIx mode: --pairs all */
@@ -309,9 +308,8 @@ static void parse_options(struct opts *o, int argc, char **argv)
                 fputc('\n', stderr);
                 exit(1);
             }
-            o->has_con_type = 1;
-            o->con_type     = transports[i].type;
-            o->transport    = transports[i].name;
+            o->transport = transports[i].name;
+            o->con_type  = transports[i].type;
             break;
         case OPT_ONDEMAND:
             o->ondemand = 1;
@@ -381,7 +379,7 @@ static pscom_socket_t *open_socket(const struct opts *o)
         fail("pscom_open_socket failed");
     pscom_socket_set_name(sock, "bench");
     sock->ops.con_error = on_con_error;
-    if (o->has_con_type) {
+    if (o->transport) {
         const char *why = "";
 
         /* Said here, before a connection fails for want of it. */

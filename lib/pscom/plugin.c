@@ -116,27 +116,25 @@ static void register_priority(struct slot *s, const char *alias)
     psc_config_register(s->rows, n);
 }
 
-/* The plugin whose init op runs; whether a handshake op runs
- * (psc_plugin_reason_begin); what the op said about failing. */
-static struct slot *initialising;
-static bool hs_op;
+/* Whether a plugin's init or handshake op runs (psc_plugin_reason_begin),
+ * and what it said about failing. */
+static bool capturing;
 static char reason[256]; /* a string of the handshake: at most 255 bytes */
 
 void pscom_plugin_set_reason(const char *text)
 {
-    if ((initialising || hs_op) && text)
-        snprintf(reason, sizeof(reason), "%s", text);
+    if (capturing && text) snprintf(reason, sizeof(reason), "%s", text);
 }
 
 void psc_plugin_reason_begin(void)
 {
     reason[0] = 0;
-    hs_op = true;
+    capturing = true;
 }
 
 const char *psc_plugin_reason_end(void)
 {
-    hs_op = false;
+    capturing = false;
     return reason;
 }
 
@@ -190,14 +188,13 @@ int psc_plugin_ensure_init(struct psc_plugin *p)
     if (p->initialised) return 0;
     if (p->state != PSC_PLUGIN_LOADED) return -1;
     const pscom_plugin_t *d = p->desc;
-    initialising = s;
-    reason[0] = 0;
+    psc_plugin_reason_begin();
     int rc = d->ops->init ? d->ops->init() : 0;
-    initialising = NULL;
+    const char *said = psc_plugin_reason_end();
     if (rc) {
         p->state = PSC_PLUGIN_FAILED;
         snprintf(p->why, sizeof(p->why), "initialisation failed: %s",
-                 reason[0] ? reason : rc < 0 ? strerror(-rc) : "error");
+                 said[0] ? said : rc < 0 ? strerror(-rc) : "error");
         psc_debug("plugin %s: %s", p->name, p->why);
     } else {
         p->initialised = true;

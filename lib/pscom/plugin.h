@@ -47,8 +47,9 @@ void psc_plugins_load_modules(void);
  * when first tried). 0, or -1 when it failed (state FAILED, reason in why). */
 int psc_plugin_ensure_init(struct psc_plugin *p);
 
-/* Around a plugin's hs_start or hs_connect op: what the op gave to
- * pscom_plugin_set_reason ("" if nothing), for the handshake's messages. */
+/* Around a plugin's init, hs_start or hs_connect op: what the op gave to
+ * pscom_plugin_set_reason ("" if nothing), for pscom_info and the
+ * handshake's messages. */
 void psc_plugin_reason_begin(void);
 const char *psc_plugin_reason_end(void);
 

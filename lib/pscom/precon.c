@@ -261,7 +261,8 @@ static void put_identity(struct psc_precon_writer *w, struct psc_con *con)
 }
 
 /* A record about a plugin; why (REJECT, FAILED: the reason, for the peer's
- * debug line) may be NULL. */
+ * debug line; at most PSC_PRECON_STR_MAX bytes, as hs_why and the plugin's
+ * why[] are) may be NULL. */
 static int send_simple(struct psc_precon *pc, uint8_t type, const char *plugin,
                        const char *why)
 {
@@ -269,12 +270,17 @@ static int send_simple(struct psc_precon *pc, uint8_t type, const char *plugin,
     struct psc_precon_writer w;
     begin(&w, buf, type);
     if (plugin) psc_precon_put_str(&w, PSC_TAG_PLUGIN, plugin);
-    if (why && why[0]) {
-        char text[PSC_PRECON_STR_MAX + 1];
-        snprintf(text, sizeof(text), "%s", why);
-        psc_precon_put_str(&w, PSC_TAG_ERROR_TEXT, text);
-    }
+    if (why && why[0]) psc_precon_put_str(&w, PSC_TAG_ERROR_TEXT, why);
     return pc_send(pc, &w);
+}
+
+/* Answer a TRY with REJECT, saying why: PC_GO_ON, or the connection failed
+ * when the record could not be sent. */
+static int reject(struct psc_precon *pc, const char *plugin, const char *why)
+{
+    return send_simple(pc, PSC_PRECON_REJECT, plugin, why)
+               ? pc_fail(pc, PSCOM_ERR_IOERROR)
+               : PC_GO_ON;
 }
 
 /* Why a plugin's hs op failed with rc, into why: what it said since
@@ -633,18 +639,13 @@ static int on_try(struct psc_precon *pc, const struct psc_precon_msg *m)
     if (!p) {
         psc_debug("handshake from %s: asked for %s, which we do not offer",
                   pc_peer(pc), m->plugin ? m->plugin : "(none)");
-        return send_simple(pc, PSC_PRECON_REJECT, m->plugin,
-                           "not offered to this peer")
-                   ? pc_fail(pc, PSCOM_ERR_IOERROR)
-                   : PC_GO_ON;
+        return reject(pc, m->plugin, "not offered to this peer");
     }
     if (start_for_peer(pc, p)) {
         const char *why = p->why[0] ? p->why : "it does not reach this peer";
         psc_debug("handshake from %s: %s cannot be used here (%s); rejecting "
                   "it", pc_peer(pc), p->name, why);
-        return send_simple(pc, PSC_PRECON_REJECT, p->name, why)
-                   ? pc_fail(pc, PSCOM_ERR_IOERROR)
-                   : PC_GO_ON;
+        return reject(pc, p->name, why);
     }
     const pscom_plugin_t *d = p->desc;
     void *priv = calloc(1, d->con_priv_size ? d->con_priv_size : 1);
@@ -667,9 +668,7 @@ static int on_try(struct psc_precon *pc, const struct psc_precon_msg *m)
         psc_debug("handshake from %s: %s failed here (%s); rejecting it",
                   pc_peer(pc), d->name, why);
         abort_trying(pc);
-        return send_simple(pc, PSC_PRECON_REJECT, d->name, why)
-                   ? pc_fail(pc, PSCOM_ERR_IOERROR)
-                   : PC_GO_ON;
+        return reject(pc, d->name, why);
     }
     uint8_t buf[OUT_MAX];
     struct psc_precon_writer w;

@@ -281,13 +281,11 @@ struct ofi_con {
         uint64_t off, total, k;
     } txp;
     /* Pull mode: the rest of frame `frame`, injected in chunks (tx_split);
-     * `off` bytes of it are sent. */
+     * `off` bytes of it are sent (all when off == len). */
     struct split_tx {
-        bool active;
         uint64_t frame;
         const uint8_t *rest;
-        size_t len, off, chunk;
-        uint64_t k;
+        size_t len, off, chunk; /* chunk k starts at k * chunk */
     } tsp;
 
     /* Watching the peer. */
@@ -1082,14 +1080,13 @@ static int tsp_continue(struct ofi_con *oc)
                                  oc->dest,
                                  ofi_tag(oc->peer_conid,
                                          (uint32_t)oc->tsp.frame,
-                                         ofi_chunk_part(oc->tsp.k)));
+                                         ofi_chunk_part(oc->tsp.off /
+                                                        oc->tsp.chunk)));
         int sent = send_result(oc, rc, "fi_tinject");
         if (sent <= 0) return sent;
         oc->tsp.off += n;
-        oc->tsp.k++;
     }
     oc->fifo[oc->tsp.frame % oc->nfifo].posting = false;
-    oc->tsp.active = false;
     return 1;
 }
 
@@ -1110,8 +1107,7 @@ static int tx_split(struct ofi_con *oc, uint64_t frame, const uint8_t *head,
         .head = head, .hl = hl, .bytes = hl + bl, .posting = true};
     oc->tx_tail++;
     oc->tsp = (struct split_tx){
-        .active = true, .frame = frame, .rest = body, .len = bl,
-        .chunk = chunk};
+        .frame = frame, .rest = body, .len = bl, .chunk = chunk};
     return tsp_continue(oc);
 }
 
@@ -1199,7 +1195,7 @@ static int tx_post(struct ofi_con *oc)
             int rc = txp_continue(oc);
             if (rc <= 0) return rc;
         }
-        if (oc->tsp.active) {
+        if (oc->tsp.off < oc->tsp.len) {
             int rc = tsp_continue(oc);
             if (rc <= 0) return rc;
         }
@@ -1239,13 +1235,10 @@ static int tx_post(struct ofi_con *oc)
             oc->tx_tail++;
             continue;
         }
-        if (oc->pull && splittable(oc, hl, ftotal)) {
-            int rc = tx_split(oc, frame, head, hl, body, bl);
-            if (rc <= 0) return rc;
-            continue;
-        }
         if (oc->pull) {
-            int rc = tx_offer(oc, frame, head, hl, body, bl, ftotal);
+            int rc = splittable(oc, hl, ftotal)
+                         ? tx_split(oc, frame, head, hl, body, bl)
+                         : tx_offer(oc, frame, head, hl, body, bl, ftotal);
             if (rc <= 0) return rc;
             continue;
         }
