@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
-# Build pscom twice and run the whole test suite on each build:
+# Build pscom twice and run the whole test suite on each build, then the
+# libFuzzer harnesses:
 #   build/       release build (what users get)
 #   build-asan/  debug build with AddressSanitizer and UndefinedBehaviorSanitizer
+#   build-fuzz/  clang, -Dfuzz=true: only the harnesses are built and run
+#                (a fixed number of inputs from a fixed seed each)
 # Usage: packaging/test.sh [extra meson test arguments]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -41,4 +44,10 @@ ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
     run_suite build-asan "${no_vendor[@]}" "$@"
 ASAN_OPTIONS=detect_leaks=0:abort_on_error=1 \
     run_suite build-asan "${only_vendor[@]}" "$@"
-echo "=== all tests passed (release and sanitizer builds)"
+if [ ! -d build-fuzz ]; then
+    CC=clang meson setup build-fuzz -Dfuzz=true
+fi
+fuzzers=(fuzz_precon fuzz_rkey fuzz_stream fuzz_plugin_wire)
+ninja -C build-fuzz "${fuzzers[@]/#/test/fuzz/}"
+run_suite build-fuzz --no-rebuild --suite fuzz "$@"
+echo "=== all tests passed (release, sanitizer and fuzzer builds)"

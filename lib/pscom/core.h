@@ -399,6 +399,10 @@ void psc_proto_post_recv(struct psc_req *req);
 void psc_proto_fail_receives(struct psc_con *con);
 void psc_proto_fail_sends(struct psc_con *con);
 void psc_proto_fail_requests(struct psc_con *con);
+/* The connection is closed (retired): its unexpected messages, which stayed
+ * receivable while it was only failed, go. They name it, and it is freed
+ * soon; closing a connection ends what no receive took from it. */
+void psc_proto_drop_unexpected(struct psc_con *con);
 /* The plugin was closed: fail the sends it held and the receives whose
  * bodies it was moving out of line. */
 void psc_proto_plugin_closed(struct psc_con *con);

@@ -1023,6 +1023,24 @@ void psc_proto_fail_receives(struct psc_con *con)
     psc_group_con_fail(con);
 }
 
+void psc_proto_drop_unexpected(struct psc_con *con)
+{
+    unsigned n = 0;
+    struct psc_list *pos, *tmp;
+    psc_list_for_each_safe(pos, tmp, &con->net_recvq) {
+        struct psc_req *g = psc_list_entry(pos, struct psc_req, next);
+        /* The one a plugin was moving goes when the plugin is closed. */
+        if (g == con->rx_failed) continue;
+        psc_list_del(&g->next);
+        psc_list_del(&g->next_any);
+        psc_req_release(g);
+        n++;
+    }
+    if (n)
+        psc_debug("%s: closed with %u unexpected message%s that no receive "
+                  "took; dropped", psc_con_str(con), n, n == 1 ? "" : "s");
+}
+
 void psc_proto_fail_sends(struct psc_con *con)
 {
     struct psc_req *cur = con->rx_failed;

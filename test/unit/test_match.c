@@ -256,6 +256,39 @@ static void cancel_unmatched(void **state)
     pscom_request_free(r2);
 }
 
+/* Unexpected messages stay receivable while their connection is only
+ * failed; closing it drops them: an any-source receive posted after the
+ * close must neither take them nor look at the freed connection (the
+ * fuzzer's first finding: it did both). */
+static void unexpected_of_closed_connection(void **state)
+{
+    char b[8];
+    struct frame f;
+    pscom_connection_t *c = pscom_open_connection(sock);
+    frame_user(&f, 1, "kept", 5);
+    assert_int_equal(feed(c, &f), 0);
+    frame_user(&f, 2, "lost", 5);
+    assert_int_equal(feed(c, &f), 0);
+    assert_int_equal(pscom_fail_connection(c, PSCOM_ERR_EOF), PSCOM_SUCCESS);
+    pscom_request_t *r = recv_req(NULL, b, sizeof(b));
+    assert_true(pscom_req_successful(r));
+    assert_ptr_equal(r->connection, c);
+    assert_string_equal(b, "kept");
+    pscom_request_free(r);
+
+    pscom_close_connection(c);
+    assert_true(psc_list_empty(&sock_of(sock)->genrecvq_any));
+    r = recv_req(NULL, b, sizeof(b));
+    assert_false(pscom_req_is_done(r));
+    /* Nor does a message of another connection come after the dropped. */
+    frame_user(&f, 3, "next", 5);
+    assert_int_equal(feed(con_b, &f), 0);
+    assert_true(pscom_req_successful(r));
+    assert_ptr_equal(r->connection, con_b);
+    assert_string_equal(b, "next");
+    pscom_request_free(r);
+}
+
 static void truncation_keeps_stream(void **state)
 {
     char small[10], next[32];
@@ -546,6 +579,7 @@ int main(void)
         cmocka_unit_test(unexpected_in_order_and_probe),
         cmocka_unit_test(partial_message_merged),
         cmocka_unit_test(cancel_unmatched),
+        cmocka_unit_test(unexpected_of_closed_connection),
         cmocka_unit_test(truncation_keeps_stream),
         cmocka_unit_test(whole_message_read_in_place),
         cmocka_unit_test(default_recv_first),
