@@ -50,8 +50,9 @@ extern "C" {
  * descriptors of that minor or later (1.1 added the one-sided ops, 1.2 the
  * sleeping waits, 1.3 tx_now; 1.4 added no op, only the upcall
  * pscom_plugin_rx_now; 1.5 rndv_pull_start, and the flag
- * PSCOM_PLUGIN_SPIN_RELAX, which older cores ignore). */
-#define PSCOM_PLUGIN_API_VERSION 0x0105
+ * PSCOM_PLUGIN_SPIN_RELAX, which older cores ignore; 1.6 added no op, only
+ * the upcall pscom_plugin_con_peer_pid). */
+#define PSCOM_PLUGIN_API_VERSION 0x0106
 #define PSCOM_PLUGIN_API_MAJOR(v) (((v) >> 8) & 0xff)
 #define PSCOM_PLUGIN_API_MINOR(v) ((v) & 0xff)
 
@@ -358,6 +359,12 @@ pscom_connection_t *pscom_plugin_con_pub(pscom_plugin_con_t *con);
 pscom_socket_t *pscom_plugin_con_socket(pscom_plugin_con_t *con);
 /* "name(rank)@host:port <-> name(rank)@host:port [transport]" */
 const char *pscom_plugin_con_str(pscom_plugin_con_t *con);
+/* The peer's process id, from the pre-connection handshake, when the peer
+ * runs on this node; 0 when it does not (or is not known). A plugin that
+ * reaches into the peer's memory (cross-memory attach) checks a process id
+ * that came with a message against it: only the connected process may be
+ * read or written, whatever the message says. (API 1.6) */
+pid_t pscom_plugin_con_peer_pid(pscom_plugin_con_t *con);
 
 /* File descriptors watched by the progress engine. `hot` descriptors are
  * looked at on every round; cold ones (listeners) every few rounds. */

@@ -84,6 +84,11 @@ const char *pscom_plugin_con_str(pscom_plugin_con_t *con)
     return psc_con_str(con);
 }
 
+pid_t pscom_plugin_con_peer_pid(pscom_plugin_con_t *con)
+{
+    return con->local_pid;
+}
+
 pscom_connection_t *pscom_plugin_con_pub(pscom_plugin_con_t *con)
 {
     return &con->pub;

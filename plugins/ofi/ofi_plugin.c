@@ -236,6 +236,9 @@ struct ofi_con {
     bool tx_blocked; /* a send found the queue full */
     bool tx_report; /* frames completed: report them from progress */
     bool pull;      /* pull mode (both sides asked for it) */
+    /* The process pull descriptors must name: the peer's (from the core's
+     * handshake), else the first descriptor's; 0 until known. */
+    uint32_t pull_pid;
     int fd;         /* the pre-connection socket, or -1 */
 
     uint32_t conid;      /* peers tag messages to us with it */
@@ -761,6 +764,23 @@ static int body_pull(struct ofi_con *oc, const ofi_pull_desc_t *d,
     return 0;
 }
 
+/* Does a pull descriptor name the peer? Only the connected process may be
+ * read and written (its acknowledgement word), whatever a corrupt message
+ * says. Fails the connection when it does not. */
+static bool pull_pid_ok(struct ofi_con *oc, uint32_t pid)
+{
+    if (!oc->pull_pid) {
+        pid_t peer = pscom_plugin_con_peer_pid(oc->con);
+        oc->pull_pid = peer > 0 ? (uint32_t)peer : pid;
+    }
+    if (pid == oc->pull_pid) return true;
+    char why[128];
+    snprintf(why, sizeof(why), "pull descriptor naming process %u, not the "
+             "peer (%u)", pid, oc->pull_pid);
+    fail_proto(oc, why);
+    return false;
+}
+
 /* Hand the frames that arrived in sequence to the core. */
 static void deliver(struct ofi_con *oc)
 {
@@ -805,6 +825,7 @@ static void deliver(struct ofi_con *oc)
                                "frame");
                 return;
             }
+            if (!is_split && !pull_pid_ok(oc, pd.pid)) return;
             if (is_split) {
                 split = (size_t)pd.addr;
                 pull = false;

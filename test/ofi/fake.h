@@ -73,6 +73,7 @@ struct fake_frame {
 /* The core's side of one connection. */
 struct psc_con {
     const char *name;
+    pid_t peer_pid; /* pscom_plugin_con_peer_pid: 0 unknown (the default) */
     /* send queue */
     struct fake_frame *q[FAKE_MAX_FRAMES];
     unsigned qn;      /* frames queued */

@@ -238,3 +238,8 @@ const char *pscom_plugin_con_str(pscom_plugin_con_t *c)
 {
     return c->name;
 }
+
+pid_t pscom_plugin_con_peer_pid(pscom_plugin_con_t *c)
+{
+    return c->peer_pid;
+}

@@ -17,6 +17,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 
@@ -1056,6 +1057,44 @@ static void test_pull_bad_descriptors(void **state)
     }
 }
 
+/* A pull descriptor that names a process other than the peer fails the
+ * connection before anything is read from or written to that process:
+ * when the core knows the peer's process id, already the first; when it
+ * does not, one that differs from the first descriptor's. */
+static void test_pull_descriptor_names_another_process(void **state)
+{
+    for (int known = 0; known < 2; known++) {
+        fake_reset();
+        pull_setup();
+        struct pair p;
+        pair_open(&p);
+        if (known) p.b.peer_pid = getpid();
+        uint32_t seq = 0;
+        if (!known) {
+            /* A good frame first: its descriptor names this process. */
+            static const size_t shape[][2] = {{0, 5000}};
+            send_shapes(&p, shape, 1);
+            assert_int_equal(p.b.errors, 0);
+            seq = 1;
+        }
+        unsigned reads = fake.cma_reads, writes = fake.cma_writes;
+        uint8_t msg[64] = {0};
+        pscom_header_net_t h = {.msg_type = 0, .data_len = 1000};
+        memcpy(msg, &h, 8);
+        ofi_pull_desc_t d = {.addr = 1, .len = 1000 + 8 - 16, .ack = 2,
+                             .pid = (uint32_t)getpid() + 1};
+        ofi_pull_desc_encode(&d, msg + 16);
+        fake_send_raw(msg, 16 + OFI_PULL_DESC_LEN,
+                      ofi_tag(p.blob_b.conid, seq, OFI_PART_FIRST));
+        progress(5);
+        assert_int_equal(p.b.errors, 1);
+        assert_int_equal(p.b.err, PSCOM_ERR_IOERROR);
+        assert_int_equal(fake.cma_reads, reads);
+        assert_int_equal(fake.cma_writes, writes);
+        pair_close(&p);
+    }
+}
+
 /* No cross-memory attach here, or not wanted, or a provider that reaches
  * other hosts: frames are sent. */
 static void test_pull_unavailable(void **state)
@@ -1153,6 +1192,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_pull_direct, setup, teardown),
         cmocka_unit_test_setup_teardown(test_pull_copy_fails, setup,
                                         teardown),
+        cmocka_unit_test_setup_teardown(test_pull_descriptor_names_another_process,
+                                        setup, teardown),
         cmocka_unit_test_setup_teardown(test_pull_bad_descriptors, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_pull_unavailable, setup,
