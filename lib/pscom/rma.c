@@ -1118,7 +1118,8 @@ static void atomic_done(pscom_request_t *r)
     }
     a->kind = PSC_REQ_CONTROL;
     if (len) memcpy(a->pub.user, g->src, len);
-    if (type == PSC_MSG_RMA_CAS && !memcmp(g->src, r->data, len))
+    /* (A peer may ask for 0 bytes: then there is no operand at all.) */
+    if (type == PSC_MSG_RMA_CAS && len && !memcmp(g->src, r->data, len))
         memcpy(g->src, (char *)r->data + len, len);
     call_target_cb(t, type);
     send_reply(con, a, id, PSCOM_SUCCESS, a->pub.user, len);

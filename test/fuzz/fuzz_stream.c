@@ -9,7 +9,10 @@
  *
  * The input is a program of steps (see the op enum); each step takes its
  * operands from the input and stops where the input ends. Each input runs
- * on a fresh connection without a transport, closed at the end.
+ * on a fresh connection without a transport, closed at the end. Two steps
+ * build messages the fuzzer could not guess: rendezvous answers naming the
+ * ids of the program's own requests, and one-sided messages naming the
+ * registered region, aimed at, across and beyond its ends.
  *
  * What must hold, else the run aborts (a finding):
  * - nothing crashes, reads or writes out of bounds, or leaks (the
@@ -101,6 +104,8 @@ enum op {
     OP_TX,        /* the transport writes some of the send queue */
     OP_CANCEL,    /* cancel a receive */
     OP_PROBE,     /* pscom_iprobe, then a round of progress */
+    OP_ANSWER,    /* the peer's rendezvous answer to a request of a slot */
+    OP_RMA,       /* a one-sided message at (or near) the region */
     OP_COUNT
 };
 
@@ -135,6 +140,8 @@ static size_t take_up_to(struct input *in, void *dst, size_t n)
 
 static pscom_socket_t *sock;
 static pscom_memh_t memh;
+static uint64_t region_id; /* the name peers use for the region */
+static uint8_t region[REGION];
 static int errors;
 
 static void on_error(pscom_connection_t *c, pscom_op_t op, pscom_err_t err)
@@ -154,9 +161,19 @@ static int accept_even(pscom_request_t *r, pscom_connection_t *c,
     return !h->xheader_len || !(((const uint8_t *)(h + 1))[0] & 1);
 }
 
+/* The region's target callback, for every operation: it reads what the
+ * core says the operation touches, which must lie in the region (or in
+ * the request's own storage, the operand of an accumulate). */
+static volatile uint8_t sink;
+
+static void target_cb(pscom_request_t *r)
+{
+    const uint8_t *p = r->data;
+    for (size_t i = 0; p && i < r->data_len; i++) sink ^= p[i];
+}
+
 static void init_once(void)
 {
-    static uint8_t region[REGION];
     if (sock) return;
     CHECK(pscom_init(PSCOM_VERSION) == PSCOM_SUCCESS);
     pscom_set_debug(0); /* every input is malformed on purpose */
@@ -166,6 +183,9 @@ static void init_once(void)
     /* A region that one-sided messages can name (its id is small). */
     CHECK(pscom_mem_register(sock, region, sizeof(region), &memh) ==
           PSCOM_SUCCESS);
+    region_id = psc_ctx.next_id; /* the id registering gave it */
+    for (int op = 0; op < PSCOM_RMA_OP_COUNT; op++)
+        pscom_register_rma_callbacks(target_cb, memh, (pscom_rma_op_t)op);
 }
 
 struct slot {
@@ -175,25 +195,118 @@ struct slot {
     bool recv;
 };
 
-/* A frame: header, xheader and what the input has of the body. */
-static void op_frame(struct input *in, pscom_connection_t *c)
+static uint8_t frame_buf[8 + 255 + 65536];
+
+/* Push a frame (header, xheader x[0..xl), then what the input has of a body
+ * of dlen bytes) in chunks whose size the input picks. */
+static void push_frame(struct input *in, pscom_connection_t *c, uint8_t type,
+                       const void *x, size_t xl, uint16_t dlen)
 {
-    static uint8_t f[8 + 255 + 65536];
     pscom_header_net_t h = {0};
-    h.msg_type = (uint8_t)(byte(in) % (PSC_MSG_TYPE_MAX + 2));
-    h.xheader_len = (uint16_t)byte(in);
-    uint16_t dlen = 0;
-    take(in, &dlen, sizeof(dlen));
+    h.msg_type = type;
+    h.xheader_len = (uint16_t)xl;
     h.data_len = dlen;
-    memcpy(f, &h, sizeof(h));
-    size_t len = sizeof(h);
-    len += take_up_to(in, f + len, h.xheader_len);
-    len += take_up_to(in, f + len, dlen);
+    memcpy(frame_buf, &h, sizeof(h));
+    memcpy(frame_buf + sizeof(h), x, xl);
+    size_t len = sizeof(h) + xl;
+    len += take_up_to(in, frame_buf + len, dlen);
     unsigned chunk = 1 + byte(in) % 64;
     for (size_t off = 0; off < len; off += chunk) {
         size_t n = len - off < chunk ? len - off : chunk;
-        if (pscom_plugin_rx_push(con_of(c), f + off, n)) break;
+        if (pscom_plugin_rx_push(con_of(c), frame_buf + off, n)) break;
     }
+}
+
+/* A frame of any type, its xheader from the input. */
+static void op_frame(struct input *in, pscom_connection_t *c)
+{
+    uint8_t x[255];
+    uint8_t type = (uint8_t)(byte(in) % (PSC_MSG_TYPE_MAX + 2));
+    size_t xl = byte(in);
+    uint16_t dlen = 0;
+    take(in, &dlen, sizeof(dlen));
+    memset(x, 0, xl);
+    take_up_to(in, x, xl);
+    push_frame(in, c, type, x, xl, dlen);
+}
+
+/* The peer's answer to the rendezvous of slot s: for a send, a CTS (with
+ * an id of the peer's choice) or a FIN naming it; for a receive that
+ * asked for its body, the body (RNDV_DATA). The ids are the requests'. */
+static void op_answer(struct input *in, pscom_connection_t *c,
+                      const struct slot *s)
+{
+    if (!s->req) return;
+    uint64_t id = req_of(s->req)->id;
+    unsigned mode = byte(in);
+    if (mode & 4) id += mode >> 3; /* now and then a near miss */
+    if (!s->recv && mode & 1) {
+        struct psc_rndv_fin fin = {.sender_id = id};
+        push_frame(in, c, PSC_MSG_RNDV_FIN, &fin, sizeof(fin), 0);
+    } else if (!s->recv) {
+        struct psc_rndv_cts cts = {.sender_id = id};
+        take(in, &cts.receiver_id, 1);
+        push_frame(in, c, PSC_MSG_RNDV_CTS, &cts, sizeof(cts), 0);
+    } else {
+        struct psc_rndv_data_hdr dh = {.receiver_id = id};
+        uint16_t dlen = 0;
+        take(in, &dlen, sizeof(dlen));
+        push_frame(in, c, PSC_MSG_RNDV_DATA, &dh, sizeof(dh), dlen);
+    }
+}
+
+/* A one-sided message naming the registered region (or, now and then,
+ * another id), at an offset and of a length the input picks: inside the
+ * region, across one of its ends or outside it. */
+static void op_rma(struct input *in, pscom_connection_t *c)
+{
+    static const uint8_t types[] = {
+        PSC_MSG_RMA_PUT,  PSC_MSG_RMA_ACC,      PSC_MSG_RMA_GET,
+        PSC_MSG_RMA_GACC, PSC_MSG_RMA_FOP,      PSC_MSG_RMA_CAS,
+        PSC_MSG_RMA_PUT_DONE, PSC_MSG_RMA_GET_DONE, PSC_MSG_RMA_REPLY,
+    };
+    uint8_t type = types[byte(in) % sizeof(types)];
+    unsigned mode = byte(in);
+    int16_t off = 0;
+    uint16_t len = 0;
+    take(in, &off, sizeof(off));
+    take(in, &len, sizeof(len));
+    /* An address as a peer names it: a number, not a pointer we form. */
+    uintptr_t addr = (uintptr_t)region + (uintptr_t)(intptr_t)off;
+    void *memh_name = (void *)(uintptr_t)(mode & 1 ? region_id
+                                                   : region_id + mode % 7);
+    uint8_t x[64] = {0};
+    size_t xl;
+    uint16_t dlen = len;
+    bool put_like = type == PSC_MSG_RMA_PUT || type == PSC_MSG_RMA_ACC ||
+                    type == PSC_MSG_RMA_PUT_DONE;
+    if (type == PSC_MSG_RMA_REPLY) {
+        struct psc_rma_reply r = {.id = mode};
+        memcpy(x, &r, sizeof(r));
+        xl = sizeof(r);
+    } else if (put_like) {
+        pscom_rma_put_data_t p = {.dest = (void *)addr, .memh = memh_name};
+        memcpy(x, &p, sizeof(p));
+        xl = sizeof(p);
+        if (type == PSC_MSG_RMA_PUT_DONE) {
+            struct psc_rma_notice n = {.len = len};
+            memcpy(x + xl, &n, sizeof(n));
+            xl += sizeof(n);
+            dlen = 0;
+        }
+    } else {
+        pscom_rma_get_data_t g = {.id = (void *)(uintptr_t)(mode >> 1),
+                                  .src = (void *)addr, .src_len = len,
+                                  .memh = memh_name};
+        memcpy(x, &g, sizeof(g));
+        xl = sizeof(g);
+        if (type == PSC_MSG_RMA_GET || type == PSC_MSG_RMA_GET_DONE) dlen = 0;
+        else if (type == PSC_MSG_RMA_CAS) dlen = (uint16_t)(2 * len);
+        else dlen = len / (1 + mode % 4);
+    }
+    if (mode & 2) dlen ^= (uint16_t)byte(in); /* lengths that disagree */
+    xl += byte(in) % 8;                        /* the user's part */
+    push_frame(in, c, type, x, xl, dlen);
 }
 
 static void op_rx_now(struct input *in, pscom_connection_t *c)
@@ -332,6 +445,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             if (s->req && s->recv) pscom_cancel_recv(s->req);
             break;
         case OP_PROBE: op_probe(&in, c); break;
+        case OP_ANSWER: op_answer(&in, c, s); break;
+        case OP_RMA: op_rma(&in, c); break;
         }
         CHECK(errors <= 1);
         if (errors) {

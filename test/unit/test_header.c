@@ -142,6 +142,36 @@ static void eof_message(void **state)
     pscom_close_connection(c);
 }
 
+/* A compare-and-swap of 0 bytes from a peer (no operand at all) is
+ * answered, with nothing compared or written (the fuzzer's: the target
+ * compared against a missing operand, undefined behaviour that the
+ * sanitizer build reports). */
+static void zero_length_compare_swap(void **state)
+{
+    static char region[64];
+    pscom_memh_t memh;
+    assert_int_equal(pscom_mem_register(sock, region, sizeof(region), &memh),
+                     PSCOM_SUCCESS);
+    uint64_t id = psc_ctx.next_id;
+    memset(region, 'r', sizeof(region));
+    pscom_connection_t *c = fresh();
+    pscom_rma_get_data_t g = {.id = (void *)7, .src = region, .src_len = 0,
+                              .memh = (void *)(uintptr_t)id};
+    struct frame f;
+    frame_make(&f, PSC_MSG_RMA_CAS, &g, sizeof(g), NULL, 0, 0);
+    assert_int_equal(feed(c, &f), 0);
+    assert_int_equal(errors, 0);
+    struct iovec iov[4];
+    size_t total;
+    assert_true(pscom_plugin_tx_peek(con_of(c), iov, 4, &total) >= 1);
+    pscom_header_net_t h;
+    memcpy(&h, iov[0].iov_base, sizeof(h));
+    assert_int_equal(h.msg_type, PSC_MSG_RMA_REPLY);
+    for (size_t i = 0; i < sizeof(region); i++) assert_int_equal(region[i], 'r');
+    pscom_close_connection(c);
+    assert_int_equal(pscom_mem_deregister(memh), PSCOM_SUCCESS);
+}
+
 static void random_bytes_never_crash(void **state)
 {
     static uint8_t junk[4096];
@@ -186,6 +216,7 @@ int main(void)
         cmocka_unit_test(byte_by_byte),
         cmocka_unit_test(large_xheader),
         cmocka_unit_test(eof_message),
+        cmocka_unit_test(zero_length_compare_swap),
         cmocka_unit_test(random_bytes_never_crash),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
