@@ -12,7 +12,10 @@
  * on a fresh connection without a transport, closed at the end. Two steps
  * build messages the fuzzer could not guess: rendezvous answers naming the
  * ids of the program's own requests, and one-sided messages naming the
- * registered region, aimed at, across and beyond its ends.
+ * registered region, aimed at, across and beyond its ends. Each input
+ * opens a group whose members other than this process are all the one
+ * connection, so that broadcasts can be posted and the peer's group
+ * messages have a group to go to.
  *
  * What must hold, else the run aborts (a finding):
  * - nothing crashes, reads or writes out of bounds, or leaks (the
@@ -106,6 +109,8 @@ enum op {
     OP_PROBE,     /* pscom_iprobe, then a round of progress */
     OP_ANSWER,    /* the peer's rendezvous answer to a request of a slot */
     OP_RMA,       /* a one-sided message at (or near) the region */
+    OP_BCAST,     /* post a broadcast on the group */
+    OP_GROUP_MSG, /* a broadcast or barrier message of the peer */
     OP_COUNT
 };
 
@@ -193,7 +198,25 @@ struct slot {
     void *buf;
     size_t len;
     bool recv;
+    bool bcast;
 };
+
+static pscom_request_t *new_req(struct slot *s, size_t len, bool recv);
+
+/* The group of the running input. */
+static pscom_group_t *group;
+static uint32_t group_id, group_size;
+
+static void open_group(struct input *in, pscom_connection_t *c)
+{
+    pscom_connection_t *cons[4];
+    group_size = 2 + byte(in) % 3;
+    uint32_t me = byte(in) % group_size;
+    group_id = 1 + byte(in) % 4;
+    for (uint32_t i = 0; i < group_size; i++) cons[i] = i == me ? NULL : c;
+    group = pscom_group_open(sock, group_id, me, group_size, cons);
+    CHECK(group);
+}
 
 static uint8_t frame_buf[8 + 255 + 65536];
 
@@ -253,6 +276,44 @@ static void op_answer(struct input *in, pscom_connection_t *c,
         take(in, &dlen, sizeof(dlen));
         push_frame(in, c, PSC_MSG_RNDV_DATA, &dh, sizeof(dh), dlen);
     }
+}
+
+/* A broadcast of the group (now and then of another group, or a root
+ * that is no rank of it), into or from a buffer the input sizes. */
+static void op_bcast(struct input *in, struct slot *s)
+{
+    unsigned mode = byte(in);
+    size_t len = byte(in);
+    if (s->req) return;
+    pscom_request_t *r = new_req(s, len, true);
+    s->bcast = true;
+    memset(s->buf, 'b', len);
+    r->socket = sock;
+    r->xheader_len = sizeof(pscom_xheader_bcast_t) + mode % 3 * 4;
+    memset(&r->xheader, 0, r->xheader_len);
+    r->xheader.bcast.group_id = group_id + (mode & 8 ? 1 : 0);
+    r->xheader.bcast.bcast_root = (mode >> 4) % (group_size + 1);
+    pscom_post_bcast(r);
+}
+
+/* The peer's broadcast (or barrier) message for a group and root the
+ * input picks, mostly the running group's. */
+static void op_group_msg(struct input *in, pscom_connection_t *c)
+{
+    unsigned mode = byte(in);
+    uint8_t x[sizeof(pscom_xheader_bcast_t) + 16] = {0};
+    pscom_xheader_bcast_t b = {
+        .group_id = mode & 1 ? group_id : byte(in),
+        .bcast_root = (mode >> 1) % (group_size + 1),
+    };
+    take(in, &b.bcast_arg1, sizeof(b.bcast_arg1));
+    take(in, &b.bcast_arg2, sizeof(b.bcast_arg2));
+    memcpy(x, &b, sizeof(b));
+    size_t xl = sizeof(b) + (mode >> 4) % 17;
+    uint16_t dlen = 0;
+    take(in, &dlen, 1);
+    push_frame(in, c, mode & 8 ? PSC_MSG_BARRIER : PSC_MSG_BCAST, x, xl,
+               mode & 8 ? 0 : dlen);
 }
 
 /* A one-sided message naming the registered region (or, now and then,
@@ -406,7 +467,7 @@ static void finish(struct slot *slots, pscom_connection_t *c)
         struct slot *s = &slots[i];
         pscom_request_t *r = s->req;
         if (!r) continue;
-        if (!pscom_req_is_done(r) && s->recv && !r->connection)
+        if (!pscom_req_is_done(r) && s->recv && !s->bcast && !r->connection)
             pscom_cancel_recv(r);
         CHECK(pscom_req_is_done(r));
         if (s->recv && pscom_req_successful(r))
@@ -425,6 +486,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     pscom_connection_t *c = pscom_open_connection(sock);
     CHECK(c);
     con_of(c)->rndv_threshold = RNDV_AT;
+    open_group(&in, c);
 
     while (in.left) {
         unsigned op = byte(&in) % OP_COUNT;
@@ -447,6 +509,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         case OP_PROBE: op_probe(&in, c); break;
         case OP_ANSWER: op_answer(&in, c, s); break;
         case OP_RMA: op_rma(&in, c); break;
+        case OP_BCAST: op_bcast(&in, s); break;
+        case OP_GROUP_MSG: op_group_msg(&in, c); break;
         }
         CHECK(errors <= 1);
         if (errors) {
@@ -456,6 +520,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         }
     }
     finish(slots, c);
+    pscom_group_close(group);
     CHECK(errors <= 1);
     return 0;
 }
