@@ -655,8 +655,12 @@ static int am_cb(void *arg, unsigned id, const void *hdr, size_t hdr_len,
         id = UXW_AM_FRAME;
     } else if (id == UXW_AM_BODY) {
         return body_arrived(us, hdr, hdr_len, data, len, flags);
+    } else if (hdr_len < KEY_LEN) {
+        pscom_plugin_log(5, "ucx: message of %zu bytes without a connection "
+                         "key (%zu header bytes) dropped", len, hdr_len);
+        return UXW_AM_DONE;
     } else {
-        uc = hdr_len >= KEY_LEN ? key_lookup(us, hdr) : NULL;
+        uc = key_lookup(us, hdr);
         head = (const uint8_t *)hdr + KEY_LEN;
         head_len = hdr_len - KEY_LEN;
     }

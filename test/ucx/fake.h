@@ -136,6 +136,10 @@ uxw_ep_t *fake_last_ep(void);
 
 #define FAKE_MAX_FRAMES 32
 #define FAKE_MAX_MSGS   32
+/* Room for any frame head (header and the longest xheader) while it is
+ * collected, so that what a peer sends cannot overflow the fake
+ * (test/fuzz/fuzz_ucx_am.c); a message keeps the first 512 bytes. */
+#define FAKE_HEAD_MAX   (8 + 65535)
 
 struct psc_con {
     /* Send queue: frames of head + body, `left` bytes not yet done. Each
@@ -169,7 +173,7 @@ struct psc_con {
     } msgs[FAKE_MAX_MSGS];
     int nmsgs;
     /* Receive state: header bytes collected, body bytes left. */
-    uint8_t hbuf[512];
+    uint8_t hbuf[FAKE_HEAD_MAX];
     size_t have, need;
     size_t body_left;
     bool in_body;

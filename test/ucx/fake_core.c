@@ -135,7 +135,8 @@ int pscom_plugin_rx_push(pscom_plugin_con_t *c, const void *buf, size_t len)
             continue;
         }
         memset(m, 0, sizeof(*m));
-        memcpy(m->head, c->hbuf, c->have);
+        memcpy(m->head, c->hbuf,
+               c->have < sizeof(m->head) ? c->have : sizeof(m->head));
         m->head_len = c->have;
         c->body_left = h.data_len;
         if (!c->body_left) msg_done(c);
@@ -160,9 +161,11 @@ int pscom_plugin_rx_now(pscom_plugin_con_t *c, const void *head,
     assert(c->nmsgs < FAKE_MAX_MSGS);
     struct fake_msg *m = &c->msgs[c->nmsgs++];
     memset(m, 0, sizeof(*m));
-    memcpy(m->head, head, head_len);
+    memcpy(m->head, head,
+           head_len < sizeof(m->head) ? head_len : sizeof(m->head));
     m->head_len = head_len;
-    memcpy(m->body, body, body_len);
+    memcpy(m->body, body, body_len < sizeof(m->body) ? body_len
+                                                     : sizeof(m->body));
     m->body_len = body_len;
     m->now = true;
     return 1;
