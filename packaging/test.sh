@@ -47,7 +47,9 @@ ASAN_OPTIONS=detect_leaks=0:abort_on_error=1 \
 if [ ! -d build-fuzz ]; then
     CC=clang meson setup build-fuzz -Dfuzz=true
 fi
-fuzzers=(fuzz_precon fuzz_rkey fuzz_stream fuzz_plugin_wire)
-ninja -C build-fuzz "${fuzzers[@]/#/test/fuzz/}"
+# Every harness of test/fuzz, and nothing else of the tree.
+mapfile -t fuzzers < <(ninja -C build-fuzz -t targets all |
+                       grep -E '^test/fuzz/fuzz_[a-z_]+: ' | cut -d: -f1)
+ninja -C build-fuzz "${fuzzers[@]}"
 run_suite build-fuzz --no-rebuild --suite fuzz "$@"
 echo "=== all tests passed (release, sanitizer and fuzzer builds)"

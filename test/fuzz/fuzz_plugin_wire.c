@@ -21,16 +21,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "fuzz_input.h"
 #include "../../plugins/ofi/ofi_proto.h"
 #include "../../plugins/ucx/ucx_blob.h"
 #include "../../plugins/verbs/wireup.h"
 
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
-
-#define CHECK(cond)                                                            \
-    do {                                                                       \
-        if (!(cond)) abort();                                                  \
-    } while (0)
 
 enum which {
     UCX_BLOB,

@@ -15,14 +15,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "fuzz_input.h"
 #include "precon_codec.h"
-
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
-
-#define CHECK(cond)                                                            \
-    do {                                                                       \
-        if (!(cond)) abort();                                                  \
-    } while (0)
 
 /* Large; kept out of the stack frame. */
 static struct psc_precon_msg first, second;

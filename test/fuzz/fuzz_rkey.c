@@ -11,14 +11,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "fuzz_input.h"
 #include "rkey_codec.h"
-
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
-
-#define CHECK(cond)                                                            \
-    do {                                                                       \
-        if (!(cond)) abort();                                                  \
-    } while (0)
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {

@@ -38,9 +38,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "fuzz_input.h"
 #include "core.h"
 
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 void *__real_malloc(size_t size);
 void *__wrap_malloc(size_t size);
 void *__real_calloc(size_t n, size_t size);
@@ -87,11 +87,6 @@ int __wrap_psc_rma_header_check(const pscom_header_net_t *hdr,
     return __real_psc_rma_header_check(hdr, why);
 }
 
-#define CHECK(cond)                                                            \
-    do {                                                                       \
-        if (!(cond)) abort();                                                  \
-    } while (0)
-
 #define NREQ 8         /* receive and send slots of one program */
 #define MAX_XH 32      /* extended header room of each request */
 #define RNDV_AT 64     /* the connection's rendezvous threshold */
@@ -113,35 +108,6 @@ enum op {
     OP_GROUP_MSG, /* a broadcast or barrier message of the peer */
     OP_COUNT
 };
-
-struct input {
-    const uint8_t *p;
-    size_t left;
-};
-
-static bool take(struct input *in, void *dst, size_t n)
-{
-    if (in->left < n) return false;
-    memcpy(dst, in->p, n);
-    in->p += n;
-    in->left -= n;
-    return true;
-}
-
-static unsigned byte(struct input *in)
-{
-    uint8_t b = 0;
-    take(in, &b, 1);
-    return b;
-}
-
-/* Up to n bytes of the input, as many as are left. */
-static size_t take_up_to(struct input *in, void *dst, size_t n)
-{
-    if (n > in->left) n = in->left;
-    take(in, dst, n);
-    return n;
-}
 
 static pscom_socket_t *sock;
 static pscom_memh_t memh;

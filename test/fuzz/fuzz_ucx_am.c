@@ -23,18 +23,13 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "fuzz_input.h"
 #include "fake.h"
 #include "ucx_blob.h"
 
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 extern const pscom_plugin_t pscom_plugin_ucx;
 void fake_fd_owner(struct psc_con *c);
-
-#define CHECK(cond)                                                            \
-    do {                                                                       \
-        if (!(cond)) abort();                                                  \
-    } while (0)
 
 #define OPS (pscom_plugin_ucx.ops)
 #define MAX_AMS 24       /* messages of one program (the fakes' limits) */
@@ -50,27 +45,6 @@ enum op {
     OP_EP_ERROR,  /* UCX reports the endpoint failed */
     OP_COUNT
 };
-
-struct input {
-    const uint8_t *p;
-    size_t left;
-};
-
-static unsigned byte(struct input *in)
-{
-    if (!in->left) return 0;
-    in->left--;
-    return *in->p++;
-}
-
-static size_t take_up_to(struct input *in, void *dst, size_t n)
-{
-    if (n > in->left) n = in->left;
-    memcpy(dst, in->p, n);
-    in->p += n;
-    in->left -= n;
-    return n;
-}
 
 /* The connection of a program, set up through the plugin's handshake as
  * test/ucx/test_ucx_plugin.c does it. */

@@ -37,6 +37,10 @@ struct fake_knobs {
     int cma_read_error;    /* the next read fails with this -errno */
     unsigned cma_hold_writes; /* keep the next n writes until
                                * fake_release_cma_writes */
+    /* When cma_hi is set, only [cma_lo, cma_hi) may be read or written;
+     * other addresses fail with -EFAULT, as process_vm_readv's do (for
+     * descriptors from test/fuzz/fuzz_ofi_rx.c, which name anything). */
+    uintptr_t cma_lo, cma_hi;
     /* counters */
     unsigned inject_calls, tsend_calls, trecv_calls, injects, eagains;
     unsigned msgs_sent, cancels, av_inserts;

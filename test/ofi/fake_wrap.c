@@ -359,10 +359,18 @@ int ofw_cma_usable(char *why, size_t why_len)
     return -EPERM;
 }
 
+/* Is [raddr, raddr + len) where the fake may reach? */
+static int cma_reachable(uint64_t raddr, size_t len)
+{
+    return !fake.cma_hi || (raddr >= fake.cma_lo && raddr <= fake.cma_hi &&
+                            len <= fake.cma_hi - raddr);
+}
+
 int ofw_cma_read(pid_t pid, void *buf, uint64_t raddr, size_t len)
 {
     fake.cma_reads++;
     if (pid != getpid()) return -ESRCH;
+    if (!cma_reachable(raddr, len)) return -EFAULT;
     if (fake.cma_read_error) {
         int e = fake.cma_read_error;
         fake.cma_read_error = 0;
@@ -377,6 +385,7 @@ int ofw_cma_write(pid_t pid, const void *buf, uint64_t raddr, size_t len)
 {
     fake.cma_writes++;
     if (pid != getpid()) return -ESRCH;
+    if (!cma_reachable(raddr, len)) return -EFAULT;
     if (fake.cma_hold_writes && len <= 8 && nheld_writes < 16) {
         fake.cma_hold_writes--;
         struct held_write *h = &held_writes[nheld_writes++];
