@@ -47,9 +47,15 @@ ASAN_OPTIONS=detect_leaks=0:abort_on_error=1 \
 if [ ! -d build-fuzz ]; then
     CC=clang meson setup build-fuzz -Dfuzz=true
 fi
-# Every harness of test/fuzz, and nothing else of the tree.
-mapfile -t fuzzers < <(ninja -C build-fuzz -t targets all |
-                       grep -E '^test/fuzz/fuzz_[a-z_]+: ' | cut -d: -f1)
+# Every harness of test/fuzz, and nothing else of the tree; the arguments
+# given to this script select among the other suites, not these.
+targets=$(ninja -C build-fuzz -t targets all)
+mapfile -t fuzzers < <(grep -E '^test/fuzz/fuzz_[a-z0-9_]+: ' <<<"$targets" |
+                       cut -d: -f1)
+if [ "${#fuzzers[@]}" -eq 0 ]; then
+    echo "test.sh: build-fuzz has no test/fuzz harnesses" >&2
+    exit 1
+fi
 ninja -C build-fuzz "${fuzzers[@]}"
-run_suite build-fuzz --no-rebuild --suite fuzz "$@"
+run_suite build-fuzz --no-rebuild --suite fuzz
 echo "=== all tests passed (release, sanitizer and fuzzer builds)"

@@ -997,6 +997,24 @@ static void fail_current_receive(struct psc_req *cur)
     }
 }
 
+/* Drop the unexpected messages of con but `leave` (NULL: none) and, when
+ * whole_stay, those that arrived whole; how many. */
+static unsigned drop_generated(struct psc_con *con, const struct psc_req *leave,
+                               bool whole_stay)
+{
+    unsigned n = 0;
+    struct psc_list *pos, *tmp;
+    psc_list_for_each_safe(pos, tmp, &con->net_recvq) {
+        struct psc_req *g = psc_list_entry(pos, struct psc_req, next);
+        if (g == leave || (whole_stay && g->got_all && !g->rndv_gen)) continue;
+        psc_list_del(&g->next);
+        psc_list_del(&g->next_any);
+        psc_req_release(g);
+        n++;
+    }
+    return n;
+}
+
 void psc_proto_fail_receives(struct psc_con *con)
 {
     struct psc_req *cur = con->rx.req;
@@ -1004,14 +1022,7 @@ void psc_proto_fail_receives(struct psc_con *con)
 
     /* Unexpected messages that arrived whole stay receivable; the rest go
      * (but the one arriving now only with `cur`). */
-    struct psc_list *pos, *tmp;
-    psc_list_for_each_safe(pos, tmp, &con->net_recvq) {
-        struct psc_req *g = psc_list_entry(pos, struct psc_req, next);
-        if ((g->got_all && !g->rndv_gen) || g == cur) continue;
-        psc_list_del(&g->next);
-        psc_list_del(&g->next_any);
-        psc_req_release(g);
-    }
+    drop_generated(con, cur, true);
     if (cur && con->plugin_open)
         con->rx_failed = cur; /* after the plugin's close (psc_proto_fail_sends) */
     else if (cur)
@@ -1025,20 +1036,18 @@ void psc_proto_fail_receives(struct psc_con *con)
 
 void psc_proto_drop_unexpected(struct psc_con *con)
 {
-    unsigned n = 0;
-    struct psc_list *pos, *tmp;
-    psc_list_for_each_safe(pos, tmp, &con->net_recvq) {
-        struct psc_req *g = psc_list_entry(pos, struct psc_req, next);
-        /* The one a plugin was moving goes when the plugin is closed. */
-        if (g == con->rx_failed) continue;
-        psc_list_del(&g->next);
-        psc_list_del(&g->next_any);
-        psc_req_release(g);
-        n++;
+    /* An unexpected message a plugin was still moving leaves the queues,
+     * so that no receive takes it over any more; it is freed with its
+     * receive when the plugin is closed (psc_proto_fail_sends). */
+    struct psc_req *moving = con->rx_failed;
+    if (moving && moving->kind == PSC_REQ_GENERATED) {
+        psc_list_del(&moving->next);
+        psc_list_del(&moving->next_any);
     }
+    unsigned n = drop_generated(con, NULL, false);
     if (n)
-        psc_debug("%s: closed with %u unexpected message%s that no receive "
-                  "took; dropped", psc_con_str(con), n, n == 1 ? "" : "s");
+        psc_warn("%s: closed with %u unexpected message%s that no receive "
+                 "took; dropped", psc_con_str(con), n, n == 1 ? "" : "s");
 }
 
 void psc_proto_fail_sends(struct psc_con *con)

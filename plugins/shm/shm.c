@@ -631,16 +631,19 @@ static int shm_rndv_pull(pscom_plugin_con_t *con, void *priv, const void *blob,
     if (blob_len != sizeof(b)) return -EPROTO;
     memcpy(&b, blob, sizeof(b));
     if (b.magic != BLOB_MAGIC || len > b.len) return -EPROTO;
+    if (cma_denied || sc->no_pull) goto tell_peer;
     if (b.pid != sc->peer_pid) {
         /* Only the connected process may be read, whatever a corrupt
-         * descriptor says; the body comes through the ring instead. */
-        pscom_plugin_log(1, "shm: %s: a rendezvous descriptor names process "
-                         "%d, not the peer (%d); receiving the body through "
-                         "the ring", pscom_plugin_con_str(con), (int)b.pid,
+         * description says. This body and the later ones of the
+         * connection come through the ring. */
+        pscom_plugin_log(1, "shm: %s: a rendezvous description names process "
+                         "%d, not the peer (%d); this connection streams "
+                         "large messages through the ring from now on",
+                         pscom_plugin_con_str(con), (int)b.pid,
                          (int)sc->peer_pid);
-        return -EPROTO;
+        sc->no_pull = true;
+        goto tell_peer;
     }
-    if (cma_denied || sc->no_pull) goto tell_peer;
 
     int rc = cma_move(b.pid, dst, b.addr, len, false);
     if (!rc) return 0;

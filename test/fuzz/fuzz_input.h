@@ -42,6 +42,13 @@ static inline unsigned byte(struct input *in)
     return b;
 }
 
+/* The next two bytes, little endian, 0 past the end. */
+static inline unsigned u16(struct input *in)
+{
+    unsigned lo = byte(in);
+    return lo | byte(in) << 8;
+}
+
 /* Up to n bytes into dst, as many as are left; how many. */
 static inline size_t take_up_to(struct input *in, void *dst, size_t n)
 {

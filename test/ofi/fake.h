@@ -45,6 +45,7 @@ struct fake_knobs {
     unsigned inject_calls, tsend_calls, trecv_calls, injects, eagains;
     unsigned msgs_sent, cancels, av_inserts;
     unsigned cma_reads, cma_writes;
+    unsigned cma_foreign; /* reads and writes naming another process */
     size_t largest_msg, cma_read_bytes;
 };
 extern struct fake_knobs fake;
@@ -77,7 +78,8 @@ struct fake_frame {
 /* The core's side of one connection. */
 struct psc_con {
     const char *name;
-    pid_t peer_pid; /* pscom_plugin_con_peer_pid: 0 unknown (the default) */
+    pid_t peer_pid; /* pscom_plugin_con_peer_pid: this process (the
+                     * default: both ends live here), 0 unknown */
     /* send queue */
     struct fake_frame *q[FAKE_MAX_FRAMES];
     unsigned qn;      /* frames queued */

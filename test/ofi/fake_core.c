@@ -9,6 +9,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <unistd.h>
+
 #include "fake.h"
 
 /* ---------------------------------------------------------------------- */
@@ -22,6 +24,7 @@ void fake_con_init(struct psc_con *c, const char *name, void *priv)
     c->name = name;
     c->priv = priv;
     c->hneed = 8;
+    c->peer_pid = getpid();
 }
 
 void fake_con_free(struct psc_con *c)

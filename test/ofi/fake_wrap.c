@@ -369,7 +369,10 @@ static int cma_reachable(uint64_t raddr, size_t len)
 int ofw_cma_read(pid_t pid, void *buf, uint64_t raddr, size_t len)
 {
     fake.cma_reads++;
-    if (pid != getpid()) return -ESRCH;
+    if (pid != getpid()) {
+        fake.cma_foreign++;
+        return -ESRCH;
+    }
     if (!cma_reachable(raddr, len)) return -EFAULT;
     if (fake.cma_read_error) {
         int e = fake.cma_read_error;
@@ -384,7 +387,10 @@ int ofw_cma_read(pid_t pid, void *buf, uint64_t raddr, size_t len)
 int ofw_cma_write(pid_t pid, const void *buf, uint64_t raddr, size_t len)
 {
     fake.cma_writes++;
-    if (pid != getpid()) return -ESRCH;
+    if (pid != getpid()) {
+        fake.cma_foreign++;
+        return -ESRCH;
+    }
     if (!cma_reachable(raddr, len)) return -EFAULT;
     if (fake.cma_hold_writes && len <= 8 && nheld_writes < 16) {
         fake.cma_hold_writes--;

@@ -143,9 +143,9 @@ static void eof_message(void **state)
 }
 
 /* A compare-and-swap of 0 bytes from a peer (no operand at all) is
- * answered, with nothing compared or written (the fuzzer's: the target
- * compared against a missing operand, undefined behaviour that the
- * sanitizer build reports). */
+ * answered, with nothing compared or written: comparing against the
+ * missing operand would be undefined behaviour, which the sanitizer build
+ * reports. */
 static void zero_length_compare_swap(void **state)
 {
     static char region[64];

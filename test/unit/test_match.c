@@ -258,8 +258,7 @@ static void cancel_unmatched(void **state)
 
 /* Unexpected messages stay receivable while their connection is only
  * failed; closing it drops them: an any-source receive posted after the
- * close must neither take them nor look at the freed connection (the
- * fuzzer's first finding: it did both). */
+ * close must neither take them nor look at the freed connection. */
 static void unexpected_of_closed_connection(void **state)
 {
     char b[8];
@@ -569,6 +568,34 @@ static void merged_body_fails_after_plugin_close(void **state)
     pscom_close_connection(c);
 }
 
+/* A connection closed from inside the library (a callback: depth > 0)
+ * while its plugin was still moving an unexpected body: that message
+ * leaves the queues at once, so an any-source receive posted before the
+ * plugin is closed does not take it over (and fail with it). */
+static void closed_partial_unexpected_not_taken(void **state)
+{
+    static char sent[1000], got[1000];
+    pscom_connection_t *c = async_con();
+    void *dst;
+
+    memset(sent, 'z', sizeof(sent));
+    feed_part(c, sent, sizeof(sent), 100); /* unexpected, still arriving */
+    assert_int_equal(pscom_plugin_rx_direct(con_of(c), &dst), 900);
+    pscom_plugin_con_error(con_of(c), PSCOM_OP_READ, PSCOM_ERR_IOERROR,
+                           "test", 0);
+
+    psc_enter(); /* as in a callback: the plugin's close waits */
+    pscom_close_connection(c);
+    pscom_request_t *r = recv_req(NULL, got, sizeof(got));
+    assert_false(pscom_req_is_done(r));
+    memset(dst, 'z', 900); /* the plugin's late write: into a live buffer */
+    psc_leave(); /* the plugin is closed, the message freed */
+    assert_int_equal(closes, 1);
+    assert_false(pscom_req_is_done(r));
+    assert_int_equal(pscom_cancel_recv(r), 1);
+    pscom_request_free(r);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -580,6 +607,7 @@ int main(void)
         cmocka_unit_test(partial_message_merged),
         cmocka_unit_test(cancel_unmatched),
         cmocka_unit_test(unexpected_of_closed_connection),
+        cmocka_unit_test(closed_partial_unexpected_not_taken),
         cmocka_unit_test(truncation_keeps_stream),
         cmocka_unit_test(whole_message_read_in_place),
         cmocka_unit_test(default_recv_first),
