@@ -12,7 +12,9 @@
  * on a fresh connection without a transport, closed at the end. Two steps
  * build messages the fuzzer could not guess: rendezvous answers naming the
  * ids of the program's own requests, and one-sided messages naming the
- * registered region, aimed at, across and beyond its ends. Each input
+ * registered region, aimed at, across and beyond its ends; one-sided
+ * operations posted at the peer (this process's own region key stands for
+ * the peer's), whose replies the peer makes up. Each input
  * opens a group whose members other than this process are all the one
  * connection, so that broadcasts can be posted and the peer's group
  * messages have a group to go to.
@@ -105,12 +107,16 @@ enum op {
     OP_ANSWER,    /* the peer's rendezvous answer to a request of a slot */
     OP_RMA,       /* a one-sided message at (or near) the region */
     OP_BCAST,     /* post a broadcast on the group */
+    OP_ORIGIN,    /* post a one-sided operation at the peer */
     OP_GROUP_MSG, /* a broadcast or barrier message of the peer */
     OP_COUNT
 };
 
 static pscom_socket_t *sock;
 static pscom_memh_t memh;
+static void *keybuf; /* the region's packed key, standing for the peer's */
+static size_t keylen;
+static pscom_rkey_t rkey; /* keybuf on the running input's connection */
 static uint64_t region_id; /* the name peers use for the region */
 static uint8_t region[REGION];
 static int errors;
@@ -161,6 +167,7 @@ static void init_once(void)
     region_id = psc_ctx.next_id; /* the id registering gave it */
     for (int op = 0; op < PSCOM_RMA_OP_COUNT; op++)
         pscom_register_rma_callbacks(target_cb, memh, (pscom_rma_op_t)op);
+    CHECK(pscom_rkey_buffer_pack(&keybuf, &keylen, memh) == PSCOM_SUCCESS);
 }
 
 struct slot {
@@ -169,6 +176,7 @@ struct slot {
     size_t len;
     bool recv;
     bool bcast;
+    bool origin; /* a one-sided operation; buf has room for two operands */
 };
 
 static pscom_request_t *new_req(struct slot *s, size_t len, bool recv);
@@ -233,7 +241,12 @@ static void op_answer(struct input *in, pscom_connection_t *c,
     uint64_t id = req_of(s->req)->id;
     unsigned mode = byte(in);
     if (mode & 4) id += mode >> 3; /* now and then a near miss */
-    if (!s->recv && mode & 1) {
+    if (s->origin) {
+        struct psc_rma_reply rep = {.id = id,
+                                    .status = mode & 2 ? PSCOM_ERR_INVALID : 0};
+        push_frame(in, c, PSC_MSG_RMA_REPLY, &rep, sizeof(rep),
+                   (uint16_t)u16(in) % 512);
+    } else if (!s->recv && mode & 1) {
         struct psc_rndv_fin fin = {.sender_id = id};
         push_frame(in, c, PSC_MSG_RNDV_FIN, &fin, sizeof(fin), 0);
     } else if (!s->recv) {
@@ -264,6 +277,41 @@ static void op_bcast(struct input *in, struct slot *s)
     r->xheader.bcast.group_id = group_id + (mode & 8 ? 1 : 0);
     r->xheader.bcast.bcast_root = (mode >> 4) % (group_size + 1);
     pscom_post_bcast(r);
+}
+
+static void origin_done(pscom_request_t *r)
+{
+    (void)r; /* with a callback, the request stays the program's to free */
+}
+
+/* A one-sided operation at the peer's region (the key stands for it), at
+ * an offset the input picks, of up to 255 bytes. */
+static void op_origin(struct input *in, pscom_connection_t *c, struct slot *s)
+{
+    typedef void (*post_fn)(pscom_request_t *);
+    static const post_fn posts[] = {
+        pscom_post_rma_put,           pscom_post_rma_get,
+        pscom_post_rma_accumulate,    pscom_post_rma_get_accumulate,
+        pscom_post_rma_fetch_op,      pscom_post_rma_compare_swap,
+    };
+    unsigned mode = byte(in);
+    size_t len = byte(in);
+    unsigned off = u16(in);
+    if (s->req || !rkey) return;
+    pscom_request_t *r = new_req(s, 2 * len, false);
+    s->origin = true;
+    memset(s->buf, 'o', 2 * len);
+    r->connection = c;
+    r->data_len = len;
+    r->xheader_len = 0;
+    r->rma.rkey = rkey;
+    /* (an address as the peer would have it: a number, maybe outside) */
+    r->rma.target_addr = (void *)((uintptr_t)region + off % (2 * REGION));
+    r->rma.origin_addr = s->buf;
+    r->rma.compare_addr = (char *)s->buf + len;
+    r->rma.result_addr = s->buf;
+    r->ops.io_done = origin_done;
+    posts[mode % (sizeof(posts) / sizeof(posts[0]))](r);
 }
 
 /* The peer's broadcast (or barrier) message for a group and root the
@@ -457,6 +505,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     CHECK(c);
     con_of(c)->rndv_threshold = RNDV_AT;
     open_group(&in, c);
+    CHECK(pscom_rkey_generate(c, keybuf, keylen, &rkey) == PSCOM_SUCCESS);
 
     while (in.left) {
         unsigned op = byte(&in) % OP_COUNT;
@@ -480,6 +529,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         case OP_ANSWER: op_answer(&in, c, s); break;
         case OP_RMA: op_rma(&in, c); break;
         case OP_BCAST: op_bcast(&in, s); break;
+        case OP_ORIGIN: op_origin(&in, c, s); break;
         case OP_GROUP_MSG: op_group_msg(&in, c); break;
         }
         CHECK(errors <= 1);
@@ -491,6 +541,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     }
     finish(slots, c);
     pscom_group_close(group);
+    pscom_rkey_destroy(rkey);
+    rkey = NULL;
     CHECK(errors <= 1);
     return 0;
 }
