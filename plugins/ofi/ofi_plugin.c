@@ -235,10 +235,8 @@ struct ofi_con {
     bool attn;      /* on the attention scan (counted in ofi.attn) */
     bool tx_blocked; /* a send found the queue full */
     bool tx_report; /* frames completed: report them from progress */
-    bool pull;      /* pull mode (both sides asked for it) */
-    /* The process pull descriptors must name: the peer's, from the core's
-     * handshake (pull mode is refused without it). */
-    uint32_t pull_pid;
+    bool pull;      /* pull mode (both sides asked for it, and the core
+                     * knows the peer's process id) */
     int fd;         /* the pre-connection socket, or -1 */
 
     uint32_t conid;      /* peers tag messages to us with it */
@@ -769,10 +767,11 @@ static int body_pull(struct ofi_con *oc, const ofi_pull_desc_t *d,
  * says. Fails the connection when it does not. */
 static bool pull_pid_ok(struct ofi_con *oc, uint32_t pid)
 {
-    if (pid == oc->pull_pid) return true;
+    pid_t peer = pscom_plugin_con_peer_pid(oc->con);
+    if ((pid_t)pid == peer) return true;
     char why[128];
     snprintf(why, sizeof(why), "pull descriptor naming process %u, not the "
-             "peer (%u)", pid, oc->pull_pid);
+             "peer (%d)", pid, (int)peer);
     fail_proto(oc, why);
     return false;
 }
@@ -1617,16 +1616,12 @@ static int ofi_hs_connect(pscom_plugin_con_t *con, void *priv,
     oc->peer_conid = b->conid;
     oc->peer_bounce = b->bounce;
     oc->pull = ofi.pull && (b->flags & OFI_BLOB_PULL);
-    if (oc->pull) {
-        pid_t peer = pscom_plugin_con_peer_pid(con);
-        if (peer <= 0) {
-            why = "pull mode needs the peer's process id, which the core "
-                  "knows only for peers it takes for ones of this node "
-                  "(PSP_OFI_PULL=0 turns pull mode off)";
-            rc = -EPROTO;
-            goto out;
-        }
-        oc->pull_pid = (uint32_t)peer;
+    if (oc->pull && pscom_plugin_con_peer_pid(con) <= 0) {
+        why = "pull mode needs the peer's process id, which the core knows "
+              "only for peers it takes for ones of this node (PSP_OFI_PULL=0 "
+              "turns pull mode off)";
+        rc = -EPROTO;
+        goto out;
     }
     oc->chunk = min_size(ofi.max_msg, b->max_msg);
 

@@ -170,16 +170,28 @@ static void init_once(void)
     CHECK(pscom_rkey_buffer_pack(&keybuf, &keylen, memh) == PSCOM_SUCCESS);
 }
 
-struct slot {
-    pscom_request_t *req;
-    void *buf;
-    size_t len;
-    bool recv;
-    bool bcast;
-    bool origin; /* a one-sided operation; buf has room for two operands */
+enum slot_kind {
+    SLOT_RECV,
+    SLOT_SEND,
+    SLOT_BCAST,  /* receives the broadcast (or sends it, at the root) */
+    SLOT_ORIGIN, /* a one-sided operation; buf has room for two operands */
 };
 
-static pscom_request_t *new_req(struct slot *s, size_t len, bool recv);
+struct slot {
+    pscom_request_t *req; /* NULL: free */
+    void *buf;
+    size_t len;
+    enum slot_kind kind;
+};
+
+/* Does the slot's request receive into buf? */
+static bool receives(const struct slot *s)
+{
+    return s->kind == SLOT_RECV || s->kind == SLOT_BCAST;
+}
+
+static pscom_request_t *new_req(struct slot *s, size_t len,
+                                enum slot_kind kind);
 
 /* The group of the running input. */
 static pscom_group_t *group;
@@ -241,15 +253,15 @@ static void op_answer(struct input *in, pscom_connection_t *c,
     uint64_t id = req_of(s->req)->id;
     unsigned mode = byte(in);
     if (mode & 4) id += mode >> 3; /* now and then a near miss */
-    if (s->origin) {
+    if (s->kind == SLOT_ORIGIN) {
         struct psc_rma_reply rep = {.id = id,
                                     .status = mode & 2 ? PSCOM_ERR_INVALID : 0};
         push_frame(in, c, PSC_MSG_RMA_REPLY, &rep, sizeof(rep),
                    (uint16_t)u16(in) % 512);
-    } else if (!s->recv && mode & 1) {
+    } else if (!receives(s) && mode & 1) {
         struct psc_rndv_fin fin = {.sender_id = id};
         push_frame(in, c, PSC_MSG_RNDV_FIN, &fin, sizeof(fin), 0);
-    } else if (!s->recv) {
+    } else if (!receives(s)) {
         struct psc_rndv_cts cts = {.sender_id = id};
         take(in, &cts.receiver_id, 1);
         push_frame(in, c, PSC_MSG_RNDV_CTS, &cts, sizeof(cts), 0);
@@ -268,8 +280,7 @@ static void op_bcast(struct input *in, struct slot *s)
     unsigned mode = byte(in);
     size_t len = byte(in);
     if (s->req) return;
-    pscom_request_t *r = new_req(s, len, true);
-    s->bcast = true;
+    pscom_request_t *r = new_req(s, len, SLOT_BCAST);
     memset(s->buf, 'b', len);
     r->socket = sock;
     r->xheader_len = sizeof(pscom_xheader_bcast_t) + mode % 3 * 4;
@@ -298,8 +309,7 @@ static void op_origin(struct input *in, pscom_connection_t *c, struct slot *s)
     size_t len = byte(in);
     unsigned off = u16(in);
     if (s->req || !rkey) return;
-    pscom_request_t *r = new_req(s, 2 * len, false);
-    s->origin = true;
+    pscom_request_t *r = new_req(s, 2 * len, SLOT_ORIGIN);
     memset(s->buf, 'o', 2 * len);
     r->connection = c;
     r->data_len = len;
@@ -412,14 +422,15 @@ static void op_rx_now(struct input *in, pscom_connection_t *c)
     }
 }
 
-static pscom_request_t *new_req(struct slot *s, size_t len, bool recv)
+static pscom_request_t *new_req(struct slot *s, size_t len,
+                                enum slot_kind kind)
 {
     s->req = pscom_request_create(MAX_XH, 0);
     CHECK(s->req);
     s->buf = malloc(len); /* (ASan gives even 0 bytes an address) */
     CHECK(s->buf);
     s->len = len;
-    s->recv = recv;
+    s->kind = kind;
     s->req->data = s->buf;
     s->req->data_len = len;
     return s->req;
@@ -430,7 +441,7 @@ static void op_recv(struct input *in, pscom_connection_t *c, struct slot *s)
     unsigned mode = byte(in);
     size_t len = byte(in) * (mode & 8 ? 64 : 1);
     if (s->req) return;
-    pscom_request_t *r = new_req(s, len, true);
+    pscom_request_t *r = new_req(s, len, SLOT_RECV);
     r->xheader_len = mode % 5 * 8;
     if (mode & 1) {
         r->connection = NULL; /* any source of the socket */
@@ -447,7 +458,7 @@ static void op_send(struct input *in, pscom_connection_t *c, struct slot *s)
     unsigned mode = byte(in);
     size_t len = byte(in) * (mode & 1 ? 64 : 1);
     if (s->req) return;
-    pscom_request_t *r = new_req(s, len, false);
+    pscom_request_t *r = new_req(s, len, SLOT_SEND);
     memset(s->buf, 's', len);
     r->connection = c;
     r->xheader_len = mode % 3 * 8;
@@ -485,10 +496,10 @@ static void finish(struct slot *slots, pscom_connection_t *c)
         struct slot *s = &slots[i];
         pscom_request_t *r = s->req;
         if (!r) continue;
-        if (!pscom_req_is_done(r) && s->recv && !s->bcast && !r->connection)
+        if (!pscom_req_is_done(r) && s->kind == SLOT_RECV && !r->connection)
             pscom_cancel_recv(r);
         CHECK(pscom_req_is_done(r));
-        if (s->recv && pscom_req_successful(r))
+        if (receives(s) && pscom_req_successful(r))
             CHECK(r->header.data_len <= s->len);
         pscom_request_free(r);
         free(s->buf);
@@ -523,7 +534,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         case OP_SEND: op_send(&in, c, s); break;
         case OP_TX: op_tx(&in, c); break;
         case OP_CANCEL:
-            if (s->req && s->recv) pscom_cancel_recv(s->req);
+            if (s->req && receives(s)) pscom_cancel_recv(s->req);
             break;
         case OP_PROBE: op_probe(&in, c); break;
         case OP_ANSWER: op_answer(&in, c, s); break;
