@@ -113,9 +113,12 @@ int vb_mcache_get(vb_mcache_t *mc, const void *addr, size_t len, int access,
     }
     mc->stats.misses++;
 
-    uintptr_t pstart = start & ~(mc->page - 1);
-    uintptr_t pend = (end + mc->page - 1) & ~(mc->page - 1);
-    if (pend < end) pend = end; /* the last page of the address space */
+    uintptr_t pstart = start, pend = end;
+    if (!(access & mc->ops->exact_access)) {
+        pstart = start & ~(mc->page - 1);
+        pend = (end + mc->page - 1) & ~(mc->page - 1);
+        if (pend < end) pend = end; /* the last page of the address space */
+    }
     vb_mentry_t *e = calloc(1, sizeof(*e));
     if (!e) return -ENOMEM;
     e->reg.addr = (void *)pstart;

@@ -5,7 +5,11 @@
  * caller's callbacks, so the cache is tested without hardware.
  *
  * A registration covers whole pages: [addr, addr + len) rounded out to page
- * boundaries. A lookup hits an entry that covers the requested range with
+ * boundaries, so that neighbouring buffers share it; except one that asks
+ * for a right of ops->exact_access (the peer's rights), which covers the
+ * bytes asked for and no more: the HCA checks a peer's access against the
+ * registration, and the rest of those pages belongs to other objects. A
+ * lookup hits an entry that covers the requested range with
  * at least the requested access rights; overlapping entries may coexist.
  * Entries in use (references held) are never evicted; when every cached
  * entry is in use and the cache is full, a new registration is handed out
@@ -30,8 +34,8 @@
 
 /* A registration as the HCA knows it. */
 typedef struct vb_mreg {
-    void *addr;    /* first byte registered (page aligned) */
-    size_t len;    /* bytes registered (whole pages) */
+    void *addr;    /* first byte registered (page aligned, unless exact) */
+    size_t len;    /* bytes registered (whole pages, unless exact) */
     int access;    /* IBV_ACCESS_* flags it was registered with */
     uint32_t lkey; /* for local scatter/gather entries */
     uint32_t rkey; /* for the peer's RDMA operations */
@@ -44,6 +48,9 @@ typedef struct vb_mcache_ops {
     int (*reg)(void *arg, vb_mreg_t *out);
     /* Deregister what reg() made. */
     void (*dereg)(void *arg, vb_mreg_t *reg);
+    /* Access rights whose registrations cover exactly the bytes asked for
+     * (0: every registration covers whole pages). */
+    int exact_access;
 } vb_mcache_ops_t;
 
 typedef struct vb_mentry {

@@ -437,6 +437,27 @@ static void complete(struct fake_qp *q, const struct ibv_send_wr *wr,
     cq_push(q->qp.send_cq, &wc);
 }
 
+/* A SEND of len bytes at buf arriving at q, which has a receive posted:
+ * into the oldest one, with its completion. false when it does not fit
+ * (a completion with IBV_WC_LOC_LEN_ERR, nothing copied). */
+static bool receive(struct fake_qp *q, const void *buf, uint32_t len)
+{
+    struct rq_entry *r = &q->rq[q->rq_head];
+    q->rq_head = (q->rq_head + 1) % q->rq_cap;
+    q->rq_count--;
+    struct ibv_wc wc = {
+        .wr_id = r->wr_id,
+        .opcode = IBV_WC_RECV,
+        .byte_len = len,
+        .qp_num = q->qp.qp_num,
+    };
+    bool fits = len <= r->length;
+    if (fits) memcpy((void *)(uintptr_t)r->addr, buf, len);
+    else wc.status = IBV_WC_LOC_LEN_ERR;
+    cq_push(q->qp.recv_cq, &wc);
+    return fits;
+}
+
 static int post_one(struct fake_qp *q, struct ibv_send_wr *wr)
 {
     if (q->qp.state != IBV_QPS_RTS && q->qp.state != IBV_QPS_ERR)
@@ -472,24 +493,10 @@ static int post_one(struct fake_qp *q, struct ibv_send_wr *wr)
             complete(q, wr, IBV_WC_RNR_RETRY_EXC_ERR, op, 0);
             return 0;
         }
-        struct rq_entry *r = &peer->rq[peer->rq_head];
-        peer->rq_head = (peer->rq_head + 1) % peer->rq_cap;
-        peer->rq_count--;
-        struct ibv_wc rwc = {
-            .wr_id = r->wr_id,
-            .opcode = IBV_WC_RECV,
-            .byte_len = sge->length,
-            .qp_num = peer->qp.qp_num,
-        };
-        if (sge->length > r->length) {
-            rwc.status = IBV_WC_LOC_LEN_ERR;
-            cq_push(peer->qp.recv_cq, &rwc);
+        if (!receive(peer, (void *)(uintptr_t)sge->addr, sge->length)) {
             complete(q, wr, IBV_WC_REM_INV_REQ_ERR, op, 0);
             return 0;
         }
-        memcpy((void *)(uintptr_t)r->addr, (void *)(uintptr_t)sge->addr,
-               sge->length);
-        cq_push(peer->qp.recv_cq, &rwc);
         fake_stats.sends++;
         complete(q, wr, IBV_WC_SUCCESS, op, sge->length);
         return 0;
@@ -513,13 +520,25 @@ static int post_one(struct fake_qp *q, struct ibv_send_wr *wr)
             return 0;
         }
         void *l = (void *)(uintptr_t)sge->addr, *r = (void *)(uintptr_t)raddr;
-        memcpy(read ? l : r, read ? r : l, sge->length);
+        /* (both ends are in this process: a made-up key may name the
+         * other buffer of the pair) */
+        memmove(read ? l : r, read ? r : l, sge->length);
         if (read) fake_stats.reads++;
         else fake_stats.writes++;
         complete(q, wr, IBV_WC_SUCCESS, op, sge->length);
         return 0;
     }
     return EINVAL;
+}
+
+int fake_deliver(uint32_t qpn, const void *buf, uint32_t len)
+{
+    struct fake_qp *q = find_qp(qpn);
+    if (!q || q->qp.state < IBV_QPS_RTR || q->qp.state > IBV_QPS_RTS ||
+        !q->rq_count)
+        return -1;
+    receive(q, buf, len);
+    return 0;
 }
 
 int vb_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr,

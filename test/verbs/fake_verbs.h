@@ -72,4 +72,11 @@ void fake_reset(void);
  * with IBV_WC_RETRY_EXC_ERR. */
 void fake_break_all(void);
 
+/* A SEND of len bytes at buf from the network, arriving at the queue pair
+ * qpn, as the peer's HCA would deliver it: into its oldest posted receive,
+ * with a receive completion (IBV_WC_LOC_LEN_ERR, and nothing copied, when
+ * it does not fit). 0; -1 when no such queue pair is ready to receive or
+ * none of its receives is posted (the sender's HCA would report RNR). */
+int fake_deliver(uint32_t qpn, const void *buf, uint32_t len);
+
 #endif

@@ -1,7 +1,8 @@
 /*
  * The registration cache of the verbs plugin (plugins/verbs/mcache.c):
  * hits, LRU eviction at the bound, entries in use never evicted,
- * invalidation, overlapping regions, access rights, size 0 = off.
+ * invalidation, overlapping regions, access rights, size 0 = off, and
+ * registrations of the peer's rights covering the bytes asked for only.
  * Registration is a callback that only counts.
  */
 #include <errno.h>
@@ -254,6 +255,44 @@ static void errors(void **state)
     assert_int_equal(regs, deregs);
 }
 
+/* R stands for a right of the peer's: its registrations are exact. */
+static const vb_mcache_ops_t exact_ops = {.reg = reg, .dereg = dereg,
+                                          .exact_access = R};
+
+static void peer_rights_registered_exactly(void **state)
+{
+    vb_mcache_t *mc = vb_mcache_create(4, &exact_ops, NULL);
+    vb_mentry_t *r = NULL, *r2 = NULL, *w = NULL, *rw = NULL;
+    assert_int_equal(vb_mcache_get(mc, mem + 100, 1000, R, &r), 0);
+    assert_ptr_equal(r->reg.addr, mem + 100);
+    assert_int_equal(r->reg.len, 1000);
+    /* The same page past those bytes: not covered, a new registration. */
+    assert_int_equal(vb_mcache_get(mc, mem + 1100, 10, R, &r2), 0);
+    assert_ptr_not_equal(r, r2);
+    assert_ptr_equal(r2->reg.addr, mem + 1100);
+    assert_int_equal(r2->reg.len, 10);
+    /* Any peer right among others makes it exact. */
+    assert_int_equal(vb_mcache_get(mc, mem + 5, 7, R | W, &rw), 0);
+    assert_ptr_equal(rw->reg.addr, mem + 5);
+    assert_int_equal(rw->reg.len, 7);
+    /* Local rights only: whole pages, as before. */
+    assert_int_equal(vb_mcache_get(mc, mem + 100, 10, W, &w), 0);
+    assert_ptr_equal(w->reg.addr, mem);
+    assert_int_equal(w->reg.len, page);
+    vb_mcache_put(mc, r);
+    vb_mcache_put(mc, r2);
+    vb_mcache_put(mc, rw);
+    vb_mcache_put(mc, w);
+    /* An exact entry still serves a lookup it covers. */
+    vb_mentry_t *again = NULL;
+    assert_int_equal(vb_mcache_get(mc, mem + 200, 50, R, &again), 0);
+    assert_ptr_equal(again, r);
+    vb_mcache_put(mc, again);
+    assert_int_equal(regs, 4);
+    vb_mcache_destroy(mc);
+    assert_int_equal(deregs, 4);
+}
+
 static void random_use_stays_bounded(void **state)
 {
     vb_mcache_t *mc = vb_mcache_create(5, &ops, NULL);
@@ -290,6 +329,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(size_zero_is_off, setup, teardown),
         cmocka_unit_test_setup_teardown(errors, setup, teardown),
         cmocka_unit_test_setup_teardown(random_use_stays_bounded, setup, teardown),
+        cmocka_unit_test_setup_teardown(peer_rights_registered_exactly, setup,
+                                        teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
