@@ -14,6 +14,7 @@ struct vb_mcache {
     size_t count;             /* cached entries */
     vb_mentry_t *mru, *lru;   /* the cached entries, most recent first */
     uintptr_t page;           /* page size */
+    int exact;                /* rights registered to the byte */
     const vb_mcache_ops_t *ops;
     void *arg;
     vb_mcache_stats_t stats;
@@ -52,14 +53,15 @@ static void drop(vb_mcache_t *mc, vb_mentry_t *e)
     if (!e->refs) release(mc, e);
 }
 
-vb_mcache_t *vb_mcache_create(size_t max, const vb_mcache_ops_t *ops,
-                              void *arg)
+vb_mcache_t *vb_mcache_create(size_t max, int exact_access,
+                              const vb_mcache_ops_t *ops, void *arg)
 {
     vb_mcache_t *mc = calloc(1, sizeof(*mc));
     if (!mc) return NULL;
     long page = sysconf(_SC_PAGESIZE);
     mc->page = page > 0 ? (uintptr_t)page : 4096;
     mc->max = max;
+    mc->exact = exact_access;
     mc->ops = ops;
     mc->arg = arg;
     return mc;
@@ -72,12 +74,19 @@ void vb_mcache_destroy(vb_mcache_t *mc)
     free(mc);
 }
 
-static bool covers(const vb_mentry_t *e, uintptr_t start, uintptr_t end,
-                   int access)
+/* May e serve a request for [start, end) with `access`? With the peer's
+ * rights only an entry of exactly that range and of the same peer rights
+ * does: a larger one would let the peer reach more bytes, one with more
+ * peer rights would let it do more with them. */
+static bool serves(const vb_mcache_t *mc, const vb_mentry_t *e,
+                   uintptr_t start, uintptr_t end, int access)
 {
     uintptr_t s = (uintptr_t)e->reg.addr;
-    return s <= start && end <= s + e->reg.len &&
-           (e->reg.access & access) == access;
+    if ((e->reg.access & access) != access) return false;
+    if (access & mc->exact)
+        return s == start && e->reg.len == end - start &&
+               (e->reg.access & mc->exact) == (access & mc->exact);
+    return s <= start && end <= s + e->reg.len;
 }
 
 /* Make room for one more cached entry. false when every entry is in use. */
@@ -101,7 +110,7 @@ int vb_mcache_get(vb_mcache_t *mc, const void *addr, size_t len, int access,
     uintptr_t end = start + len;
 
     for (vb_mentry_t *e = mc->mru; e; e = e->next) {
-        if (!covers(e, start, end, access)) continue;
+        if (!serves(mc, e, start, end, access)) continue;
         mc->stats.hits++;
         if (e != mc->mru) {
             unlink_entry(mc, e);
@@ -114,7 +123,7 @@ int vb_mcache_get(vb_mcache_t *mc, const void *addr, size_t len, int access,
     mc->stats.misses++;
 
     uintptr_t pstart = start, pend = end;
-    if (!(access & mc->ops->exact_access)) {
+    if (!(access & mc->exact)) {
         pstart = start & ~(mc->page - 1);
         pend = (end + mc->page - 1) & ~(mc->page - 1);
         if (pend < end) pend = end; /* the last page of the address space */

@@ -5,12 +5,13 @@
  * caller's callbacks, so the cache is tested without hardware.
  *
  * A registration covers whole pages: [addr, addr + len) rounded out to page
- * boundaries, so that neighbouring buffers share it; except one that asks
- * for a right of ops->exact_access (the peer's rights), which covers the
- * bytes asked for and no more: the HCA checks a peer's access against the
- * registration, and the rest of those pages belongs to other objects. A
- * lookup hits an entry that covers the requested range with
- * at least the requested access rights; overlapping entries may coexist.
+ * boundaries, and a lookup hits an entry that covers the requested range
+ * with at least the requested access rights, so that neighbouring buffers
+ * share it. Except for the peer's rights (exact_access of
+ * vb_mcache_create): the HCA checks a peer's access against the
+ * registration its key names, so such a registration covers the bytes
+ * asked for and no more, and a lookup hits only an entry of exactly that
+ * range and those peer rights. Overlapping entries may coexist.
  * Entries in use (references held) are never evicted; when every cached
  * entry is in use and the cache is full, a new registration is handed out
  * uncached and deregistered when its last reference goes. A bound of 0
@@ -48,9 +49,6 @@ typedef struct vb_mcache_ops {
     int (*reg)(void *arg, vb_mreg_t *out);
     /* Deregister what reg() made. */
     void (*dereg)(void *arg, vb_mreg_t *reg);
-    /* Access rights whose registrations cover exactly the bytes asked for
-     * (0: every registration covers whole pages). */
-    int exact_access;
 } vb_mcache_ops_t;
 
 typedef struct vb_mentry {
@@ -69,10 +67,12 @@ typedef struct vb_mcache_stats {
 
 typedef struct vb_mcache vb_mcache_t;
 
-/* A cache of at most `max` registrations (0: caching off). `ops` and `arg`
- * must outlive the cache. NULL when out of memory. */
-vb_mcache_t *vb_mcache_create(size_t max, const vb_mcache_ops_t *ops,
-                              void *arg);
+/* A cache of at most `max` registrations (0: caching off). exact_access:
+ * the rights (IBV_ACCESS_* bits) that give the peer access, registered to
+ * the byte (0: none). `ops` and `arg` must outlive the cache. NULL when out
+ * of memory. */
+vb_mcache_t *vb_mcache_create(size_t max, int exact_access,
+                              const vb_mcache_ops_t *ops, void *arg);
 
 /* Deregister and free every cached entry. Entries still referenced are
  * owned by their holders from now on and are freed by their last put, which

@@ -408,13 +408,11 @@ static void mc_dereg(void *arg, vb_mreg_t *r)
                          "failed: %s", r->len, r->addr, strerror(rc));
 }
 
+static const vb_mcache_ops_t mc_ops = {.reg = mc_reg, .dereg = mc_dereg};
+
 /* What the peer may touch is registered to the byte (mcache.h). */
-static const vb_mcache_ops_t mc_ops = {
-    .reg = mc_reg,
-    .dereg = mc_dereg,
-    .exact_access = IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_WRITE |
-                    IBV_ACCESS_REMOTE_ATOMIC,
-};
+#define PEER_ACCESS                                                            \
+    (IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC)
 
 static void warn_reg(const char *what, size_t len, int rc)
 {
@@ -613,7 +611,7 @@ static int vb_init(void)
                          vb.cq_size, vb.dev_name, strerror(-rc));
         goto dealloc_pd;
     }
-    vb.mc = vb_mcache_create(cfg_mcache_size, &mc_ops, NULL);
+    vb.mc = vb_mcache_create(cfg_mcache_size, PEER_ACCESS, &mc_ops, NULL);
     if (!vb.mc) {
         rc = -ENOMEM;
         goto destroy_cq;

@@ -12,17 +12,30 @@
  *   - rendezvous reads B makes from descriptors that A really lent, with
  *     their fields changed or not;
  *   - one-sided gets and puts B makes with A's region key, changed or not;
+ *   - rendezvous descriptors B lends (whose handles the made-up messages
+ *     name);
  *   - B's core failing the connection at its next push; rounds of
  *     progress; messages that arrive before B is open.
  *
- * What must hold, else the run aborts: no crash, overflow, leak or failed
- * check of the plugin; each connection reports at most one error and B's
- * core gets no bytes after B's; a rendezvous read or a get that the plugin
- * reports done brought exactly the bytes the descriptor or key named (the
- * fake HCA refuses what no registration covers, as a real one does); a
- * one-sided operation is reported once at most; no queue pair is moved
- * through a transition a real HCA would refuse and no completion queue
- * overruns; closing both and destroying the plugin leaves no verbs object.
+ * What must hold, else the run aborts:
+ *   - no crash, overflow, leak or failed check of the plugin;
+ *   - each connection reports at most one error, and B's core gets no
+ *     bytes after B's;
+ *   - a rendezvous read, get or put that the plugin reports done stayed
+ *     within a range that a descriptor or key of this program gave the
+ *     peer with the rkey it used (the fake HCA lets through what a
+ *     registration covers, as a real one does: so the registrations of
+ *     what the peer may touch must cover no more), and a read or get
+ *     brought the bytes it named;
+ *   - an rkey given out names one range and one set of rights;
+ *   - a read writes only its destination;
+ *   - A's buffer, which lies in the middle of pages between guard bytes,
+ *     keeps its contents (every put writes what it holds), and so do the
+ *     guards;
+ *   - a one-sided operation is reported once at most;
+ *   - no queue pair goes through a transition a real HCA would refuse,
+ *     and no completion queue overruns;
+ *   - closing both and destroying the plugin leaves no verbs object.
  */
 #include <stdbool.h>
 #include <stddef.h>
@@ -44,6 +57,8 @@ extern const pscom_plugin_t pscom_plugin_verbs;
 #define MEM 16384    /* each side's buffer */
 #define LENT_MAX 8
 #define RMA_MAX 8
+#define PAGE 4096
+#define VISIBLE_MAX (2 * LENT_MAX + 1)
 
 /* ---------------------------------------------------------------------- */
 /* The core's connection services                                         */
@@ -60,7 +75,7 @@ struct psc_con {
     size_t pushed;
 };
 
-volatile uint8_t fuzz_sink; /* what the harness reads goes here */
+static volatile uint8_t sink; /* what the harness reads goes here */
 
 const char *pscom_plugin_con_str(pscom_plugin_con_t *con)
 {
@@ -89,7 +104,7 @@ int pscom_plugin_rx_push(pscom_plugin_con_t *con, const void *buf, size_t len)
     CHECK(!con->errors && !con->failed);
     CHECK(len);
     /* The plugin hands over bytes of its receive slot: read them all. */
-    for (size_t i = 0; i < len; i++) fuzz_sink ^= ((const uint8_t *)buf)[i];
+    for (size_t i = 0; i < len; i++) sink ^= ((const uint8_t *)buf)[i];
     con->pushed += len;
     if (con->fail_next_push) {
         con->failed = true;
@@ -108,24 +123,72 @@ void pscom_plugin_con_error(pscom_plugin_con_t *con, pscom_op_t op,
     con->errors++;
 }
 
+/* A's buffer lies in the middle of pages, between guard bytes: a
+ * registration of whole pages would let the peer reach those. */
+static uint8_t arena_a[MEM + 3 * PAGE] __attribute__((aligned(PAGE)));
+#define GUARD 0xee
+static uint8_t *const mem_a = arena_a + PAGE + 192;
+static uint8_t arena_ref[sizeof(arena_a)]; /* what it holds, all along */
+static uint8_t mem_b[MEM] __attribute__((aligned(64)));
+
+/* What A's buffer holds. */
+static uint8_t pattern(size_t i)
+{
+    return (uint8_t)(i * 7 + (i >> 8));
+}
+
+static bool in_range(uintptr_t a, size_t len, uintptr_t lo, size_t n)
+{
+    return a >= lo && a - lo <= n && len <= n - (a - lo);
+}
+
+static bool in_mem_a(uintptr_t a, size_t len)
+{
+    return in_range(a, len, (uintptr_t)mem_a, MEM);
+}
+
+/* What descriptors and keys of this program gave the peer: rkey and range,
+ * and whether it may write there (A's region). */
+static struct visible {
+    uint32_t rkey;
+    uintptr_t addr;
+    size_t len;
+    bool write;
+} visible[VISIBLE_MAX];
+static size_t nvisible;
+
+static void show(uint32_t rkey, uintptr_t addr, size_t len, bool write)
+{
+    /* A key names what it was given for and no more: one range and one
+     * set of rights per rkey. */
+    for (size_t i = 0; i < nvisible; i++)
+        if (visible[i].rkey == rkey)
+            CHECK(visible[i].addr == addr && visible[i].len == len &&
+                  visible[i].write == write);
+    CHECK(nvisible < VISIBLE_MAX);
+    visible[nvisible++] = (struct visible){rkey, addr, len, write};
+}
+
+/* Did the program give the peer [addr, addr + len) with rkey? */
+static bool shown(uint32_t rkey, uintptr_t addr, size_t len, bool write)
+{
+    for (size_t i = 0; i < nvisible; i++)
+        if (visible[i].rkey == rkey && (visible[i].write || !write) &&
+            in_range(addr, len, visible[i].addr, visible[i].len))
+            return true;
+    return false;
+}
+
 /* One-sided operations B started: what they named, and their end. Puts
- * write what A's region holds already, so that it keeps its pattern. */
+ * write what A's buffer holds already, so that it keeps its pattern. */
 struct rma {
     bool started, put, done;
     uint8_t local[2048];
-    const uint8_t *remote;
+    uint32_t rkey;
+    uintptr_t remote;
     size_t len;
 };
 static struct rma rmas[RMA_MAX];
-
-static uint8_t mem_a[MEM] __attribute__((aligned(64)));
-static uint8_t mem_b[MEM] __attribute__((aligned(64)));
-
-static bool in_mem_a(const void *p, size_t len)
-{
-    uintptr_t a = (uintptr_t)p, lo = (uintptr_t)mem_a;
-    return a >= lo && a - lo <= MEM && len <= MEM - (a - lo);
-}
 
 void pscom_plugin_rma_done(void *token, int err)
 {
@@ -134,9 +197,9 @@ void pscom_plugin_rma_done(void *token, int err)
     CHECK(!r->done);
     r->done = true;
     if (err) return;
-    /* Done: the fake HCA found the registration, A's region. */
-    CHECK(in_mem_a(r->remote, r->len));
-    if (!r->put) CHECK(!memcmp(r->local, r->remote, r->len));
+    CHECK(shown(r->rkey, r->remote, r->len, r->put));
+    if (!r->put && in_mem_a(r->remote, r->len))
+        CHECK(!memcmp(r->local, (const void *)r->remote, r->len));
 }
 
 /* ---------------------------------------------------------------------- */
@@ -200,6 +263,9 @@ static void pair_open_b(struct pair *p)
     CHECK(OPS->open(&p->b, p->b.priv, -1) == 1);
     CHECK(OPS->rma_register(NULL, mem_a, MEM, p->key, &p->key_len,
                             &p->region) == 0);
+    vb_rmakey_t k;
+    CHECK(vb_rmakey_decode(p->key, p->key_len, &k) == 0);
+    show(k.rkey, (uintptr_t)mem_a, MEM, true);
 }
 
 static void pair_close(struct pair *p)
@@ -284,7 +350,12 @@ static void op_lend_a(struct input *in, struct pair *p)
     size_t n = OPS->rndv_describe(&p->a, p->a.priv, mem_a + off, len,
                                   p->desc[p->ndesc]);
     CHECK(n <= sizeof(p->desc[0]));
-    if (n) p->ndesc++;
+    if (!n) return;
+    vb_rndv_desc_t d;
+    CHECK(vb_rndv_decode(p->desc[p->ndesc], n, &d) == 0);
+    CHECK(d.addr == (uintptr_t)(mem_a + off) && d.len == len);
+    show(d.rkey, d.addr, len, false);
+    p->ndesc++;
 }
 
 /* B lends one, for made-up messages to release. */
@@ -295,8 +366,10 @@ static void op_lend_b(struct input *in, struct pair *p)
     uint8_t blob[64];
     vb_rndv_desc_t d;
     size_t n = OPS->rndv_describe(&p->b, p->b.priv, mem_b + off, len, blob);
-    if (n && vb_rndv_decode(blob, n, &d) == 0)
-        p->handle_b[p->nhandle_b++] = d.handle;
+    if (!n) return;
+    CHECK(vb_rndv_decode(blob, n, &d) == 0);
+    show(d.rkey, d.addr, d.len, false);
+    p->handle_b[p->nhandle_b++] = d.handle;
 }
 
 /* B reads what a descriptor of A's names, changed or not. */
@@ -320,14 +393,17 @@ static void op_pull(struct input *in, struct pair *p)
     size_t off = u16(in) % MEM;
     size_t len = mode & 16 ? d.len + (int8_t)byte(in) % 3 : d.len;
     if (len > MEM - off) len = MEM - off;
+    static uint8_t before[MEM];
     memset(mem_b + off, 0xa5, len);
+    memcpy(before, mem_b, MEM);
     int rc = OPS->rndv_pull(&p->b, p->b.priv, blob, blen, mem_b + off, len);
+    CHECK(!memcmp(before, mem_b, off));
+    CHECK(!memcmp(before + off + len, mem_b + off + len, MEM - off - len));
     if (rc == 0 && len) {
         CHECK(len <= d.len);
-        /* The HCA found a registration of this process there, else it
-         * refused: A's buffer, the bytes it holds. */
-        void *src = (void *)(uintptr_t)d.addr;
-        if (in_mem_a(src, len)) CHECK(!memcmp(mem_b + off, src, len));
+        CHECK(shown(d.rkey, d.addr, len, false));
+        if (in_mem_a(d.addr, len))
+            CHECK(!memcmp(mem_b + off, (const void *)(uintptr_t)d.addr, len));
     }
 }
 
@@ -356,30 +432,23 @@ static void op_rma(struct input *in, struct pair *p)
     uint64_t raddr = k.addr + (int16_t)u16(in);
     if (r) {
         *r = (struct rma){.started = true, .put = mode & 16, .len = len,
-                          .remote = (const uint8_t *)(uintptr_t)raddr};
-        /* (also the part in A's region of a put that reaches beyond it,
-         * which the HCA carries out chunk by chunk up to the end of the
-         * registration) */
-        for (size_t i = 0; r->put && i < len; i++) {
-            uintptr_t a = (uintptr_t)raddr + i;
-            if (in_mem_a((const void *)a, 1))
-                r->local[i] = *(const uint8_t *)a;
-        }
+                          .rkey = k.rkey, .remote = (uintptr_t)raddr};
+        /* (also the part in A's buffer of a put that reaches beyond it:
+         * the HCA carries out what a registration covers, chunk by chunk) */
+        for (size_t i = 0; r->put && i < len; i++)
+            if (in_mem_a(r->remote + i, 1))
+                r->local[i] = *(const uint8_t *)(r->remote + i);
         int rc = r->put ? OPS->rma_put(&p->b, p->b.priv, prkey, r->local,
                                        raddr, len, r)
                         : OPS->rma_get(&p->b, p->b.priv, prkey, r->local,
                                        raddr, len, r);
         /* Started: within the key's range. */
-        if (rc == 1) CHECK(raddr >= k.addr && raddr - k.addr <= k.len - len);
+        if (rc == 1)
+            CHECK(len <= k.len && raddr >= k.addr &&
+                  raddr - k.addr <= k.len - len);
         else r->started = false;
     }
     OPS->rma_rkey_release(&p->b, p->b.priv, prkey);
-}
-
-/* What A's buffer holds, all along. */
-static uint8_t pattern(size_t i)
-{
-    return (uint8_t)(i * 7 + (i >> 8));
 }
 
 enum op {
@@ -405,7 +474,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     struct input in = {data, size};
     static struct pair p;
     memset(rmas, 0, sizeof(rmas));
-    for (size_t i = 0; i < MEM; i++) mem_a[i] = pattern(i);
+    nvisible = 0;
+    if (!arena_ref[0]) {
+        memset(arena_ref, GUARD, sizeof(arena_ref));
+        for (size_t i = 0; i < MEM; i++)
+            arena_ref[mem_a - arena_a + i] = pattern(i);
+    }
+    memcpy(arena_a, arena_ref, sizeof(arena_a));
     unsigned mode = configure(&in);
     pair_open(&p);
     /* Messages before B is open: kept, then handled at its open. */
@@ -433,7 +508,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     for (int r = 0; r < 8; r++) OPS->progress();
     CHECK(p.a.errors <= 1 && p.b.errors <= 1);
     CHECK(fake_stats.bad_transition == 0);
-    for (size_t i = 0; i < MEM; i++) CHECK(mem_a[i] == pattern(i));
+    CHECK(!memcmp(arena_a, arena_ref, sizeof(arena_a)));
     pair_close(&p);
     return 0;
 }

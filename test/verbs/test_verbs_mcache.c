@@ -74,7 +74,7 @@ static vb_mentry_t *get(vb_mcache_t *mc, size_t off, size_t len, int access)
 
 static void hits(void **state)
 {
-    vb_mcache_t *mc = vb_mcache_create(4, &ops, NULL);
+    vb_mcache_t *mc = vb_mcache_create(4, 0, &ops, NULL);
     vb_mentry_t *a = get(mc, 100, 1000, R);
     vb_mcache_put(mc, a);
     vb_mentry_t *b = get(mc, 100, 1000, R);
@@ -95,7 +95,7 @@ static void hits(void **state)
 
 static void access_rights(void **state)
 {
-    vb_mcache_t *mc = vb_mcache_create(4, &ops, NULL);
+    vb_mcache_t *mc = vb_mcache_create(4, 0, &ops, NULL);
     vb_mentry_t *w = get(mc, 0, 100, W);
     vb_mcache_put(mc, w);
     vb_mentry_t *r = get(mc, 0, 100, R); /* W does not serve R */
@@ -115,7 +115,7 @@ static void access_rights(void **state)
 
 static void lru_eviction_at_bound(void **state)
 {
-    vb_mcache_t *mc = vb_mcache_create(2, &ops, NULL);
+    vb_mcache_t *mc = vb_mcache_create(2, 0, &ops, NULL);
     vb_mentry_t *a = get(mc, 0 * page, 10, R);
     vb_mcache_put(mc, a);
     vb_mentry_t *b = get(mc, 2 * page, 10, R);
@@ -145,7 +145,7 @@ static void lru_eviction_at_bound(void **state)
 
 static void in_use_not_evicted(void **state)
 {
-    vb_mcache_t *mc = vb_mcache_create(1, &ops, NULL);
+    vb_mcache_t *mc = vb_mcache_create(1, 0, &ops, NULL);
     vb_mentry_t *a = get(mc, 0, 10, R);
     vb_mentry_t *b = get(mc, 4 * page, 10, R); /* cache full of used: uncached */
     assert_true(a->cached);
@@ -165,7 +165,7 @@ static void in_use_not_evicted(void **state)
 
 static void invalidation(void **state)
 {
-    vb_mcache_t *mc = vb_mcache_create(8, &ops, NULL);
+    vb_mcache_t *mc = vb_mcache_create(8, 0, &ops, NULL);
     vb_mentry_t *a = get(mc, 0, 3 * page, R);
     vb_mcache_put(mc, a);
     vb_mentry_t *b = get(mc, 8 * page, 100, R);
@@ -194,7 +194,7 @@ static void invalidation(void **state)
 
 static void overlapping_regions(void **state)
 {
-    vb_mcache_t *mc = vb_mcache_create(8, &ops, NULL);
+    vb_mcache_t *mc = vb_mcache_create(8, 0, &ops, NULL);
     vb_mentry_t *a = get(mc, 0, 2 * page, R);         /* pages 0-1 */
     vb_mentry_t *b = get(mc, page + 1, 2 * page, R);  /* pages 1-3: a miss */
     assert_ptr_not_equal(a, b);
@@ -225,7 +225,7 @@ static void overlapping_regions(void **state)
 
 static void size_zero_is_off(void **state)
 {
-    vb_mcache_t *mc = vb_mcache_create(0, &ops, NULL);
+    vb_mcache_t *mc = vb_mcache_create(0, 0, &ops, NULL);
     vb_mentry_t *a = get(mc, 0, 100, R);
     vb_mentry_t *b = get(mc, 0, 100, R);
     assert_ptr_not_equal(a, b);
@@ -241,7 +241,7 @@ static void size_zero_is_off(void **state)
 
 static void errors(void **state)
 {
-    vb_mcache_t *mc = vb_mcache_create(4, &ops, NULL);
+    vb_mcache_t *mc = vb_mcache_create(4, 0, &ops, NULL);
     vb_mentry_t *e = NULL;
     assert_int_equal(vb_mcache_get(mc, mem, 0, R, &e), -EINVAL);
     assert_int_equal(vb_mcache_get(mc, (void *)(UINTPTR_MAX - 10), 100, R, &e),
@@ -255,47 +255,64 @@ static void errors(void **state)
     assert_int_equal(regs, deregs);
 }
 
-/* R stands for a right of the peer's: its registrations are exact. */
-static const vb_mcache_ops_t exact_ops = {.reg = reg, .dereg = dereg,
-                                          .exact_access = R};
+/* The peer's rights (R here, as remote read; P a second one, as remote
+ * write) are registered exactly. */
+#define P 4
+
+static vb_mentry_t *get_exact(vb_mcache_t *mc, size_t off, size_t len,
+                              int access)
+{
+    vb_mentry_t *e = NULL;
+    assert_int_equal(vb_mcache_get(mc, mem + off, len, access, &e), 0);
+    assert_ptr_equal(e->reg.addr, mem + off);
+    assert_int_equal(e->reg.len, len);
+    return e;
+}
 
 static void peer_rights_registered_exactly(void **state)
 {
-    vb_mcache_t *mc = vb_mcache_create(4, &exact_ops, NULL);
-    vb_mentry_t *r = NULL, *r2 = NULL, *w = NULL, *rw = NULL;
-    assert_int_equal(vb_mcache_get(mc, mem + 100, 1000, R, &r), 0);
-    assert_ptr_equal(r->reg.addr, mem + 100);
-    assert_int_equal(r->reg.len, 1000);
-    /* The same page past those bytes: not covered, a new registration. */
-    assert_int_equal(vb_mcache_get(mc, mem + 1100, 10, R, &r2), 0);
-    assert_ptr_not_equal(r, r2);
-    assert_ptr_equal(r2->reg.addr, mem + 1100);
-    assert_int_equal(r2->reg.len, 10);
+    vb_mcache_t *mc = vb_mcache_create(8, R | P, &ops, NULL);
+    vb_mentry_t *r = get_exact(mc, 100, 1000, R);
+    /* The same page past those bytes: a registration of its own. */
+    vb_mentry_t *r2 = get_exact(mc, 1100, 10, R);
     /* Any peer right among others makes it exact. */
-    assert_int_equal(vb_mcache_get(mc, mem + 5, 7, R | W, &rw), 0);
-    assert_ptr_equal(rw->reg.addr, mem + 5);
-    assert_int_equal(rw->reg.len, 7);
+    vb_mentry_t *rw = get_exact(mc, 5, 7, R | W);
     /* Local rights only: whole pages, as before. */
-    assert_int_equal(vb_mcache_get(mc, mem + 100, 10, W, &w), 0);
+    vb_mentry_t *w = get(mc, 100, 10, W);
     assert_ptr_equal(w->reg.addr, mem);
     assert_int_equal(w->reg.len, page);
-    vb_mcache_put(mc, r);
     vb_mcache_put(mc, r2);
     vb_mcache_put(mc, rw);
     vb_mcache_put(mc, w);
-    /* An exact entry still serves a lookup it covers. */
-    vb_mentry_t *again = NULL;
-    assert_int_equal(vb_mcache_get(mc, mem + 200, 50, R, &again), 0);
+    /* The same range and peer rights: a hit. */
+    vb_mentry_t *again = get_exact(mc, 100, 1000, R);
     assert_ptr_equal(again, r);
     vb_mcache_put(mc, again);
-    assert_int_equal(regs, 4);
+    /* Inside r, but not all of it: not served by r, whose key would let
+     * the peer read the rest (a freed and reused send buffer). */
+    vb_mentry_t *inner = get_exact(mc, 200, 50, R);
+    assert_ptr_not_equal(inner, r);
+    vb_mcache_put(mc, inner);
+    vb_mcache_put(mc, r);
+    /* A region the peer may read and write, then a send buffer in it: the
+     * buffer's key must not carry the region's right to write. */
+    vb_mentry_t *region = get_exact(mc, 4 * page, 2 * page, R | P | W);
+    vb_mentry_t *buf = get_exact(mc, 4 * page, 2 * page, R);
+    assert_ptr_not_equal(buf, region);
+    assert_int_equal(buf->reg.access & P, 0);
+    vb_mcache_put(mc, buf);
+    /* A local lookup may use a peer's registration that covers it. */
+    vb_mentry_t *local = get(mc, 4 * page, 100, W);
+    assert_ptr_equal(local, region);
+    vb_mcache_put(mc, local);
+    vb_mcache_put(mc, region);
     vb_mcache_destroy(mc);
-    assert_int_equal(deregs, 4);
+    assert_int_equal(regs, deregs);
 }
 
 static void random_use_stays_bounded(void **state)
 {
-    vb_mcache_t *mc = vb_mcache_create(5, &ops, NULL);
+    vb_mcache_t *mc = vb_mcache_create(5, 0, &ops, NULL);
     vb_mentry_t *held[8] = {0};
     srand(3);
     for (int i = 0; i < 20000; i++) {
