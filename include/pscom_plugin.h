@@ -299,8 +299,12 @@ int pscom_plugin_tx_done(pscom_plugin_con_t *con, size_t n);
 int pscom_plugin_tx_pending(pscom_plugin_con_t *con);
 
 /* Receive side. Feed arriving bytes (any chunking); the core copies what it
- * keeps, so buf may be reused when the call returns. Returns 0, or -1 when
- * the connection failed or is closing: then stop reading it. */
+ * keeps, so buf may be reused when the call returns. buf may be memory the
+ * peer can still write (a shared ring): every length that sizes a copy is
+ * read once or checked again (a header found changed fails the
+ * connection), so bytes changed meanwhile change at most the message's
+ * contents. Returns 0, or -1 when the connection failed or is closing:
+ * then stop reading it. */
 int pscom_plugin_rx_push(pscom_plugin_con_t *con, const void *buf, size_t len);
 /* From inside a transport's own callback, during the progress op (where
  * application code must not run: it may wait, and so re-enter the

@@ -410,13 +410,15 @@ static int rx_body_done(struct psc_con *con)
 }
 
 /* An unexpected message: keep it until a receive is posted. */
-static struct psc_req *generate(struct psc_con *con, pscom_header_net_t *hdr,
+static struct psc_req *generate(struct psc_con *con,
+                                const pscom_header_net_t *h,
+                                const void *xheader,
                                 const struct psc_rndv_info *rndv,
                                 const void *blob)
 {
-    struct psc_req *g = psc_req_alloc(hdr->xheader_len, 0);
-    if (g && !rndv && hdr->data_len) {
-        g->gbuf = malloc(hdr->data_len);
+    struct psc_req *g = psc_req_alloc(h->xheader_len, 0);
+    if (g && !rndv && h->data_len) {
+        g->gbuf = malloc(h->data_len);
         if (!g->gbuf) {
             psc_req_release(g);
             g = NULL;
@@ -426,16 +428,17 @@ static struct psc_req *generate(struct psc_con *con, pscom_header_net_t *hdr,
         psc_err("%s: out of memory keeping an unexpected message of %llu "
                 "bytes; post receives earlier or lower PSP_RENDEZVOUS; "
                 "closing the connection", psc_con_str(con),
-                (unsigned long long)hdr->data_len);
+                (unsigned long long)h->data_len);
         psc_con_fail(con, PSCOM_OP_READ, PSCOM_ERR_STDERROR);
         return NULL;
     }
     g->kind = PSC_REQ_GENERATED;
     g->pub.state = PSCOM_REQ_STATE_GRECV_REQUEST | PSCOM_REQ_STATE_POSTED;
-    memcpy(&g->pub.header, hdr, PSC_HDR_LEN + hdr->xheader_len);
-    g->pub.xheader_len = hdr->xheader_len;
+    g->pub.header = *h;
+    memcpy(req_xheader(&g->pub), xheader, h->xheader_len);
+    g->pub.xheader_len = h->xheader_len;
     g->pub.connection = &con->pub;
-    g->pub.data_len = hdr->data_len;
+    g->pub.data_len = h->data_len;
     g->pub.data = g->gbuf;
     if (rndv) {
         g->rndv = *rndv;
@@ -532,7 +535,7 @@ static int rx_user(struct psc_con *con, pscom_header_net_t *hdr)
     if (req) {
         accept_into(req, con, hdr);
     } else {
-        req = generate(con, hdr, NULL, NULL);
+        req = generate(con, hdr, hdr + 1, NULL, NULL);
         if (!req) return -1;
     }
     rx_body_to(&con->rx, req, hdr->data_len);
@@ -559,7 +562,7 @@ static int rx_rndv_req(struct psc_con *con, pscom_header_net_t *hdr)
 
     rx_next_message(&con->rx);
     struct psc_req *req = find_receiver(con, hdr);
-    if (!req) return generate(con, hdr, &info, blob) ? 0 : -1;
+    if (!req) return generate(con, hdr, hdr + 1, &info, blob) ? 0 : -1;
     accept_into(req, con, hdr);
     rndv_start_recv(con, req, &info, blob);
     return con->failed || con->zombie ? -1 : 0;
@@ -773,19 +776,26 @@ static int rx_body_bytes(struct psc_con *con, const char *p, size_t len,
     return !rx->left && rx_body_done(con) ? -1 : 0;
 }
 
-/* A whole user message between two messages, read in place (its body at
- * body), for req (its receive; NULL: keep it as unexpected). The outcome is
- * the receive loop's (test_match compares them), without the loop's steps:
- * the connection expects the next message all along. 0, or -1 when it is
- * closing. */
+/* A whole user message between two messages, read in place: its header
+ * at hdr, its xheader behind it up to body, and its body of `total` bytes
+ * at body, the lengths checked against the header. For req (its receive;
+ * NULL: keep it as unexpected). The outcome is the receive loop's
+ * (test_match compares them), without the loop's steps: the connection
+ * expects the next message all along. 0, or -1 when it is closing.
+ * Where the peer may still write the bytes (shm's ring), every length that
+ * sizes a copy is read once or checked again, so that bytes changed
+ * meanwhile change only the message's contents. */
 static inline int rx_user_whole(struct psc_con *con,
                                 pscom_header_net_t *hdr, const void *body,
-                                struct psc_req *req)
+                                size_t total, struct psc_req *req)
 {
-    size_t total = hdr->data_len;
-
     if (!req) {
-        req = generate(con, hdr, NULL, NULL);
+        pscom_header_net_t h = *hdr;
+        if (h.data_len != total ||
+            (const char *)(hdr + 1) + h.xheader_len != (const char *)body)
+            return rx_protocol_error(con, "a message header that changed "
+                                          "while it was read");
+        req = generate(con, &h, hdr + 1, NULL, NULL);
         if (!req) return -1;
         if (total) memcpy(req->gbuf, body, total);
         req->received = total;
@@ -820,7 +830,7 @@ int pscom_plugin_rx_now(pscom_plugin_con_t *con, const void *head,
      * connection; only its callbacks must wait — also should a plugin call
      * this outside the core's call into it (then they wait for the next). */
     psc_ctx.hold++;
-    rx_user_whole(con, hdr, body, req);
+    rx_user_whole(con, hdr, body, body_len, req);
     psc_ctx.hold--;
     return 1;
 }
@@ -835,7 +845,7 @@ int pscom_plugin_rx_push(pscom_plugin_con_t *con, const void *buf, size_t len)
         pscom_header_net_t *hdr = (pscom_header_net_t *)buf;
         size_t head_len = PSC_HDR_LEN + hdr->xheader_len;
         if (head_len <= len && is_whole_user(hdr, head_len, len - head_len))
-            return rx_user_whole(con, hdr, p + head_len,
+            return rx_user_whole(con, hdr, p + head_len, len - head_len,
                                  find_receiver(con, hdr));
     }
     while (len) {

@@ -608,9 +608,12 @@ static bool deliver_now(struct ux_con *uc, const uint8_t *head,
 static size_t unpack_head(const uint8_t *p, size_t len,
                            uint64_t out[HEAD_WORDS])
 {
-    size_t xl = p[7];
+    /* Each byte read once: over shared memory the data lies in UCX's
+     * receive queue, which the peer writes. */
+    uint8_t announced = p[7];
+    size_t xl = announced;
     if (xl > len - PREFIX_LEN) xl = len - PREFIX_LEN;
-    pscom_header_net_t h = {.xheader_len = p[7], .msg_type = p[6],
+    pscom_header_net_t h = {.xheader_len = announced, .msg_type = p[6],
                             .data_len = len - PREFIX_LEN - xl};
     memcpy(out, &h, sizeof(h));
     copy_small((uint8_t *)out + sizeof(h), p + PREFIX_LEN, xl);
@@ -647,7 +650,8 @@ static int am_cb(void *arg, unsigned id, const void *hdr, size_t hdr_len,
         data = (uint8_t *)data + used;
         len -= used;
         /* A cut head goes on to check_am. */
-        bool whole = head_len == sizeof(pscom_header_net_t) + p[7];
+        const pscom_header_net_t *rh = (const pscom_header_net_t *)head;
+        bool whole = head_len == sizeof(*rh) + rh->xheader_len;
         uc = key_lookup_packed(us, p);
         if (uc && !uc->err && whole &&
             deliver_now(uc, head, head_len, data, len))

@@ -1,8 +1,9 @@
 /*
  * The message header and the receive state machine against bad input:
  * unknown types, wrong lengths, ids that name nothing, arbitrary chunking,
- * large extended headers and random bytes. A bad stream must fail only its
- * own connection, with con_error, and never crash.
+ * large extended headers, a header changing while the core reads it (a
+ * peer writing into a shared ring) and random bytes. A bad stream must
+ * fail only its own connection, with con_error, and never crash.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -41,15 +42,27 @@ static void check(void **state)
     assert_int_equal(psc_header_check(&h, &why), -1);
 }
 
+/* A receive posted on c into buf[0..len), taking no xheader; its
+ * recv_accept, or NULL. */
+static pscom_request_t *post_on(pscom_connection_t *c, void *buf, size_t len,
+                                int (*accept)(pscom_request_t *,
+                                              pscom_connection_t *,
+                                              pscom_header_net_t *))
+{
+    pscom_request_t *r = pscom_request_create(0, 0);
+    r->connection = c;
+    r->data = buf;
+    r->data_len = len;
+    r->ops.recv_accept = accept;
+    pscom_post_recv(r);
+    return r;
+}
+
 static void unknown_type_fails_connection(void **state)
 {
     pscom_connection_t *c = fresh();
     char b[8];
-    pscom_request_t *r = pscom_request_create(0, 0);
-    r->connection = c;
-    r->data = b;
-    r->data_len = sizeof(b);
-    pscom_post_recv(r);
+    pscom_request_t *r = post_on(c, b, sizeof(b), NULL);
 
     struct frame f;
     frame_make(&f, 99, NULL, 0, NULL, 0, 0);
@@ -129,6 +142,37 @@ static void large_xheader(void **state)
     assert_memory_equal(&r->xheader, x, sizeof(x));
     pscom_request_free(r);
     pscom_close_connection(c);
+}
+
+/* The pushed bytes, which a recv_accept below changes as a peer writing
+ * into a shared ring could while the core reads them. */
+static struct frame changing;
+
+static int change_and_decline(pscom_request_t *r, pscom_connection_t *c,
+                              pscom_header_net_t *h)
+{
+    pscom_header_net_t *raw = (pscom_header_net_t *)changing.buf;
+    raw->xheader_len = 60000;
+    raw->data_len = 50000;
+    return 0;
+}
+
+static void header_changing_under_the_push(void **state)
+{
+    pscom_connection_t *c = fresh();
+    /* A receive that sees the header first and declines the message. */
+    char b[8];
+    pscom_request_t *decline = post_on(c, b, sizeof(b), change_and_decline);
+
+    /* Kept as unexpected, it would be sized by the changed header and
+     * filled from 50 000 bytes of which 3 are the message's: refused. */
+    frame_user(&changing, 7, "abc", 3);
+    assert_int_equal(feed(c, &changing), -1);
+    assert_int_equal(errors, 1);
+    assert_int_equal(last_err, PSCOM_ERR_IOERROR);
+    assert_true(decline->state & PSCOM_REQ_STATE_ERROR);
+    pscom_close_connection(c);
+    pscom_request_free(decline);
 }
 
 static void eof_message(void **state)
@@ -215,6 +259,7 @@ int main(void)
         cmocka_unit_test(ids_that_name_nothing),
         cmocka_unit_test(byte_by_byte),
         cmocka_unit_test(large_xheader),
+        cmocka_unit_test(header_changing_under_the_push),
         cmocka_unit_test(eof_message),
         cmocka_unit_test(zero_length_compare_swap),
         cmocka_unit_test(random_bytes_never_crash),
