@@ -408,7 +408,9 @@ struct PSCOM_request {
 
     struct PSCOM_request_ops {
         /* Receive only: return 1 to take this message, 0 to let it pass. Called
-         * with the message's connection and network header (xheader behind it). */
+         * with the message's connection and network header (xheader behind it).
+         * The header may lie in memory the sender can still write (a shared
+         * ring): read each field once; the request gets the checked copy. */
         int (*recv_accept)(pscom_request_t *request,
                            pscom_connection_t *connection,
                            pscom_header_net_t *header_net);
@@ -453,7 +455,8 @@ struct PSCOM_socket {
         void (*con_error)(pscom_connection_t *connection, pscom_op_t operation,
                           pscom_err_t error);
         /* Asked for every arriving user message before posted receives are
-         * searched; returns the request to receive it, or NULL. */
+         * searched; returns the request to receive it, or NULL. The header,
+         * as for recv_accept, may lie where the sender can still write. */
         pscom_request_t *(*default_recv)(pscom_connection_t *connection,
                                          pscom_header_net_t *header_net);
     } ops;

@@ -300,11 +300,11 @@ int pscom_plugin_tx_pending(pscom_plugin_con_t *con);
 
 /* Receive side. Feed arriving bytes (any chunking); the core copies what it
  * keeps, so buf may be reused when the call returns. buf may be memory the
- * peer can still write (a shared ring): every length that sizes a copy is
- * read once or checked again (a header found changed fails the
- * connection), so bytes changed meanwhile change at most the message's
- * contents. Returns 0, or -1 when the connection failed or is closing:
- * then stop reading it. */
+ * peer can still write (a shared ring): the core reads a header once and
+ * sizes every copy from its own copy, so bytes changed meanwhile change at
+ * most the message's contents (the receives' callbacks see the header in
+ * place, pscom.h). Returns 0, or -1 when the connection failed or is
+ * closing: then stop reading it. */
 int pscom_plugin_rx_push(pscom_plugin_con_t *con, const void *buf, size_t len);
 /* From inside a transport's own callback, during the progress op (where
  * application code must not run: it may wait, and so re-enter the

@@ -344,18 +344,21 @@ static inline void copy_in(void *dst, const void *src, size_t n)
 
 /* Copy the matched message's header and xheader into req, and aim the body
  * at req's buffer. */
+/* req takes the message whose header is h (the core's own copy) and whose
+ * xheader is at xheader. */
 static inline void accept_into(struct psc_req *req, struct psc_con *con,
-                               const pscom_header_net_t *hdr)
+                               const pscom_header_net_t *h,
+                               const void *xheader)
 {
     pscom_request_t *r = &req->pub;
-    size_t xl = hdr->xheader_len;
+    size_t xl = h->xheader_len;
     size_t room = r->xheader_len < r->max_xheader_len ? r->xheader_len
                                                       : r->max_xheader_len;
-    r->header = *hdr;
-    copy_in(req_xheader(r), hdr + 1, xl < room ? xl : room);
+    r->header = *h;
+    copy_in(req_xheader(r), xheader, xl < room ? xl : room);
     r->connection = &con->pub;
     psc_req_state_add(req, PSCOM_REQ_STATE_IO_STARTED);
-    if (hdr->data_len > r->data_len)
+    if (h->data_len > r->data_len)
         psc_req_state_add(req, PSCOM_REQ_STATE_TRUNCATED);
 }
 
@@ -533,7 +536,7 @@ static int rx_user(struct psc_con *con, pscom_header_net_t *hdr)
 {
     struct psc_req *req = find_receiver(con, hdr);
     if (req) {
-        accept_into(req, con, hdr);
+        accept_into(req, con, hdr, hdr + 1);
     } else {
         req = generate(con, hdr, hdr + 1, NULL, NULL);
         if (!req) return -1;
@@ -563,7 +566,7 @@ static int rx_rndv_req(struct psc_con *con, pscom_header_net_t *hdr)
     rx_next_message(&con->rx);
     struct psc_req *req = find_receiver(con, hdr);
     if (!req) return generate(con, hdr, hdr + 1, &info, blob) ? 0 : -1;
-    accept_into(req, con, hdr);
+    accept_into(req, con, hdr, hdr + 1);
     rndv_start_recv(con, req, &info, blob);
     return con->failed || con->zombie ? -1 : 0;
 }
@@ -776,37 +779,44 @@ static int rx_body_bytes(struct psc_con *con, const char *p, size_t len,
     return !rx->left && rx_body_done(con) ? -1 : 0;
 }
 
-/* A whole user message between two messages, read in place: its header
- * at hdr, its xheader behind it up to body, and its body of `total` bytes
- * at body, the lengths checked against the header. For req (its receive;
- * NULL: keep it as unexpected). The outcome is the receive loop's
- * (test_match compares them), without the loop's steps: the connection
- * expects the next message all along. 0, or -1 when it is closing.
- * Where the peer may still write the bytes (shm's ring), every length that
- * sizes a copy is read once or checked again, so that bytes changed
- * meanwhile change only the message's contents. */
+/* A whole user message between two messages, read in place: h, its
+ * header as checked (the core's own copy), its xheader at xheader and its
+ * body at body. For req (its receive; NULL: keep it as unexpected). The
+ * outcome is the receive loop's (test_match compares them), without the
+ * loop's steps: the connection expects the next message all along. 0, or
+ * -1 when it is closing. */
 static inline int rx_user_whole(struct psc_con *con,
-                                pscom_header_net_t *hdr, const void *body,
-                                size_t total, struct psc_req *req)
+                                const pscom_header_net_t *h,
+                                const void *xheader, const void *body,
+                                struct psc_req *req)
 {
+    size_t total = h->data_len;
+
     if (!req) {
-        pscom_header_net_t h = *hdr;
-        if (h.data_len != total ||
-            (const char *)(hdr + 1) + h.xheader_len != (const char *)body)
-            return rx_protocol_error(con, "a message header that changed "
-                                          "while it was read");
-        req = generate(con, &h, hdr + 1, NULL, NULL);
+        req = generate(con, h, xheader, NULL, NULL);
         if (!req) return -1;
         if (total) memcpy(req->gbuf, body, total);
         req->received = total;
         req->got_all = true;
         return 0;
     }
-    accept_into(req, con, hdr);
+    accept_into(req, con, h, xheader);
     size_t fit = copy_fit(req, body, total);
     req->received = total;
     psc_req_done(req, total > fit ? PSCOM_REQ_STATE_TRUNCATED : 0);
     return con->failed || con->zombie ? -1 : 0;
+}
+
+/* The header at p (aligned), read once: whole messages are parsed in place,
+ * and p may be memory the peer can still write (shm's ring, UCX's shared
+ * memory), where a length read twice could differ between the check and
+ * the use. */
+static inline pscom_header_net_t header_once(const void *p)
+{
+    uint64_t w = __atomic_load_n((const uint64_t *)p, __ATOMIC_RELAXED);
+    pscom_header_net_t h;
+    memcpy(&h, &w, sizeof(h));
+    return h;
 }
 
 /* The connection expects the first byte of a message next. */
@@ -822,15 +832,17 @@ int pscom_plugin_rx_now(pscom_plugin_con_t *con, const void *head,
     pscom_header_net_t *hdr = (pscom_header_net_t *)head;
     if (con->failed || con->zombie || !between_messages(con) ||
         con->sock->pub.ops.default_recv || head_len < PSC_HDR_LEN ||
-        !header_aligned(head) || !is_whole_user(hdr, head_len, body_len))
+        !header_aligned(head))
         return 0;
+    pscom_header_net_t h = header_once(head);
+    if (!is_whole_user(&h, head_len, body_len)) return 0;
     struct psc_req *req = psc_match_posted(con, hdr);
     if (!req) return 0;
     /* A matched receive: no allocation, nothing that can fail the
      * connection; only its callbacks must wait — also should a plugin call
      * this outside the core's call into it (then they wait for the next). */
     psc_ctx.hold++;
-    rx_user_whole(con, hdr, body, body_len, req);
+    rx_user_whole(con, &h, hdr + 1, body, req);
     psc_ctx.hold--;
     return 1;
 }
@@ -842,10 +854,13 @@ int pscom_plugin_rx_push(pscom_plugin_con_t *con, const void *buf, size_t len)
 
     if (con->failed || con->zombie) return -1;
     if (between_messages(con) && len >= PSC_HDR_LEN && header_aligned(buf)) {
+        /* The receives' callbacks see the header in place; the core uses
+         * its copy. */
         pscom_header_net_t *hdr = (pscom_header_net_t *)buf;
-        size_t head_len = PSC_HDR_LEN + hdr->xheader_len;
-        if (head_len <= len && is_whole_user(hdr, head_len, len - head_len))
-            return rx_user_whole(con, hdr, p + head_len, len - head_len,
+        pscom_header_net_t h = header_once(buf);
+        size_t head_len = PSC_HDR_LEN + h.xheader_len;
+        if (head_len <= len && is_whole_user(&h, head_len, len - head_len))
+            return rx_user_whole(con, &h, hdr + 1, p + head_len,
                                  find_receiver(con, hdr));
     }
     while (len) {
@@ -940,7 +955,7 @@ static void merge_generated(struct psc_req *req, struct psc_req *g)
     struct psc_con *con = g->gcon;
     size_t total = g->pub.header.data_len;
 
-    accept_into(req, con, &g->pub.header);
+    accept_into(req, con, &g->pub.header, req_xheader(&g->pub));
     psc_req_state_add(req, PSCOM_REQ_STATE_GRECV_MERGED);
 
     if (g->rndv_gen) {

@@ -566,21 +566,21 @@ static void ep_err_cb(void *arg, uxw_ep_t *ep, int status)
     }
 }
 
-/* Check what the peer put in front of a message. 0, or a reason. */
+/* Check what the peer put in front of a message. 0 and *h, the header
+ * as checked (of a FRAME), or a reason. */
 static const char *check_am(unsigned id, size_t head_len, size_t len,
-                            const uint8_t *head)
+                            const uint8_t *head, pscom_header_net_t *h)
 {
     if (id == UXW_AM_FRAME_LONG)
         return head_len || len < sizeof(pscom_header_net_t)
                    ? "long-head message without its head"
                    : NULL;
     if (id != UXW_AM_FRAME) return "unknown message kind";
-    pscom_header_net_t h;
-    if (head_len < sizeof(h)) return "message head shorter than a header";
-    memcpy(&h, head, sizeof(h));
-    if (sizeof(h) + h.xheader_len != head_len)
+    if (head_len < sizeof(*h)) return "message head shorter than a header";
+    memcpy(h, head, sizeof(*h));
+    if (sizeof(*h) + h->xheader_len != head_len)
         return "extended header length does not match the message head";
-    if (h.data_len != len) return "body length does not match the header";
+    if (h->data_len != len) return "body length does not match the header";
     return NULL;
 }
 
@@ -673,7 +673,8 @@ static int am_cb(void *arg, unsigned id, const void *hdr, size_t hdr_len,
                          "unknown connection dropped", len);
         return UXW_AM_DONE;
     }
-    const char *bad = check_am(id, head_len, len, head);
+    pscom_header_net_t checked = {0};
+    const char *bad = check_am(id, head_len, len, head, &checked);
     if (bad) {
         pscom_plugin_log(1, "ucx: %s: malformed message from the peer (%s); "
                          "closing the connection",
@@ -722,6 +723,9 @@ static int am_cb(void *arg, unsigned id, const void *hdr, size_t hdr_len,
     rx->head_len = head_len;
     rx->len = len;
     memcpy(rx->buf, head, head_len);
+    /* The header as checked: over shared memory the head lies where the
+     * peer writes, and may have changed since. */
+    if (id == UXW_AM_FRAME) memcpy(rx->buf, &checked, sizeof(checked));
     *uc->rxq_tail = rx;
     uc->rxq_tail = &rx->next;
     mark_pending(uc);

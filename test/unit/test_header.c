@@ -42,17 +42,19 @@ static void check(void **state)
     assert_int_equal(psc_header_check(&h, &why), -1);
 }
 
-/* A receive posted on c into buf[0..len), taking no xheader; its
- * recv_accept, or NULL. */
+/* A receive posted on c into buf[0..len), with room for xlen bytes of
+ * xheader; its recv_accept, or NULL. */
 static pscom_request_t *post_on(pscom_connection_t *c, void *buf, size_t len,
+                                size_t xlen,
                                 int (*accept)(pscom_request_t *,
                                               pscom_connection_t *,
                                               pscom_header_net_t *))
 {
-    pscom_request_t *r = pscom_request_create(0, 0);
+    pscom_request_t *r = pscom_request_create(xlen, 0);
     r->connection = c;
     r->data = buf;
     r->data_len = len;
+    r->xheader_len = xlen;
     r->ops.recv_accept = accept;
     pscom_post_recv(r);
     return r;
@@ -62,7 +64,7 @@ static void unknown_type_fails_connection(void **state)
 {
     pscom_connection_t *c = fresh();
     char b[8];
-    pscom_request_t *r = post_on(c, b, sizeof(b), NULL);
+    pscom_request_t *r = post_on(c, b, sizeof(b), 0, NULL);
 
     struct frame f;
     frame_make(&f, 99, NULL, 0, NULL, 0, 0);
@@ -108,12 +110,7 @@ static void byte_by_byte(void **state)
     frame_user(&f, 1, data, sizeof(data));
     for (size_t i = 0; i < f.len; i++)
         assert_int_equal(pscom_plugin_rx_push(con_of(c), f.buf + i, 1), 0);
-    pscom_request_t *r = pscom_request_create(4, 0);
-    r->connection = c;
-    r->data = out;
-    r->data_len = sizeof(out);
-    r->xheader_len = 4;
-    pscom_post_recv(r);
+    pscom_request_t *r = post_on(c, out, sizeof(out), 4, NULL);
     assert_true(pscom_req_successful(r));
     assert_memory_equal(out, data, sizeof(data));
     assert_int_equal(errors, 0);
@@ -144,35 +141,82 @@ static void large_xheader(void **state)
     pscom_close_connection(c);
 }
 
-/* The pushed bytes, which a recv_accept below changes as a peer writing
- * into a shared ring could while the core reads them. */
-static struct frame changing;
+/* The pushed bytes, exactly as long as the frame, which a recv_accept
+ * below changes as a peer writing into a shared ring could while the core
+ * reads them. */
+static uint8_t *changing;
+
+static void change(void)
+{
+    pscom_header_net_t *raw = (pscom_header_net_t *)changing;
+    raw->xheader_len = 60000;
+    raw->data_len = 50000;
+}
 
 static int change_and_decline(pscom_request_t *r, pscom_connection_t *c,
                               pscom_header_net_t *h)
 {
-    pscom_header_net_t *raw = (pscom_header_net_t *)changing.buf;
-    raw->xheader_len = 60000;
-    raw->data_len = 50000;
+    change();
     return 0;
+}
+
+static int change_and_take(pscom_request_t *r, pscom_connection_t *c,
+                           pscom_header_net_t *h)
+{
+    change();
+    return 1;
+}
+
+/* Push a 3-byte message with tag 7 from a buffer of its own length. */
+static int push_changing(pscom_connection_t *c)
+{
+    struct frame f;
+    frame_user(&f, 7, "abc", 3);
+    changing = malloc(f.len);
+    memcpy(changing, f.buf, f.len);
+    int rc = pscom_plugin_rx_push(con_of(c), changing, f.len);
+    free(changing);
+    return rc;
+}
+
+/* r got the message as it was checked: tag 7, "abc". */
+static void got_as_checked(pscom_request_t *r, const char *out)
+{
+    assert_true(pscom_req_successful(r));
+    assert_int_equal(r->header.xheader_len, 4);
+    assert_int_equal(r->header.data_len, 3);
+    uint32_t tag;
+    memcpy(&tag, &r->xheader, 4);
+    assert_int_equal(tag, 7);
+    assert_memory_equal(out, "abc", 3);
 }
 
 static void header_changing_under_the_push(void **state)
 {
+    /* A receive that sees the header first and declines: kept as
+     * unexpected, sized and filled as checked. */
     pscom_connection_t *c = fresh();
-    /* A receive that sees the header first and declines the message. */
-    char b[8];
-    pscom_request_t *decline = post_on(c, b, sizeof(b), change_and_decline);
-
-    /* Kept as unexpected, it would be sized by the changed header and
-     * filled from 50 000 bytes of which 3 are the message's: refused. */
-    frame_user(&changing, 7, "abc", 3);
-    assert_int_equal(feed(c, &changing), -1);
-    assert_int_equal(errors, 1);
-    assert_int_equal(last_err, PSCOM_ERR_IOERROR);
-    assert_true(decline->state & PSCOM_REQ_STATE_ERROR);
-    pscom_close_connection(c);
+    char b[8], out[16];
+    pscom_request_t *decline = post_on(c, b, sizeof(b), 0, change_and_decline);
+    assert_int_equal(push_changing(c), 0);
+    pscom_request_t *r = post_on(c, out, sizeof(out), 64, NULL);
+    got_as_checked(r, out);
+    pscom_request_free(r);
+    assert_false(pscom_req_is_done(decline));
+    pscom_close_connection(c); /* ends the declining receive */
+    assert_true(pscom_req_is_done(decline));
     pscom_request_free(decline);
+
+    /* A receive that takes it: its xheader and header as checked (not 64
+     * bytes of xheader read past the message). */
+    c = fresh();
+    memset(out, 0, sizeof(out));
+    r = post_on(c, out, sizeof(out), 64, change_and_take);
+    assert_int_equal(push_changing(c), 0);
+    got_as_checked(r, out);
+    assert_int_equal(errors, 0);
+    pscom_request_free(r);
+    pscom_close_connection(c);
 }
 
 static void eof_message(void **state)
