@@ -342,10 +342,8 @@ static inline void copy_in(void *dst, const void *src, size_t n)
         memcpy(dst, src, n);
 }
 
-/* Copy the matched message's header and xheader into req, and aim the body
- * at req's buffer. */
-/* req takes the message whose header is h (the core's own copy) and whose
- * xheader is at xheader. */
+/* req takes the matched message: its header h (the core's own copy) and
+ * the xheader at xheader are copied into req. */
 static inline void accept_into(struct psc_req *req, struct psc_con *con,
                                const pscom_header_net_t *h,
                                const void *xheader)

@@ -475,7 +475,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     static struct pair p;
     memset(rmas, 0, sizeof(rmas));
     nvisible = 0;
-    if (!arena_ref[0]) {
+    static bool ref_built;
+    if (!ref_built) {
+        ref_built = true;
         memset(arena_ref, GUARD, sizeof(arena_ref));
         for (size_t i = 0; i < MEM; i++)
             arena_ref[mem_a - arena_a + i] = pattern(i);
