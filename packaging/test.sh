@@ -3,6 +3,9 @@
 # libFuzzer harnesses:
 #   build/       release build (what users get)
 #   build-asan/  debug build with AddressSanitizer and UndefinedBehaviorSanitizer
+#   build-tsan/  clang, ThreadSanitizer: every suite again, for data races
+#                between the application's threads (pscom_init_thread) and
+#                the threads of PMIx, UCX and the tests themselves
 #   build-fuzz/  clang, -Dfuzz=true: only the harnesses are built and run
 #                (a fixed number of inputs from a fixed seed each)
 # Usage: packaging/test.sh [extra meson test arguments]
@@ -44,6 +47,16 @@ ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
     run_suite build-asan "${no_vendor[@]}" "$@"
 ASAN_OPTIONS=detect_leaks=0:abort_on_error=1 \
     run_suite build-asan "${only_vendor[@]}" "$@"
+if [ ! -d build-tsan ]; then
+    CC=clang meson setup build-tsan -Dbuildtype=debugoptimized \
+        -Db_sanitize=thread -Db_lundef=false
+fi
+ninja -C build-tsan
+# A race report ends the process (and so fails its test). The vendor
+# libraries are not instrumented; test/tsan.supp names the races found
+# inside them, and nothing of ours.
+TSAN_OPTIONS="suppressions=$PWD/test/tsan.supp:halt_on_error=1" \
+    run_suite build-tsan --timeout-multiplier 3 "$@"
 if [ ! -d build-fuzz ]; then
     CC=clang meson setup build-fuzz -Dfuzz=true
 fi
@@ -58,4 +71,4 @@ if [ "${#fuzzers[@]}" -eq 0 ]; then
 fi
 ninja -C build-fuzz "${fuzzers[@]}"
 run_suite build-fuzz --no-rebuild --suite fuzz
-echo "=== all tests passed (release, sanitizer and fuzzer builds)"
+echo "=== all tests passed (release, address, thread sanitizer and fuzzer builds)"

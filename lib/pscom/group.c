@@ -141,8 +141,9 @@ static void accept_header(struct psc_req *req, const pscom_header_net_t *hdr,
                                                    : r->xheader_len;
     r->header = *hdr;
     memcpy(&r->xheader, hdr + 1, xl);
-    r->state |= PSCOM_REQ_STATE_IO_STARTED;
-    if (received > r->data_len) r->state |= PSCOM_REQ_STATE_TRUNCATED;
+    psc_req_state_add(req, PSCOM_REQ_STATE_IO_STARTED);
+    if (received > r->data_len)
+        psc_req_state_add(req, PSCOM_REQ_STATE_TRUNCATED);
 }
 
 /* An unexpected message (whole) goes to its receive; g is freed after. */
@@ -435,8 +436,8 @@ static void bcast_received(pscom_request_t *r)
 
     u->header = r->header;
     memcpy(&u->xheader, &r->xheader, op->xlen);
-    u->state |= r->state & (PSCOM_REQ_STATE_TRUNCATED |
-                            PSCOM_REQ_STATE_IO_STARTED);
+    psc_req_state_add(op->user, r->state & (PSCOM_REQ_STATE_TRUNCATED |
+                                            PSCOM_REQ_STATE_IO_STARTED));
     if (r->state & PSCOM_REQ_STATE_ERROR) {
         op->err |= PSCOM_REQ_STATE_ERROR;
         op->nchild = 0; /* nothing to pass on */

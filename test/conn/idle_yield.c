@@ -59,6 +59,13 @@ int __wrap_epoll_wait(int epfd, struct epoll_event *ev, int n, int timeout)
 long __real_sysconf(int name);
 long __wrap_sysconf(int name);
 
+/* ThreadSanitizer calls sysconf while it starts, before an instrumented
+ * function may run. */
+#if defined(__has_attribute)
+#if __has_attribute(disable_sanitizer_instrumentation)
+__attribute__((disable_sanitizer_instrumentation))
+#endif
+#endif
 long __wrap_sysconf(int name)
 {
     const char *cpus = getenv("IDLE_CPUS");

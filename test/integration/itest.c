@@ -6,6 +6,7 @@
 
 #include <errno.h>
 #include <poll.h>
+#include <pthread.h>
 #include <sched.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -23,7 +24,10 @@
 /* ---------------------------------------------------------------------- */
 
 static char role[32] = "orchestrator";
+/* The current step: set by any thread under step_lock; the alarm handler
+ * reads it without (a torn name is still readable). */
 static char step[256] = "start";
+static pthread_mutex_t step_lock = PTHREAD_MUTEX_INITIALIZER;
 static unsigned watchdog_seconds;
 
 /* Children of this process, killed when its watchdog fires. */
@@ -206,23 +210,34 @@ void itest_substep(const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(buf, sizeof(buf), fmt, ap);
     va_end(ap);
-    /* The alarm handler may read `step` at any time: replace it in one go
-     * as far as a string copy allows; a torn step name is still readable. */
+    pthread_mutex_lock(&step_lock);
     memcpy(step, buf, sizeof(step));
+    pthread_mutex_unlock(&step_lock);
 }
 
 void itest_step(const char *fmt, ...)
 {
+    char buf[sizeof(step)];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(step, sizeof(step), fmt, ap);
+    vsnprintf(buf, sizeof(buf), fmt, ap);
     va_end(ap);
-    itest_note("step: %s", step);
+    pthread_mutex_lock(&step_lock);
+    memcpy(step, buf, sizeof(step));
+    pthread_mutex_unlock(&step_lock);
+    itest_note("step: %s", buf);
+}
+
+static void step_copy(char out[sizeof(step)])
+{
+    pthread_mutex_lock(&step_lock);
+    memcpy(out, step, sizeof(step));
+    pthread_mutex_unlock(&step_lock);
 }
 
 const char *itest_fmt(const char *fmt, ...)
 {
-    static char buf[512];
+    static _Thread_local char buf[512];
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(buf, sizeof(buf), fmt, ap);
@@ -245,7 +260,9 @@ void itest_fail_at(const char *file, int line, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(buf, sizeof(buf), fmt, ap);
     va_end(ap);
-    itest_note("FAIL %s:%d (step: %s): %s", file, line, step, buf);
+    char at[sizeof(step)];
+    step_copy(at);
+    itest_note("FAIL %s:%d (step: %s): %s", file, line, at, buf);
     die();
 }
 
@@ -257,7 +274,9 @@ void itest_assert_failed(const char *file, int line, const char *cond,
     va_start(ap, fmt);
     vsnprintf(buf, sizeof(buf), fmt, ap);
     va_end(ap);
-    itest_note("FAIL %s:%d (step: %s): `%s` is false: %s", file, line, step,
+    char at[sizeof(step)];
+    step_copy(at);
+    itest_note("FAIL %s:%d (step: %s): `%s` is false: %s", file, line, at,
                cond, buf);
     die();
 }
@@ -271,9 +290,11 @@ void itest_assert_eq_failed(const char *file, int line, const char *a_str,
     va_start(ap, fmt);
     vsnprintf(buf, sizeof(buf), fmt, ap);
     va_end(ap);
+    char at[sizeof(step)];
+    step_copy(at);
     itest_note("FAIL %s:%d (step: %s): %s == %s expected, got %lld != %lld: "
                "%s",
-               file, line, step, a_str, b_str, a, b, buf);
+               file, line, at, a_str, b_str, a, b, buf);
     die();
 }
 

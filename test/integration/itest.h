@@ -104,7 +104,7 @@ void itest_assert_eq_failed(const char *file, int line, const char *a_str,
                           itest_fmt(__VA_ARGS__));                             \
     } while (0)
 
-/* printf into a per-process static buffer (for use inside the macros). */
+/* printf into a per-thread static buffer (for use inside the macros). */
 const char *itest_fmt(const char *fmt, ...)
     __attribute__((format(printf, 1, 2)));
 

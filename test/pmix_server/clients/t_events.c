@@ -11,11 +11,14 @@
  */
 #include "tclient.h"
 
+#include <stdatomic.h>
+
 #define E_ENV PMIX_EVENT_NODE_OFFLINE
 #define E_JOB (PMIX_EXTERNAL_ERR_BASE - 1)
 #define E_NOW (PMIX_EXTERNAL_ERR_BASE - 2)
 
-static volatile int n_env, n_job, n_now, n_other;
+/* Counted on PMIx's progress thread, read on the main thread. */
+static atomic_int n_env, n_job, n_now, n_other;
 
 static void handler(size_t id, pmix_status_t status, const pmix_proc_t *source,
                     pmix_info_t info[], size_t ninfo, pmix_info_t results[], size_t nresults,

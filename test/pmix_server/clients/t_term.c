@@ -12,12 +12,16 @@
  */
 #include "tclient.h"
 
-static volatile int n_events;
-static volatile pmix_status_t ev_code;
-static volatile pmix_status_t ev_cause;
+#include <stdatomic.h>
+
+/* The handler runs on PMIx's progress thread, the only writer: it fills
+ * the first event's fields, then publishes them by storing n_events. */
+static atomic_int n_events;
+static pmix_status_t ev_code;
+static pmix_status_t ev_cause;
 static pmix_proc_t ev_affected;
 static double t_start;
-static volatile double ev_time;
+static double ev_time;
 
 static void handler(size_t id, pmix_status_t status, const pmix_proc_t *source,
                     pmix_info_t info[], size_t ninfo, pmix_info_t results[], size_t nresults,
@@ -32,12 +36,14 @@ static void handler(size_t id, pmix_status_t status, const pmix_proc_t *source,
         if (PMIX_CHECK_KEY(&info[i], PMIX_EVENT_AFFECTED_PROC)) affected = *info[i].value.data.proc;
         if (PMIX_CHECK_KEY(&info[i], PMIX_PROC_TERM_STATUS)) cause = info[i].value.data.status;
     }
-    if (n_events++ == 0) {
+    int seen = atomic_load(&n_events);
+    if (seen == 0) {
         ev_code = status;
         ev_cause = cause;
         ev_affected = affected;
         ev_time = t_now();
     }
+    atomic_store(&n_events, seen + 1);
     t_note("event %s (cause %s) about %s:%u", PMIx_Error_string(status),
            PMIx_Error_string(cause), affected.nspace, affected.rank);
     if (cbfunc) cbfunc(PMIX_EVENT_ACTION_COMPLETE, NULL, 0, NULL, NULL, cbdata);
