@@ -680,9 +680,13 @@ static inline int pscom_req_state_successful(pscom_req_state_t state)
            PSCOM_REQ_STATE_DONE;
 }
 
+/* The two checks below may poll a request that another thread completes:
+ * its state is read with acquire order, so that once DONE is seen the
+ * request's header, xheader and data are too. */
 static inline int pscom_req_successful(pscom_request_t *req)
 {
-    return pscom_req_state_successful(req->state);
+    return pscom_req_state_successful(
+        __atomic_load_n(&req->state, __ATOMIC_ACQUIRE));
 }
 
 static inline int pscom_req_state_is_done(pscom_req_state_t state)
@@ -692,7 +696,8 @@ static inline int pscom_req_state_is_done(pscom_req_state_t state)
 
 static inline int pscom_req_is_done(pscom_request_t *req)
 {
-    return pscom_req_state_is_done(req->state);
+    return pscom_req_state_is_done(
+        __atomic_load_n(&req->state, __ATOMIC_ACQUIRE));
 }
 
 /* ---------------------------------------------------------------------- */

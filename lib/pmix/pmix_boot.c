@@ -97,18 +97,45 @@ int pmx_ep_check(const char *ep, int *port, char name[9], const char **why)
 /* Failing a peer                                                         */
 /* ---------------------------------------------------------------------- */
 
-/* Fail the connection of a rank that job->failed marks. */
-static void fail_connection(pscom_pmix_job_t *job, int rank)
+/* The connection to rank, and what job->failed says of it (see peers_lock). */
+static pscom_connection_t *peer_get(pscom_pmix_job_t *job, int rank,
+                                   signed char *failed)
+{
+    pthread_mutex_lock(&job->peers_lock);
+    pscom_connection_t *con = job->cons ? job->cons[rank] : NULL;
+    if (failed) *failed = job->failed[rank];
+    pthread_mutex_unlock(&job->peers_lock);
+    return con;
+}
+
+static void peer_set(pscom_pmix_job_t *job, int rank, pscom_connection_t *con)
+{
+    pthread_mutex_lock(&job->peers_lock);
+    job->cons[rank] = con;
+    pthread_mutex_unlock(&job->peers_lock);
+}
+
+static bool peer_failed(pscom_pmix_job_t *job, int rank)
+{
+    signed char failed;
+    peer_get(job, rank, &failed);
+    return failed != 0;
+}
+
+/* Fail the connection of a rank that job->failed marks. PSCOM_SUCCESS, or
+ * why not: no connection yet, failed or closed already. */
+static pscom_err_t fail_connection(pscom_pmix_job_t *job, int rank)
 {
     static bool warned_no_hook;
-    pscom_connection_t *con = job->cons ? job->cons[rank] : NULL;
-    pscom_err_t err = job->failed[rank] == 2 ? PSCOM_ERR_EOF : PSCOM_ERR_IOERROR;
+    signed char failed;
+    pscom_connection_t *con = peer_get(job, rank, &failed);
+    pscom_err_t err = failed == 2 ? PSCOM_ERR_EOF : PSCOM_ERR_IOERROR;
 
-    if (!con || con->state == PSCOM_CON_STATE_CLOSED) return;
-    if (pscom_fail_connection) {
-        pscom_fail_connection(con, err);
-        return;
-    }
+    if (!con) return PSCOM_ERR_INVALID;
+    /* pscom_fail_connection checks the connection's state under pscom's
+     * lock. */
+    if (pscom_fail_connection) return pscom_fail_connection(con, err);
+    if (con->state == PSCOM_CON_STATE_CLOSED) return PSCOM_ERR_ALREADY;
     if (!warned_no_hook) {
         warned_no_hook = true;
         pmx_log(job, PMX_LOG_WARN,
@@ -118,29 +145,34 @@ static void fail_connection(pscom_pmix_job_t *job, int rank)
     }
     if (con->socket->ops.con_error)
         con->socket->ops.con_error(con, PSCOM_OP_RW, err);
-    job->cons[rank] = NULL;
+    peer_set(job, rank, NULL);
     pscom_close_connection(con);
+    return PSCOM_SUCCESS;
 }
 
 void pmx_fail_peer(pscom_pmix_job_t *job, int rank, int code,
                    const char *text, bool normal_exit)
 {
-    pscom_connection_t *con;
-
     if (rank < 0 || rank >= job->size || rank == job->rank) return;
-    if (job->failed[rank]) return;
-    job->failed[rank] = normal_exit ? 2 : 1;
-    con = job->cons ? job->cons[rank] : NULL;
+    /* Marked and its connection read in one go: a bootstrap on another
+     * thread either finds the mark when it looks after setting the
+     * connection, or set the connection before we read it. */
+    pthread_mutex_lock(&job->peers_lock);
+    bool first = !job->failed[rank];
+    if (first) job->failed[rank] = normal_exit ? 2 : 1;
+    pthread_mutex_unlock(&job->peers_lock);
+    if (!first) return;
 
+    pscom_err_t ret = fail_connection(job, rank);
     pmx_log(job, normal_exit ? PMX_LOG_INFO : PMX_LOG_ERROR,
             "rank %d %s (PMIx event %s%s%s); %s", rank,
             normal_exit ? "terminated" : "failed", PMIx_Error_string(code),
             text ? ": " : "", text ? text : "",
-            !con ? "there is no connection to it yet"
-            : con->state == PSCOM_CON_STATE_CLOSED
-                ? "its connection is closed already"
-                : "failing its connection and the requests pending on it");
-    fail_connection(job, rank);
+            ret == PSCOM_SUCCESS ? "failed its connection and the requests "
+                                   "pending on it"
+            : ret == PSCOM_ERR_INVALID ? "there is no connection to it yet"
+                                       : "its connection is closed or failed "
+                                         "already");
 }
 
 /* ---------------------------------------------------------------------- */
@@ -306,17 +338,17 @@ static int collect_accepted(pscom_pmix_job_t *job)
     for (pscom_connection_t *c = pscom_get_next_connection(job->sock, NULL);
          c; c = pscom_get_next_connection(job->sock, c)) {
         int r = c->remote_con_info.rank;
-        if (r < 0 || r >= job->rank || job->cons[r]) continue;
+        if (r < 0 || r >= job->rank || peer_get(job, r, NULL)) continue;
         if (c->type == PSCOM_CON_TYPE_NONE ||
             c->type == PSCOM_CON_TYPE_ONDEMAND ||
             !(c->state & PSCOM_CON_STATE_RW))
             continue;
         rank_name(r, name);
         if (strncmp(c->remote_con_info.name, name, 8)) continue;
-        job->cons[r] = c;
+        peer_set(job, r, c);
     }
     for (int r = 0; r < job->rank; r++)
-        if (!job->cons[r]) missing++;
+        if (!peer_get(job, r, NULL)) missing++;
     return missing;
 }
 
@@ -336,7 +368,7 @@ static pscom_err_t connect_direct(pscom_pmix_job_t *job, char **eps)
             pscom_close_connection(con);
             return ret;
         }
-        job->cons[r] = con;
+        peer_set(job, r, con);
     }
 
     pscom_env_get_uint(&timeout_ms, "PSP_CONNECT_TIMEOUT");
@@ -345,16 +377,18 @@ static pscom_err_t connect_direct(pscom_pmix_job_t *job, char **eps)
         if ((round & 63) == 0) {
             int missing = collect_accepted(job);
             if (!missing) break;
-            for (int r = 0; r < job->rank; r++)
-                if (!job->cons[r] && job->failed[r]) {
+            for (int r = 0; r < job->rank; r++) {
+                signed char failed;
+                if (!peer_get(job, r, &failed) && failed) {
                     pmx_log(job, PMX_LOG_ERROR,
                             "rank %d failed before it connected to us", r);
                     errno = ECONNABORTED;
                     return PSCOM_ERR_STDERROR;
                 }
+            }
             if (now_ms() > deadline) {
                 int first = 0;
-                while (job->cons[first]) first++;
+                while (peer_get(job, first, NULL)) first++;
                 pmx_log(job, PMX_LOG_ERROR,
                         "%d rank(s) below us did not connect within %u ms "
                         "(3 * PSP_CONNECT_TIMEOUT), rank %d (%s) first", missing,
@@ -382,7 +416,7 @@ static pscom_err_t connect_ondemand(pscom_pmix_job_t *job, char **eps)
             pscom_close_connection(con);
             return ret;
         }
-        job->cons[r] = con;
+        peer_set(job, r, con);
     }
     return PSCOM_SUCCESS;
 }
@@ -398,7 +432,7 @@ static pscom_err_t connect_self(pscom_pmix_job_t *job, const char *ep)
         pscom_close_connection(con);
         return ret;
     }
-    job->cons[job->rank] = con;
+    peer_set(job, job->rank, con);
     return PSCOM_SUCCESS;
 }
 
@@ -465,9 +499,13 @@ pscom_err_t pscom_pmix_bootstrap(pscom_pmix_job_t *job, pscom_socket_t *sock,
         pscom_env_get_int(&ondemand, "PSP_ONDEMAND");
     }
 
-    free(job->cons); /* left by a call that failed before it began */
+    pscom_connection_t **cons = calloc((size_t)job->size, sizeof(*cons));
+    pthread_mutex_lock(&job->peers_lock);
+    pscom_connection_t **old = job->cons; /* of a call that failed early */
+    job->cons = cons;
+    pthread_mutex_unlock(&job->peers_lock);
+    free(old);
     free(job->local);
-    job->cons = calloc((size_t)job->size, sizeof(*job->cons));
     job->local = malloc((size_t)job->size);
     eps = calloc((size_t)job->size, sizeof(*eps));
     nodeids = calloc((size_t)job->size, sizeof(*nodeids));
@@ -523,7 +561,8 @@ pscom_err_t pscom_pmix_bootstrap(pscom_pmix_job_t *job, pscom_socket_t *sock,
     if (ret == PSCOM_SUCCESS) {
         /* Peers reported dead before their connection existed. */
         for (int r = 0; r < job->size; r++)
-            if (job->failed[r] && r != job->rank) fail_connection(job, r);
+            if (r != job->rank && peer_failed(job, r))
+                fail_connection(job, r);
         pmx_log(job, PMX_LOG_INFO,
                 "bootstrap of %d ranks (%s): put+fence %llu ms, endpoints "
                 "%llu ms, connections %llu ms", job->size,

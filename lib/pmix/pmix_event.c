@@ -261,8 +261,8 @@ static bool react(pscom_pmix_job_t *job, const struct pmx_event *ev)
             acted = true;
         }
     }
-    if (is_server_lost(ev->code) && !job->server_lost) {
-        job->server_lost = true;
+    if (is_server_lost(ev->code) &&
+        !__atomic_exchange_n(&job->server_lost, true, __ATOMIC_RELAXED)) {
         pmx_log(job, PMX_LOG_ERROR,
                 "lost the connection to the PMIx server (PMIx event %s): "
                 "barrier, publish/lookup and notify fail from now on; the "
@@ -432,7 +432,8 @@ pscom_err_t pscom_pmix_event_register(pscom_pmix_job_t *job, const int *codes,
 
     /* Codes get a PMIx registration of their own, so that events their
      * sender keeps from default handlers reach us too. */
-    if (!job->singleton && category != PMX_CAT_DEFAULT && !job->server_lost) {
+    if (!job->singleton && category != PMX_CAT_DEFAULT &&
+        !__atomic_load_n(&job->server_lost, __ATOMIC_RELAXED)) {
         pmix_status_t rc = pmix_register(codes, ncodes, &h->pmix_ref);
         if (rc != PMIX_SUCCESS) {
             pmx_log(job, PMX_LOG_ERROR,
@@ -485,7 +486,8 @@ pscom_err_t pscom_pmix_event_deregister(pscom_pmix_job_t *job, size_t id)
     if (h->has_pmix_ref) {
         h->has_pmix_ref = false;
         pmix_status_t rc = PMIx_Deregister_event_handler(h->pmix_ref, NULL, NULL);
-        if (rc != PMIX_SUCCESS && !job->server_lost)
+        if (rc != PMIX_SUCCESS &&
+            !__atomic_load_n(&job->server_lost, __ATOMIC_RELAXED))
             pmx_log(job, PMX_LOG_WARN, "PMIx_Deregister_event_handler: %s",
                     PMIx_Error_string(rc));
     }
@@ -510,7 +512,8 @@ pscom_err_t pscom_pmix_notify(pscom_pmix_job_t *job, int code,
         return PSCOM_ERR_INVALID;
     /* A singleton is its whole job: every range ends at this process. */
     if (job->singleton ||
-        (job->server_lost && range == PSCOM_PMIX_RANGE_PROC_LOCAL))
+        (__atomic_load_n(&job->server_lost, __ATOMIC_RELAXED) &&
+         range == PSCOM_PMIX_RANGE_PROC_LOCAL))
         return pmx_event_local(job, code, rank, text) ? PSCOM_ERR_STDERROR
                                                       : PSCOM_SUCCESS;
     if (!pmx_server_usable(job, "pscom_pmix_notify")) return PSCOM_ERR_STDERROR;
@@ -601,8 +604,12 @@ void pmx_events_stop(pscom_pmix_job_t *job)
         }
         pthread_mutex_unlock(&job->hdlr_lock);
     }
-    /* No PMIx handler of ours runs any more: what is queued is dropped. */
+    /* No PMIx handler of ours runs any more, and once the descriptor is
+     * out of pscom's table (under pscom's lock) no other thread's progress
+     * is dispatching: what is queued is dropped. */
     ev_job = NULL;
+    if (job->fd_watched) pscom_plugin_fd_del(job->pipe_rd);
+    job->fd_watched = false;
     struct pmx_event *ev;
     while ((ev = dequeue(job))) {
         if (ev->cbfunc)
@@ -610,8 +617,6 @@ void pmx_events_stop(pscom_pmix_job_t *job)
                        ev->cbdata);
         event_free(ev);
     }
-    if (job->fd_watched) pscom_plugin_fd_del(job->pipe_rd);
-    job->fd_watched = false;
     if (job->pipe_rd >= 0) close(job->pipe_rd);
     if (job->pipe_wr >= 0) close(job->pipe_wr);
     job->pipe_rd = job->pipe_wr = -1;

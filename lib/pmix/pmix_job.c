@@ -83,7 +83,7 @@ bool pmx_server_usable(const pscom_pmix_job_t *job, const char *what)
         errno = ENOTCONN;
         return false;
     }
-    if (job->server_lost) {
+    if (__atomic_load_n(&job->server_lost, __ATOMIC_RELAXED)) {
         pmx_log(job, PMX_LOG_ERROR,
                 "%s: the connection to the PMIx server is lost", what);
         errno = ENOTCONN;
@@ -148,6 +148,7 @@ static void job_free(pscom_pmix_job_t *job)
     free(job->failed);
     pthread_mutex_destroy(&job->evq_lock);
     pthread_mutex_destroy(&job->dispatch_lock);
+    pthread_mutex_destroy(&job->peers_lock);
     pthread_mutex_destroy(&job->hdlr_lock);
     free(job);
 }
@@ -176,6 +177,7 @@ pscom_err_t pscom_pmix_init(pscom_pmix_job_t **job_p)
     }
     pthread_mutex_init(&job->evq_lock, NULL);
     pthread_mutex_init(&job->dispatch_lock, NULL);
+    pthread_mutex_init(&job->peers_lock, NULL);
     pthread_mutex_init(&job->hdlr_lock, NULL);
     job->pipe_rd = job->pipe_wr = -1;
     job->next_id = 1;
@@ -274,7 +276,8 @@ void pscom_pmix_finalize(pscom_pmix_job_t *job)
     pmx_events_stop(job);
     if (!job->singleton) {
         pmix_status_t rc = PMIx_Finalize(NULL, 0);
-        if (rc != PMIX_SUCCESS && !job->server_lost)
+        if (rc != PMIX_SUCCESS &&
+            !__atomic_load_n(&job->server_lost, __ATOMIC_RELAXED))
             pmx_log(job, PMX_LOG_WARN, "PMIx_Finalize: %s",
                     PMIx_Error_string(rc));
     }
@@ -311,8 +314,12 @@ pscom_socket_t *pscom_pmix_socket(const pscom_pmix_job_t *job)
 pscom_connection_t *pscom_pmix_connection(const pscom_pmix_job_t *job,
                                           int rank)
 {
-    if (!job || !job->cons || rank < 0 || rank >= job->size) return NULL;
-    return job->cons[rank];
+    if (!job || rank < 0 || rank >= job->size) return NULL;
+    pthread_mutex_t *lock = (pthread_mutex_t *)&job->peers_lock;
+    pthread_mutex_lock(lock);
+    pscom_connection_t *con = job->cons ? job->cons[rank] : NULL;
+    pthread_mutex_unlock(lock);
+    return con;
 }
 
 int pscom_pmix_is_local(const pscom_pmix_job_t *job, int rank)

@@ -73,7 +73,9 @@ struct pscom_pmix_job {
     pmix_proc_t me;
     int rank, size;
     bool singleton;
-    bool server_lost; /* a lost-connection event came */
+    /* A lost-connection event came: set by a dispatcher, read by any
+     * thread (atomic loads and stores). */
+    bool server_lost;
 
     /* Bootstrap. */
     pscom_socket_t *sock;
@@ -82,6 +84,10 @@ struct pscom_pmix_job {
     /* [size]: 0, or what an event said: 1 failed, 2 terminated normally.
      * Allocated at init: events may come before the bootstrap. */
     signed char *failed;
+    /* cons[] (and the array itself) and failed[]: written by the bootstrap
+     * and by event dispatchers, which may run on other threads (pscom
+     * progress). Never held while calling pscom. */
+    pthread_mutex_t peers_lock;
 
     /* Events: filled by PMIx's thread, emptied by the dispatcher. */
     pthread_mutex_t evq_lock;

@@ -278,10 +278,14 @@ pscom_connection_t *pscom_get_next_connection(pscom_socket_t *socket,
                                               pscom_connection_t *connection)
 {
     struct psc_sock *sock = sock_of(socket);
+    psc_lock(); /* another thread's progress adds and removes connections */
     struct psc_list *pos =
         connection ? con_of(connection)->next_con.next : sock->cons.next;
-    if (pos == &sock->cons) return NULL;
-    return &psc_list_entry(pos, struct psc_con, next_con)->pub;
+    pscom_connection_t *next =
+        pos == &sock->cons ? NULL
+                           : &psc_list_entry(pos, struct psc_con, next_con)->pub;
+    psc_unlock();
+    return next;
 }
 
 /* ---------------------------------------------------------------------- */

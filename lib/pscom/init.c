@@ -93,13 +93,11 @@ static void at_exit(void)
     psc_unlock();
 }
 
-static pscom_err_t init(int version, bool threaded)
+static void init_once(bool threaded)
 {
-    pscom_err_t ret = version_check(version);
-    if (ret) return ret;
     if (psc_ctx.initialised) {
         if (threaded && !psc_ctx.threaded) enable_threads();
-        return PSCOM_SUCCESS;
+        return;
     }
     psc_ctx.initialised = true;
     if (threaded) enable_threads();
@@ -117,6 +115,20 @@ static pscom_err_t init(int version, bool threaded)
         psc_log_write(PSC_LOG_ERROR, "pscom %s (ABI %d.%d, API 0x%08x)",
                       PSC_VERSION_STRING, PSCOM_ABI_VERSION_MAJOR,
                       PSCOM_ABI_VERSION_MINOR, PSCOM_API_VERSION);
+}
+
+/* Two threads may get here at once: pscom_get_nodeid and libpscom_pmix
+ * initialise on first use. Recursive: what init_once calls may find the
+ * library uninitialised and call in again (which then returns at once). */
+static pthread_mutex_t init_lock = PTHREAD_RECURSIVE_MUTEX_INITIALIZER_NP;
+
+static pscom_err_t init(int version, bool threaded)
+{
+    pscom_err_t ret = version_check(version);
+    if (ret) return ret;
+    pthread_mutex_lock(&init_lock);
+    init_once(threaded);
+    pthread_mutex_unlock(&init_lock);
     return PSCOM_SUCCESS;
 }
 

@@ -72,8 +72,11 @@ static bool is_hot(const struct ufd *u)
     return u->cb && u->hot && u->events;
 }
 
-int pscom_plugin_fd_add(int fd, uint32_t events, int hot,
-                        pscom_plugin_fd_cb_t cb, void *arg)
+/* The table is the lock holder's: libpscom_pmix adds and removes its
+ * descriptor from the application's thread, outside any API call, while
+ * another thread's wait may be dispatching. */
+static int fd_add(int fd, uint32_t events, int hot, pscom_plugin_fd_cb_t cb,
+                  void *arg)
 {
     if (fd < 0 || !cb || ensure_epoll() || ensure_slot(fd)) return -1;
     struct ufd *u = &ufds[fd];
@@ -91,7 +94,16 @@ int pscom_plugin_fd_add(int fd, uint32_t events, int hot,
     return 0;
 }
 
-int pscom_plugin_fd_mod(int fd, uint32_t events)
+int pscom_plugin_fd_add(int fd, uint32_t events, int hot,
+                        pscom_plugin_fd_cb_t cb, void *arg)
+{
+    psc_lock();
+    int ret = fd_add(fd, events, hot, cb, arg);
+    psc_unlock();
+    return ret;
+}
+
+static int fd_mod(int fd, uint32_t events)
 {
     if (fd < 0 || fd >= ufd_cap || !ufds[fd].cb) return -1;
     struct ufd *u = &ufds[fd];
@@ -107,15 +119,26 @@ int pscom_plugin_fd_mod(int fd, uint32_t events)
     return 0;
 }
 
+int pscom_plugin_fd_mod(int fd, uint32_t events)
+{
+    psc_lock();
+    int ret = fd_mod(fd, events);
+    psc_unlock();
+    return ret;
+}
+
 void pscom_plugin_fd_del(int fd)
 {
-    if (fd < 0 || fd >= ufd_cap || !ufds[fd].cb) return;
-    struct ufd *u = &ufds[fd];
-    bool was = is_hot(u);
-    epoll_ctl(epfd, EPOLL_CTL_DEL, fd, NULL);
-    u->cb = NULL;
-    hot_update(u, was);
-    u->events = 0;
+    psc_lock();
+    if (fd >= 0 && fd < ufd_cap && ufds[fd].cb) {
+        struct ufd *u = &ufds[fd];
+        bool was = is_hot(u);
+        epoll_ctl(epfd, EPOLL_CTL_DEL, fd, NULL);
+        u->cb = NULL;
+        hot_update(u, was);
+        u->events = 0;
+    }
+    psc_unlock();
 }
 
 /* Wait at most timeout_ms for ready descriptors and run their callbacks;

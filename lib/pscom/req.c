@@ -409,9 +409,13 @@ int pscom_cancel_recv(pscom_request_t *request)
 
 int pscom_cancel(pscom_request_t *request)
 {
-    if (request->state & PSCOM_REQ_STATE_SEND_REQUEST)
+    /* Whether it sends or receives is set when it is posted; the lock's
+     * holder may be adding other bits meanwhile. */
+    pscom_req_state_t state =
+        __atomic_load_n(&request->state, __ATOMIC_RELAXED);
+    if (state & PSCOM_REQ_STATE_SEND_REQUEST)
         return pscom_cancel_send(request);
-    if (request->state & PSCOM_REQ_STATE_RECV_REQUEST)
+    if (state & PSCOM_REQ_STATE_RECV_REQUEST)
         return pscom_cancel_recv(request);
     return 0;
 }

@@ -1152,9 +1152,9 @@ static int rx_reply(struct psc_con *con, pscom_header_net_t *hdr,
     }
     psc_list_del(&req->next);
     req->pub.header = *hdr;
-    req->pub.state |= PSCOM_REQ_STATE_IO_STARTED;
+    psc_req_state_add(req, PSCOM_REQ_STATE_IO_STARTED);
     if (hdr->data_len > req->pub.data_len)
-        req->pub.state |= PSCOM_REQ_STATE_TRUNCATED;
+        psc_req_state_add(req, PSCOM_REQ_STATE_TRUNCATED);
     *body = req;
     return 0;
 }

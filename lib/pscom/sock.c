@@ -57,9 +57,11 @@ pscom_socket_t *pscom_open_socket(size_t userdata_size,
 void pscom_socket_set_name(pscom_socket_t *socket, const char *name)
 {
     if (!socket || !name) return;
+    psc_lock(); /* handshakes of other threads' progress send it */
     memset(socket->local_con_info.name, 0, sizeof(socket->local_con_info.name));
     strncpy(socket->local_con_info.name, name,
             sizeof(socket->local_con_info.name));
+    psc_unlock();
 }
 
 int pscom_get_portno(pscom_socket_t *socket)
@@ -296,24 +298,34 @@ static uint64_t type_bit(pscom_con_type_t t)
     return (unsigned)t < 64 ? (uint64_t)1 << t : 0;
 }
 
+/* The mask is read by the lock's holder (a connect of another thread):
+ * changed under the lock. */
+static void mask_set(pscom_socket_t *socket, uint64_t keep, uint64_t add)
+{
+    psc_lock();
+    struct psc_sock *sock = sock_of(socket);
+    sock->con_type_mask = (sock->con_type_mask & keep) | add;
+    psc_unlock();
+}
+
 void pscom_con_type_mask_all(pscom_socket_t *socket)
 {
-    sock_of(socket)->con_type_mask = ~(uint64_t)0;
+    mask_set(socket, 0, ~(uint64_t)0);
 }
 
 void pscom_con_type_mask_only(pscom_socket_t *socket, pscom_con_type_t con_type)
 {
-    sock_of(socket)->con_type_mask = type_bit(con_type);
+    mask_set(socket, 0, type_bit(con_type));
 }
 
 void pscom_con_type_mask_add(pscom_socket_t *socket, pscom_con_type_t con_type)
 {
-    sock_of(socket)->con_type_mask |= type_bit(con_type);
+    mask_set(socket, ~(uint64_t)0, type_bit(con_type));
 }
 
 void pscom_con_type_mask_del(pscom_socket_t *socket, pscom_con_type_t con_type)
 {
-    sock_of(socket)->con_type_mask &= ~type_bit(con_type);
+    mask_set(socket, ~type_bit(con_type), 0);
 }
 
 int pscom_con_type_mask_is_set(pscom_socket_t *socket,
@@ -333,7 +345,7 @@ void pscom_con_type_mask_restore(pscom_socket_t *socket,
                                  void *con_type_mask_backup)
 {
     if (!con_type_mask_backup) return;
-    sock_of(socket)->con_type_mask = *(uint64_t *)con_type_mask_backup;
+    mask_set(socket, 0, *(uint64_t *)con_type_mask_backup);
     free(con_type_mask_backup);
 }
 

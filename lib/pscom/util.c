@@ -224,20 +224,24 @@ void pscom_dump_connection(FILE *out, pscom_connection_t *connection)
 {
     if (!connection) return;
     struct psc_con *con = con_of(connection);
+    psc_lock();
     fprintf(out, "%s state=%s sendq=%zu recvq=%zu unexpected=%zu\n",
             psc_con_str(con), pscom_con_state_str(connection->state),
             psc_list_count(&con->sendq), psc_list_count(&con->recvq_user),
             psc_list_count(&con->net_recvq));
+    psc_unlock();
 }
 
 void pscom_dump_reqstat(FILE *out)
 {
+    psc_lock();
     size_t any = psc_list_count(&psc_ctx.recvq_any);
     struct psc_list *pos;
     psc_list_for_each(pos, &psc_ctx.sockets) {
         struct psc_sock *s = psc_list_entry(pos, struct psc_sock, next_sock);
         any += psc_list_count(&s->recvq_any);
     }
+    psc_unlock();
     fprintf(out, "pscom requests: %zu any-source receives posted\n", any);
 }
 
@@ -245,6 +249,7 @@ void pscom_dump_info(FILE *out)
 {
     fprintf(out, "pscom %s on %s (%s), node id %d\n", PSC_VERSION_STRING,
             psc_ctx.hostname, psc_ctx.node_addr, psc_ctx.node_id);
+    psc_lock(); /* recursive: pscom_dump_connection takes it again */
     struct psc_list *spos;
     psc_list_for_each(spos, &psc_ctx.sockets) {
         struct psc_sock *s = psc_list_entry(spos, struct psc_sock, next_sock);
@@ -257,4 +262,5 @@ void pscom_dump_info(FILE *out)
                                                        next_con)->pub);
         }
     }
+    psc_unlock();
 }
