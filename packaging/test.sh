@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Build pscom twice and run the whole test suite on each build, then the
-# libFuzzer harnesses:
+# Build pscom three times and run the whole test suite on each build, then
+# the libFuzzer harnesses:
 #   build/       release build (what users get)
 #   build-asan/  debug build with AddressSanitizer and UndefinedBehaviorSanitizer
 #   build-tsan/  clang, ThreadSanitizer: every suite again, for data races

@@ -115,27 +115,27 @@ static void peer_set(pscom_pmix_job_t *job, int rank, pscom_connection_t *con)
     pthread_mutex_unlock(&job->peers_lock);
 }
 
-static bool peer_failed(pscom_pmix_job_t *job, int rank)
-{
-    signed char failed;
-    peer_get(job, rank, &failed);
-    return failed != 0;
-}
-
-/* Fail the connection of a rank that job->failed marks. PSCOM_SUCCESS, or
- * why not: no connection yet, failed or closed already. */
-static pscom_err_t fail_connection(pscom_pmix_job_t *job, int rank)
+/* Fail con, the connection of a rank that an event marked failed (how:
+ * `failed`, see job->failed). pscom_fail_connection checks the
+ * connection's state itself, under pscom's lock. */
+static void fail_connection(pscom_pmix_job_t *job, int rank,
+                            pscom_connection_t *con, signed char failed)
 {
     static bool warned_no_hook;
-    signed char failed;
-    pscom_connection_t *con = peer_get(job, rank, &failed);
     pscom_err_t err = failed == 2 ? PSCOM_ERR_EOF : PSCOM_ERR_IOERROR;
 
-    if (!con) return PSCOM_ERR_INVALID;
-    /* pscom_fail_connection checks the connection's state under pscom's
-     * lock. */
-    if (pscom_fail_connection) return pscom_fail_connection(con, err);
-    if (con->state == PSCOM_CON_STATE_CLOSED) return PSCOM_ERR_ALREADY;
+    if (!con) return;
+    if (pscom_fail_connection) {
+        pscom_fail_connection(con, err);
+        return;
+    }
+    /* Another libpscom: we close the connection, so whoever takes it out
+     * of the table (the bootstrap or a dispatcher) does. */
+    pthread_mutex_lock(&job->peers_lock);
+    bool mine = job->cons && job->cons[rank] == con;
+    if (mine) job->cons[rank] = NULL;
+    pthread_mutex_unlock(&job->peers_lock);
+    if (!mine) return;
     if (!warned_no_hook) {
         warned_no_hook = true;
         pmx_log(job, PMX_LOG_WARN,
@@ -145,34 +145,33 @@ static pscom_err_t fail_connection(pscom_pmix_job_t *job, int rank)
     }
     if (con->socket->ops.con_error)
         con->socket->ops.con_error(con, PSCOM_OP_RW, err);
-    peer_set(job, rank, NULL);
     pscom_close_connection(con);
-    return PSCOM_SUCCESS;
 }
 
 void pmx_fail_peer(pscom_pmix_job_t *job, int rank, int code,
                    const char *text, bool normal_exit)
 {
     if (rank < 0 || rank >= job->size || rank == job->rank) return;
-    /* Marked and its connection read in one go: a bootstrap on another
-     * thread either finds the mark when it looks after setting the
-     * connection, or set the connection before we read it. */
+    /* Marked and its connection read in one step: a bootstrap on another
+     * thread sets a connection before it looks for marks, so it either
+     * finds this mark or set the connection we read. */
+    signed char failed = normal_exit ? 2 : 1;
     pthread_mutex_lock(&job->peers_lock);
     bool first = !job->failed[rank];
-    if (first) job->failed[rank] = normal_exit ? 2 : 1;
+    if (first) job->failed[rank] = failed;
+    pscom_connection_t *con = job->cons ? job->cons[rank] : NULL;
     pthread_mutex_unlock(&job->peers_lock);
     if (!first) return;
 
-    pscom_err_t ret = fail_connection(job, rank);
+    /* Said before the connection fails: its con_error may end the
+     * program. */
     pmx_log(job, normal_exit ? PMX_LOG_INFO : PMX_LOG_ERROR,
             "rank %d %s (PMIx event %s%s%s); %s", rank,
             normal_exit ? "terminated" : "failed", PMIx_Error_string(code),
             text ? ": " : "", text ? text : "",
-            ret == PSCOM_SUCCESS ? "failed its connection and the requests "
-                                   "pending on it"
-            : ret == PSCOM_ERR_INVALID ? "there is no connection to it yet"
-                                       : "its connection is closed or failed "
-                                         "already");
+            con ? "failing its connection and the requests pending on it"
+                : "there is no connection to it yet");
+    fail_connection(job, rank, con, failed);
 }
 
 /* ---------------------------------------------------------------------- */
@@ -560,9 +559,11 @@ pscom_err_t pscom_pmix_bootstrap(pscom_pmix_job_t *job, pscom_socket_t *sock,
     if (ret == PSCOM_SUCCESS) ret = connect_self(job, ep);
     if (ret == PSCOM_SUCCESS) {
         /* Peers reported dead before their connection existed. */
-        for (int r = 0; r < job->size; r++)
-            if (r != job->rank && peer_failed(job, r))
-                fail_connection(job, r);
+        for (int r = 0; r < job->size; r++) {
+            signed char failed;
+            pscom_connection_t *con = peer_get(job, r, &failed);
+            if (r != job->rank && failed) fail_connection(job, r, con, failed);
+        }
         pmx_log(job, PMX_LOG_INFO,
                 "bootstrap of %d ranks (%s): put+fence %llu ms, endpoints "
                 "%llu ms, connections %llu ms", job->size,

@@ -485,7 +485,8 @@ void psc_precon_check_timeouts(void);
 /* ---------------------------------------------------------------------- */
 
 struct psc_ctx {
-    bool initialised;
+    bool initialised; /* init has begun (under init_lock, see init.c) */
+    bool init_done;   /* ... and ended: atomic, release/acquire */
     bool threaded;
     pthread_mutex_t lock;        /* recursive; taken only when threaded */
     unsigned lock_waiters;       /* threads blocked in psc_lock */
@@ -614,6 +615,8 @@ unsigned psc_req_cache_count(void);
 
 /* Node identity (util.c). */
 void psc_node_identity_init(void);
+/* pscom_init() unless it has been done: for calls that may come first. */
+void psc_init_on_first_use(void);
 /* The CPU's spin-wait hint, between polls of memory another core writes
  * (util.c; a call of its own, so that tests can count it). */
 void psc_cpu_relax(void);

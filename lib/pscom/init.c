@@ -115,21 +115,40 @@ static void init_once(bool threaded)
         psc_log_write(PSC_LOG_ERROR, "pscom %s (ABI %d.%d, API 0x%08x)",
                       PSC_VERSION_STRING, PSCOM_ABI_VERSION_MAJOR,
                       PSCOM_ABI_VERSION_MINOR, PSCOM_API_VERSION);
+    __atomic_store_n(&psc_ctx.init_done, true, __ATOMIC_RELEASE);
 }
 
-/* Two threads may get here at once: pscom_get_nodeid and libpscom_pmix
- * initialise on first use. Recursive: what init_once calls may find the
- * library uninitialised and call in again (which then returns at once). */
-static pthread_mutex_t init_lock = PTHREAD_RECURSIVE_MUTEX_INITIALIZER_NP;
+/* Two threads may get here at once: pscom_get_nodeid, pscom_open_socket
+ * and libpscom_pmix initialise on first use. Recursive: what init_once
+ * calls may find the library not yet initialised and call in again (which
+ * then returns at once). */
+static pthread_mutex_t init_lock;
+static pthread_once_t init_lock_once = PTHREAD_ONCE_INIT;
+
+static void init_lock_create(void)
+{
+    pthread_mutexattr_t attr;
+    pthread_mutexattr_init(&attr);
+    pthread_mutexattr_settype(&attr, PTHREAD_MUTEX_RECURSIVE);
+    pthread_mutex_init(&init_lock, &attr);
+    pthread_mutexattr_destroy(&attr);
+}
 
 static pscom_err_t init(int version, bool threaded)
 {
     pscom_err_t ret = version_check(version);
     if (ret) return ret;
+    pthread_once(&init_lock_once, init_lock_create);
     pthread_mutex_lock(&init_lock);
     init_once(threaded);
     pthread_mutex_unlock(&init_lock);
     return PSCOM_SUCCESS;
+}
+
+void psc_init_on_first_use(void)
+{
+    if (!__atomic_load_n(&psc_ctx.init_done, __ATOMIC_ACQUIRE))
+        pscom_init(PSCOM_VERSION);
 }
 
 pscom_err_t pscom_init(int pscom_version)

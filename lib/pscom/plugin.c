@@ -545,7 +545,7 @@ void psc_plugins_unload(void)
 
 int pscom_plugin_available(const char *name, const char **why)
 {
-    if (!psc_ctx.initialised) pscom_init(PSCOM_VERSION);
+    psc_init_on_first_use();
     struct psc_plugin *p = psc_plugin_find(name);
     if (!p) {
         /* ParaStation's names of our transports */

@@ -20,7 +20,7 @@ pscom_socket_t *pscom_open_socket(size_t userdata_size,
                                   size_t connection_userdata_size,
                                   int local_rank, uint64_t socket_flags)
 {
-    if (!psc_ctx.initialised) pscom_init(PSCOM_VERSION);
+    psc_init_on_first_use();
 
     struct psc_sock *sock = calloc(1, sizeof(*sock) + userdata_size);
     if (!sock) {
@@ -331,13 +331,19 @@ void pscom_con_type_mask_del(pscom_socket_t *socket, pscom_con_type_t con_type)
 int pscom_con_type_mask_is_set(pscom_socket_t *socket,
                                pscom_con_type_t con_type)
 {
-    return (sock_of(socket)->con_type_mask & type_bit(con_type)) != 0;
+    psc_lock();
+    bool set = (sock_of(socket)->con_type_mask & type_bit(con_type)) != 0;
+    psc_unlock();
+    return set;
 }
 
 void *pscom_con_type_mask_backup(pscom_socket_t *socket)
 {
     uint64_t *copy = malloc(sizeof(*copy));
-    if (copy) *copy = sock_of(socket)->con_type_mask;
+    if (!copy) return NULL;
+    psc_lock();
+    *copy = sock_of(socket)->con_type_mask;
+    psc_unlock();
     return copy;
 }
 

@@ -108,7 +108,7 @@ void pscom_set_debug(int level)
 
 int pscom_get_nodeid(void)
 {
-    if (!psc_ctx.initialised) pscom_init(PSCOM_VERSION);
+    psc_init_on_first_use();
     return psc_ctx.node_id;
 }
 

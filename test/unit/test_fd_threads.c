@@ -2,10 +2,10 @@
  * The progress engine's table of descriptors with two threads (after
  * pscom_init_thread): one adds and removes descriptors outside any API
  * call, as libpscom_pmix does with its event pipe, while the other's
- * progress dispatches them. The table grows while it is read, so without
- * the library lock around pscom_plugin_fd_add/_del this fails under
- * ThreadSanitizer (the build of packaging/test.sh), and may crash in any
- * build.
+ * progress dispatches them. The descriptors' numbers climb past 64, 128,
+ * 256 and 512, so the table is reallocated under the other thread. Without
+ * the library lock around pscom_plugin_fd_add/_mod/_del this fails under
+ * ThreadSanitizer (the build of packaging/test.sh).
  */
 #include "pscom.h"
 #include "pscom_plugin.h"
@@ -21,7 +21,9 @@
 #include <cmocka.h>
 
 #define ROUNDS 300
-#define HELD_FDS 8 /* pipes kept open at once: higher descriptors each round */
+#define HELD_FDS 8 /* pipes kept open at once */
+#define FIRST_FD 16
+#define FD_STEP 2 /* the last round's descriptor: 16 + 2 * 299 = 614 */
 
 static int stop;
 static unsigned long fired; /* under the library lock (callbacks) */
@@ -60,13 +62,16 @@ static void fd_table_with_a_progressing_thread(void **state)
             close(p[0]);
             close(p[1]);
         }
-        /* Extra descriptors left open now and then push the pipe's numbers
-         * up, so the table grows under the other thread. */
-        if (round % 16 == 0) assert_true(open("/dev/null", O_RDONLY) >= 0);
         assert_int_equal(pipe2(p, O_NONBLOCK | O_CLOEXEC), 0);
-        assert_int_equal(pscom_plugin_fd_add(p[0], EPOLLIN, 1, on_readable,
+        /* The read end moved to a higher number each round. */
+        int high = fcntl(p[0], F_DUPFD_CLOEXEC, FIRST_FD + round * FD_STEP);
+        assert_true(high >= FIRST_FD + round * FD_STEP);
+        close(p[0]);
+        p[0] = high;
+        assert_int_equal(pscom_plugin_fd_add(p[0], EPOLLOUT, 1, on_readable,
                                              NULL),
                          0);
+        assert_int_equal(pscom_plugin_fd_mod(p[0], EPOLLIN), 0);
         assert_int_equal(write(p[1], "x", 1), 1);
         wrote++;
         usleep(100);
