@@ -17,7 +17,7 @@ packages=(
     libibverbs-dev librdmacm-dev libucx-dev libfabric-dev libpmix-dev
     # peers for tests and benchmarks
     ucx-utils libfabric-bin openmpi-bin libopenmpi-dev
-    # fuzzing (meson -Dfuzz=true)
+    # fuzzing (meson -Dfuzz=true) and the ThreadSanitizer build (test.sh)
     clang libclang-rt-14-dev
 )
 

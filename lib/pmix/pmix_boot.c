@@ -97,9 +97,8 @@ int pmx_ep_check(const char *ep, int *port, char name[9], const char **why)
 /* Failing a peer                                                         */
 /* ---------------------------------------------------------------------- */
 
-/* The connection to rank, and what job->failed says of it (see peers_lock). */
-static pscom_connection_t *peer_get(pscom_pmix_job_t *job, int rank,
-                                   signed char *failed)
+pscom_connection_t *pmx_peer_get(pscom_pmix_job_t *job, int rank,
+                                 signed char *failed)
 {
     pthread_mutex_lock(&job->peers_lock);
     pscom_connection_t *con = job->cons ? job->cons[rank] : NULL;
@@ -337,7 +336,7 @@ static int collect_accepted(pscom_pmix_job_t *job)
     for (pscom_connection_t *c = pscom_get_next_connection(job->sock, NULL);
          c; c = pscom_get_next_connection(job->sock, c)) {
         int r = c->remote_con_info.rank;
-        if (r < 0 || r >= job->rank || peer_get(job, r, NULL)) continue;
+        if (r < 0 || r >= job->rank || pmx_peer_get(job, r, NULL)) continue;
         if (c->type == PSCOM_CON_TYPE_NONE ||
             c->type == PSCOM_CON_TYPE_ONDEMAND ||
             !(c->state & PSCOM_CON_STATE_RW))
@@ -347,7 +346,7 @@ static int collect_accepted(pscom_pmix_job_t *job)
         peer_set(job, r, c);
     }
     for (int r = 0; r < job->rank; r++)
-        if (!peer_get(job, r, NULL)) missing++;
+        if (!pmx_peer_get(job, r, NULL)) missing++;
     return missing;
 }
 
@@ -378,7 +377,7 @@ static pscom_err_t connect_direct(pscom_pmix_job_t *job, char **eps)
             if (!missing) break;
             for (int r = 0; r < job->rank; r++) {
                 signed char failed;
-                if (!peer_get(job, r, &failed) && failed) {
+                if (!pmx_peer_get(job, r, &failed) && failed) {
                     pmx_log(job, PMX_LOG_ERROR,
                             "rank %d failed before it connected to us", r);
                     errno = ECONNABORTED;
@@ -387,7 +386,7 @@ static pscom_err_t connect_direct(pscom_pmix_job_t *job, char **eps)
             }
             if (now_ms() > deadline) {
                 int first = 0;
-                while (peer_get(job, first, NULL)) first++;
+                while (pmx_peer_get(job, first, NULL)) first++;
                 pmx_log(job, PMX_LOG_ERROR,
                         "%d rank(s) below us did not connect within %u ms "
                         "(3 * PSP_CONNECT_TIMEOUT), rank %d (%s) first", missing,
@@ -561,7 +560,7 @@ pscom_err_t pscom_pmix_bootstrap(pscom_pmix_job_t *job, pscom_socket_t *sock,
         /* Peers reported dead before their connection existed. */
         for (int r = 0; r < job->size; r++) {
             signed char failed;
-            pscom_connection_t *con = peer_get(job, r, &failed);
+            pscom_connection_t *con = pmx_peer_get(job, r, &failed);
             if (r != job->rank && failed) fail_connection(job, r, con, failed);
         }
         pmx_log(job, PMX_LOG_INFO,

@@ -432,8 +432,7 @@ pscom_err_t pscom_pmix_event_register(pscom_pmix_job_t *job, const int *codes,
 
     /* Codes get a PMIx registration of their own, so that events their
      * sender keeps from default handlers reach us too. */
-    if (!job->singleton && category != PMX_CAT_DEFAULT &&
-        !__atomic_load_n(&job->server_lost, __ATOMIC_RELAXED)) {
+    if (!job->singleton && category != PMX_CAT_DEFAULT && !pmx_server_lost(job)) {
         pmix_status_t rc = pmix_register(codes, ncodes, &h->pmix_ref);
         if (rc != PMIX_SUCCESS) {
             pmx_log(job, PMX_LOG_ERROR,
@@ -486,8 +485,7 @@ pscom_err_t pscom_pmix_event_deregister(pscom_pmix_job_t *job, size_t id)
     if (h->has_pmix_ref) {
         h->has_pmix_ref = false;
         pmix_status_t rc = PMIx_Deregister_event_handler(h->pmix_ref, NULL, NULL);
-        if (rc != PMIX_SUCCESS &&
-            !__atomic_load_n(&job->server_lost, __ATOMIC_RELAXED))
+        if (rc != PMIX_SUCCESS && !pmx_server_lost(job))
             pmx_log(job, PMX_LOG_WARN, "PMIx_Deregister_event_handler: %s",
                     PMIx_Error_string(rc));
     }
@@ -512,8 +510,7 @@ pscom_err_t pscom_pmix_notify(pscom_pmix_job_t *job, int code,
         return PSCOM_ERR_INVALID;
     /* A singleton is its whole job: every range ends at this process. */
     if (job->singleton ||
-        (__atomic_load_n(&job->server_lost, __ATOMIC_RELAXED) &&
-         range == PSCOM_PMIX_RANGE_PROC_LOCAL))
+        (pmx_server_lost(job) && range == PSCOM_PMIX_RANGE_PROC_LOCAL))
         return pmx_event_local(job, code, rank, text) ? PSCOM_ERR_STDERROR
                                                       : PSCOM_SUCCESS;
     if (!pmx_server_usable(job, "pscom_pmix_notify")) return PSCOM_ERR_STDERROR;

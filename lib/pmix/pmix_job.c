@@ -83,7 +83,7 @@ bool pmx_server_usable(const pscom_pmix_job_t *job, const char *what)
         errno = ENOTCONN;
         return false;
     }
-    if (__atomic_load_n(&job->server_lost, __ATOMIC_RELAXED)) {
+    if (pmx_server_lost(job)) {
         pmx_log(job, PMX_LOG_ERROR,
                 "%s: the connection to the PMIx server is lost", what);
         errno = ENOTCONN;
@@ -276,8 +276,7 @@ void pscom_pmix_finalize(pscom_pmix_job_t *job)
     pmx_events_stop(job);
     if (!job->singleton) {
         pmix_status_t rc = PMIx_Finalize(NULL, 0);
-        if (rc != PMIX_SUCCESS &&
-            !__atomic_load_n(&job->server_lost, __ATOMIC_RELAXED))
+        if (rc != PMIX_SUCCESS && !pmx_server_lost(job))
             pmx_log(job, PMX_LOG_WARN, "PMIx_Finalize: %s",
                     PMIx_Error_string(rc));
     }
@@ -315,11 +314,7 @@ pscom_connection_t *pscom_pmix_connection(const pscom_pmix_job_t *job,
                                           int rank)
 {
     if (!job || rank < 0 || rank >= job->size) return NULL;
-    pthread_mutex_t *lock = (pthread_mutex_t *)&job->peers_lock;
-    pthread_mutex_lock(lock);
-    pscom_connection_t *con = job->cons ? job->cons[rank] : NULL;
-    pthread_mutex_unlock(lock);
-    return con;
+    return pmx_peer_get((pscom_pmix_job_t *)job, rank, NULL);
 }
 
 int pscom_pmix_is_local(const pscom_pmix_job_t *job, int rank)

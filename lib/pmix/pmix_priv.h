@@ -108,6 +108,17 @@ struct pscom_pmix_job {
     size_t nown_refs;
 };
 
+/* A lost-connection event came (job->server_lost, read by any thread). */
+static inline bool pmx_server_lost(const pscom_pmix_job_t *job)
+{
+    return __atomic_load_n(&job->server_lost, __ATOMIC_RELAXED);
+}
+
+/* The connection to rank, and (if failed) what job->failed says of it;
+ * under peers_lock (pmix_boot.c). */
+pscom_connection_t *pmx_peer_get(pscom_pmix_job_t *job, int rank,
+                                 signed char *failed);
+
 /* pmix_job.c */
 void pmx_log(const pscom_pmix_job_t *job, int level, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));

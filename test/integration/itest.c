@@ -203,6 +203,13 @@ void itest_note(const char *fmt, ...)
     va_end(ap);
 }
 
+static void step_set(const char buf[sizeof(step)])
+{
+    pthread_mutex_lock(&step_lock);
+    memcpy(step, buf, sizeof(step));
+    pthread_mutex_unlock(&step_lock);
+}
+
 void itest_substep(const char *fmt, ...)
 {
     char buf[sizeof(step)];
@@ -210,9 +217,7 @@ void itest_substep(const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(buf, sizeof(buf), fmt, ap);
     va_end(ap);
-    pthread_mutex_lock(&step_lock);
-    memcpy(step, buf, sizeof(step));
-    pthread_mutex_unlock(&step_lock);
+    step_set(buf);
 }
 
 void itest_step(const char *fmt, ...)
@@ -222,9 +227,7 @@ void itest_step(const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(buf, sizeof(buf), fmt, ap);
     va_end(ap);
-    pthread_mutex_lock(&step_lock);
-    memcpy(step, buf, sizeof(step));
-    pthread_mutex_unlock(&step_lock);
+    step_set(buf);
     itest_note("step: %s", buf);
 }
 
