@@ -8,6 +8,7 @@
 #include <ctype.h>
 #include <errno.h>
 #include <limits.h>
+#include <pthread.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -43,9 +44,11 @@ static size_t n_entries, cap_entries;
  * they come, at this level. */
 static int params_level;
 
-/* Strings pscom_env_get_dir() had to allocate (a '/' was added). */
+/* Strings pscom_env_get_dir() had to allocate (a '/' was added), under
+ * env_dirs_lock: an application may read settings from several threads. */
 static char **env_dirs;
 static size_t n_env_dirs;
+static pthread_mutex_t env_dirs_lock = PTHREAD_MUTEX_INITIALIZER;
 
 /* ---------------------------------------------------------------------- */
 /* Parsing                                                                */
@@ -556,10 +559,12 @@ void psc_config_cleanup(void)
     n_entries = cap_entries = 0;
     params_level = 0;
 
+    pthread_mutex_lock(&env_dirs_lock);
     for (size_t i = 0; i < n_env_dirs; i++) free(env_dirs[i]);
     free(env_dirs);
     env_dirs = NULL;
     n_env_dirs = 0;
+    pthread_mutex_unlock(&env_dirs_lock);
 }
 
 /* ---------------------------------------------------------------------- */
@@ -971,16 +976,19 @@ void pscom_env_get_dir(char **val, const char *name)
     }
 
     s = dir_dup(text);
-    grown = realloc(env_dirs, (n_env_dirs + 1) * sizeof(*grown));
-    if (!s || !grown) {
+    pthread_mutex_lock(&env_dirs_lock);
+    grown = s ? realloc(env_dirs, (n_env_dirs + 1) * sizeof(*grown)) : NULL;
+    if (grown) {
+        env_dirs = grown;
+        env_dirs[n_env_dirs++] = s;
+    }
+    pthread_mutex_unlock(&env_dirs_lock);
+    if (!grown) {
         free(s);
-        if (grown) env_dirs = grown;
         psc_err("out of memory reading %s=\"%s\"; keeping the value %s", name,
                 text, *val ? *val : "(unset)");
         return;
     }
-    env_dirs = grown;
-    env_dirs[n_env_dirs++] = s;
     *val = s;
     env_print(name, s);
 }

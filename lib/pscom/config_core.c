@@ -218,14 +218,14 @@ void psc_config_core_register(void)
      * goes where and at the level the user asked for. */
     text = pscom_env_get("PSP_DEBUG");
     if (text && psc_config_parse(&core_rows[0], text, &level) == 0)
-        psc_log_level = level;
+        psc_log_level_set(level);
     text = pscom_env_get("PSP_DEBUG_OUT");
     if (text && *text) psc_log_open(text);
 
     psc_config_register(core_rows, COUNT(core_rows));
     psc_config_register(mpi_rows, COUNT(mpi_rows));
 
-    psc_log_level = psc_settings.debug;
+    psc_log_level_set(psc_settings.debug);
     psc_log_open(psc_settings.debug_out);
     psc_config_print_params(psc_settings.debug_param);
 }

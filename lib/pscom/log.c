@@ -201,7 +201,7 @@ void pscom_plugin_log(int level, const char *fmt, ...)
 {
     va_list ap;
 
-    if (psc_log_level < level) return;
+    if (psc_log_level_get() < level) return;
     va_start(ap, fmt);
     log_vwrite(fmt, ap);
     va_end(ap);
@@ -209,5 +209,5 @@ void pscom_plugin_log(int level, const char *fmt, ...)
 
 int pscom_plugin_log_level(void)
 {
-    return psc_log_level;
+    return psc_log_level_get();
 }

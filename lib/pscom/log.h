@@ -21,8 +21,20 @@ enum psc_log_level {
     PSC_LOG_TRACE   = 6,
 };
 
-/* The current PSP_DEBUG level; read it only through the macros below. */
+/* The current PSP_DEBUG level. pscom_set_debug may change it while other
+ * threads log: read and set it only through these (relaxed atomics, plain
+ * loads and stores on the usual targets). */
 extern int psc_log_level;
+
+static inline int psc_log_level_get(void)
+{
+    return __atomic_load_n(&psc_log_level, __ATOMIC_RELAXED);
+}
+
+static inline void psc_log_level_set(int level)
+{
+    __atomic_store_n(&psc_log_level, level, __ATOMIC_RELAXED);
+}
 
 void psc_log_write(int level, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
@@ -35,7 +47,7 @@ FILE *psc_log_stream(void);
 
 #define psc_log(level, ...)                                                    \
     do {                                                                       \
-        if (psc_log_level >= (level)) psc_log_write((level), __VA_ARGS__);     \
+        if (psc_log_level_get() >= (level)) psc_log_write((level), __VA_ARGS__);     \
     } while (0)
 
 #define psc_err(...)   psc_log(PSC_LOG_ERROR, __VA_ARGS__)

@@ -100,10 +100,11 @@ const char *pscom_dumpstr(const void *buf, size_t size)
     return out;
 }
 
+/* Other threads may be logging (they read the level without the lock). */
 void pscom_set_debug(int level)
 {
-    psc_settings.debug = level;
-    psc_log_level = level;
+    __atomic_store_n(&psc_settings.debug, level, __ATOMIC_RELAXED);
+    psc_log_level_set(level);
 }
 
 int pscom_get_nodeid(void)
