@@ -18,6 +18,14 @@
  *                             threads (tags as in shared); the connecting
  *                             side listens with the lower name, so the peer
  *                             is asked to call back (on-demand name rule)
+ *   threads rma-read [ITERS]  each thread on its own connection reads
+ *                             0 .. 64 KiB of the peer's memory with
+ *                             pscom_post_rma_read (every eighth into a
+ *                             shorter buffer: truncated) while the other
+ *                             threads' waits may be the ones that take
+ *                             the answer (1000 reads per thread); the
+ *                             peer's threads only wait for the last
+ *                             message, their progress answers the reads
  *
  * The pinging process ("ping") starts every round trip; the answering one
  * ("pong") receives by connection in own/shared and from any connection of
@@ -40,11 +48,18 @@
  * mode own when everything runs on one core); meson allows 300 s. */
 #define THREAD_WATCHDOG_S 250
 
-enum mode { MODE_OWN, MODE_SHARED, MODE_ONDEMAND, MODE_ONDEMAND_SHARED };
+enum mode {
+    MODE_OWN,
+    MODE_SHARED,
+    MODE_ONDEMAND,
+    MODE_ONDEMAND_SHARED,
+    MODE_RMA_READ,
+    MODE_COUNT
+};
 
 static const char *const mode_names[] = {"own", "shared", "ondemand",
-                                         "ondemand-shared"};
-static const unsigned default_iters[] = {2000, 1000, 500, 500};
+                                         "ondemand-shared", "rma-read"};
+static const unsigned default_iters[] = {2000, 1000, 500, 500, 1000};
 
 struct tag_xh {
     uint32_t tag;
@@ -62,6 +77,7 @@ struct worker {
     pscom_socket_t *sock;
     pscom_connection_t *con; /* NULL: pong takes any connection of sock */
     pscom_connection_t *seen; /* pong: the connection its messages came on */
+    uint8_t *memory; /* rma-read, pong: what the peer's thread t reads */
     pthread_t thread;
 };
 
@@ -189,6 +205,97 @@ static void *ping_thread(void *arg)
     return NULL;
 }
 
+/* The peer's memory for thread t (rma-read): MAX_MSG bytes of this
+ * pattern; a read of len bytes from its start gets the pattern's first len
+ * bytes. */
+static uint32_t memory_seed(unsigned t)
+{
+    return msg_seed(t, 0, 1) ^ 0x00a5a500u;
+}
+
+/* The address of its memory, which the peer sends first (rma-read). */
+static uint8_t *recv_address(struct worker *w)
+{
+    pscom_request_t *r = tag_request(w->t);
+    uint64_t addr = 0;
+    prepare_recv(r, w, &addr, 0);
+    r->data_len = sizeof(addr);
+    pscom_post_recv(r);
+    pscom_wait(r);
+    ITEST_ASSERT_REQ_OK(r, "address for thread %u", w->t);
+    ITEST_ASSERT_EQ(r->header.data_len, sizeof(addr), "address length");
+    pscom_request_free(r);
+    return (uint8_t *)(uintptr_t)addr;
+}
+
+static void *ping_read_thread(void *arg)
+{
+    struct worker *w = arg;
+    unsigned t = w->t;
+    uint8_t *rbuf = itest_alloc_guarded(MAX_MSG);
+    pscom_request_t *r = pscom_request_create(sizeof(pscom_xheader_rma_read_t),
+                                              0);
+    ITEST_ASSERT(r != NULL, "pscom_request_create returned NULL");
+    uint8_t *remote = recv_address(w);
+
+    pthread_barrier_wait(&start_barrier);
+    for (unsigned i = 0; i < w->job->iters; i++) {
+        size_t len = msg_size(t, i, 1);
+        size_t room = i % 8 == 7 ? len / 2 : MAX_MSG;
+        r->connection = w->con;
+        r->xheader.rma_read.src = remote;
+        r->xheader.rma_read.src_len = len;
+        r->data = rbuf;
+        r->data_len = room;
+        pscom_post_rma_read(r);
+        pscom_wait(r);
+        ITEST_ASSERT(!(r->state & PSCOM_REQ_STATE_ERROR),
+                     "read of thread %u, round %u failed (state 0x%x)", t, i,
+                     r->state);
+        ITEST_ASSERT_EQ(r->header.data_len, len, "read length, thread %u, "
+                        "round %u", t, i);
+        size_t got = len < room ? len : room;
+        ITEST_ASSERT(!(r->state & PSCOM_REQ_STATE_TRUNCATED) == (got == len),
+                     "thread %u, round %u: %zu of %zu bytes, state 0x%x", t,
+                     i, got, len, r->state);
+        if (itest_pattern_mismatch(rbuf, got, memory_seed(t)) >= 0)
+            ITEST_ASSERT_PATTERN(rbuf, got, memory_seed(t),
+                                 "read of thread %u, round %u", t, i);
+        for (size_t k = 0; k < ITEST_GUARD_LEN; k++) {
+            if (rbuf[MAX_MSG + k] != ITEST_GUARD_BYTE)
+                ITEST_ASSERT_GUARD(rbuf, MAX_MSG, "thread %u, round %u", t, i);
+        }
+    }
+    /* The peer's thread waits for this. */
+    struct tag_xh x = {.tag = t, .round = w->job->iters};
+    pscom_send(w->con, &x, sizeof(x), NULL, 0);
+    pscom_request_free(r);
+    free(rbuf);
+    return NULL;
+}
+
+/* Sends its thread's address, then only waits: the reads are answered by
+ * the progress of the waits (rma-read). */
+static void *pong_read_thread(void *arg)
+{
+    struct worker *w = arg;
+    uint64_t addr = (uint64_t)(uintptr_t)w->memory;
+    struct tag_xh x = {.tag = w->t, .round = HELLO};
+    pscom_send(w->con, &x, sizeof(x), &addr, sizeof(addr));
+    pthread_barrier_wait(&start_barrier);
+    pscom_request_t *r = tag_request(w->t);
+    prepare_recv(r, w, NULL, 0);
+    r->data_len = 0;
+    pscom_post_recv(r);
+    pscom_wait(r);
+    ITEST_ASSERT_REQ_OK(r, "last message of thread %u", w->t);
+    memcpy(&x, &r->xheader, sizeof(x));
+    ITEST_ASSERT(x.tag == w->t && x.round == w->job->iters,
+                 "thread %u: last message (%u, %u)", w->t, x.tag, x.round);
+    pscom_request_free(r);
+    return NULL;
+}
+
 static void *pong_thread(void *arg)
 {
     struct worker *w = arg;
@@ -292,7 +399,7 @@ static int ping(itest_link_t *link, void *arg)
         } else {
             cons[k] = itest_connect(sock, ep);
         }
-        if (m == MODE_OWN) {
+        if (m == MODE_OWN || m == MODE_RMA_READ) {
             /* Tell the peer which thread this connection belongs to. */
             struct tag_xh x = {.tag = (uint32_t)k, .round = HELLO};
             pscom_send(cons[k], &x, sizeof(x), NULL, 0);
@@ -302,11 +409,13 @@ static int ping(itest_link_t *link, void *arg)
     itest_link_send_u64(link, 1); /* connected */
     itest_link_recv_u64(link);    /* go */
 
-    itest_step("%u threads ping-pong, %u rounds each", NTHREADS, job->iters);
+    itest_step("%u threads %s, %u rounds each", NTHREADS,
+               m == MODE_RMA_READ ? "read the peer's memory" : "ping-pong",
+               job->iters);
     for (unsigned t = 0; t < NTHREADS; t++)
         w[t] = (struct worker){.job = job, .t = t, .sock = sock,
                                .con = cons[shared_con(m) ? 0 : t]};
-    run_threads(w, ping_thread);
+    run_threads(w, m == MODE_RMA_READ ? ping_read_thread : ping_thread);
 
     for (int k = 0; k < ncons; k++)
         ITEST_ASSERT(cons[k]->type != PSCOM_CON_TYPE_ONDEMAND &&
@@ -368,10 +477,20 @@ static int pong(itest_link_t *link, void *arg)
     itest_link_recv_u64(link); /* go */
 
     itest_step("%u threads answering, %u rounds each", NTHREADS, job->iters);
+    uint8_t *memory = NULL;
+    if (m == MODE_RMA_READ) {
+        memory = malloc((size_t)NTHREADS * MAX_MSG);
+        ITEST_ASSERT(memory != NULL, "out of memory");
+        for (unsigned t = 0; t < NTHREADS; t++)
+            itest_fill(memory + (size_t)t * MAX_MSG, MAX_MSG, memory_seed(t));
+    }
     for (unsigned t = 0; t < NTHREADS; t++)
         w[t] = (struct worker){.job = job, .t = t, .sock = sock,
-                               .con = by_thread[shared_con(m) ? 0 : t]};
-    run_threads(w, pong_thread);
+                               .con = by_thread[shared_con(m) ? 0 : t],
+                               .memory = memory ? memory + (size_t)t * MAX_MSG
+                                                : NULL};
+    run_threads(w, m == MODE_RMA_READ ? pong_read_thread : pong_thread);
+    free(memory);
 
     if (ondemand(m)) {
         /* Distinct connections per thread, or one for all. */
@@ -402,15 +521,15 @@ int main(int argc, char **argv)
 
     itest_set_role("orchestrator");
     itest_watchdog(280);
-    for (int i = 0; argc >= 2 && i < 4; i++) {
+    for (int i = 0; argc >= 2 && i < MODE_COUNT; i++) {
         if (!strcmp(argv[1], mode_names[i])) {
             job.mode = (enum mode)i;
             found = 1;
         }
     }
     if (!found || argc > 3) {
-        fprintf(stderr, "usage: %s own|shared|ondemand|ondemand-shared "
-                        "[ITERS]\n", argv[0]);
+        fprintf(stderr, "usage: %s own|shared|ondemand|ondemand-shared|"
+                        "rma-read [ITERS]\n", argv[0]);
         return 2;
     }
     job.iters = argc == 3 ? (unsigned)atoi(argv[2])
