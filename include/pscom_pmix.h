@@ -123,8 +123,10 @@ pscom_err_t pscom_pmix_init(pscom_pmix_job_t **job_p);
 pscom_err_t pscom_pmix_bootstrap(pscom_pmix_job_t *job, pscom_socket_t *socket,
                                  unsigned flags);
 
-/* Wait until every rank of the job called it (PMIx_Fence without data).
- * pscom progress does not run meanwhile. A singleton returns at once. */
+/* Wait until every rank of the job called it (a PMIx fence without
+ * data). pscom progresses meanwhile (pscom_wait_any), so that sends and
+ * rendezvous still under way complete and queued events are dispatched.
+ * A singleton returns at once. */
 pscom_err_t pscom_pmix_barrier(pscom_pmix_job_t *job);
 
 /* Deregister every handler, drop queued events (their PMIx chains are told

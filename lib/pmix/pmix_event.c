@@ -76,7 +76,7 @@ static void event_free(struct pmx_event *ev)
     free(ev);
 }
 
-static void wake(pscom_pmix_job_t *job)
+void pmx_wake(pscom_pmix_job_t *job)
 {
     char b = 1;
     ssize_t n = write(job->pipe_wr, &b, 1);
@@ -93,7 +93,7 @@ static void enqueue(pscom_pmix_job_t *job, struct pmx_event *ev)
         job->evq_head = ev;
     job->evq_tail = ev;
     pthread_mutex_unlock(&job->evq_lock);
-    wake(job);
+    pmx_wake(job);
 }
 
 static struct pmx_event *dequeue(pscom_pmix_job_t *job)

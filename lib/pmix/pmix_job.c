@@ -249,6 +249,23 @@ pscom_err_t pscom_pmix_init(pscom_pmix_job_t **job_p)
     return PSCOM_SUCCESS;
 }
 
+/* A fence under way (pscom_pmix_barrier): PMIx's thread sets done (and
+ * status before it), the waiting thread reads it. */
+struct fence_wait {
+    pscom_pmix_job_t *job;
+    pmix_status_t status;
+    int done;
+};
+
+static void fence_done(pmix_status_t status, void *cbdata)
+{
+    struct fence_wait *fw = cbdata;
+    pscom_pmix_job_t *job = fw->job; /* fw may be gone once done is set */
+    fw->status = status;
+    __atomic_store_n(&fw->done, 1, __ATOMIC_RELEASE);
+    pmx_wake(job);
+}
+
 pscom_err_t pscom_pmix_barrier(pscom_pmix_job_t *job)
 {
     if (!job) return PSCOM_ERR_INVALID;
@@ -256,7 +273,20 @@ pscom_err_t pscom_pmix_barrier(pscom_pmix_job_t *job)
     if (!pmx_server_usable(job, "pscom_pmix_barrier")) return PSCOM_ERR_STDERROR;
     pmix_proc_t wild;
     PMIX_LOAD_PROCID(&wild, job->me.nspace, PMIX_RANK_WILDCARD);
-    pmix_status_t rc = PMIx_Fence(&wild, 1, NULL, 0);
+    /* pscom progresses while the fence is under way: what this process
+     * still owes its peers must move (a rendezvous answer, a send the
+     * transport took but has not put out yet — UCX's shared memory sends
+     * only from the sender's progress), or a peer waiting for it never
+     * reaches the fence. The fence's callback wakes a sleeping wait
+     * through the event pipe. */
+    struct fence_wait fw = {.job = job};
+    pmix_status_t rc = PMIx_Fence_nb(&wild, 1, NULL, 0, fence_done, &fw);
+    if (rc == PMIX_SUCCESS) {
+        while (!__atomic_load_n(&fw.done, __ATOMIC_ACQUIRE)) pscom_wait_any();
+        rc = fw.status;
+    } else if (rc == PMIX_OPERATION_SUCCEEDED) {
+        rc = PMIX_SUCCESS;
+    }
     if (rc != PMIX_SUCCESS) {
         pmx_log(job, PMX_LOG_ERROR, "pscom_pmix_barrier: PMIx_Fence: %s",
                 PMIx_Error_string(rc));

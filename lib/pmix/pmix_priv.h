@@ -132,6 +132,9 @@ pmix_data_range_t pmx_range(pscom_pmix_range_t range);
 /* pmix_event.c */
 int pmx_events_start(pscom_pmix_job_t *job);
 void pmx_events_stop(pscom_pmix_job_t *job);
+/* Make the event pipe readable: a pscom wait (also one sleeping on
+ * descriptors) comes back and dispatches. Any thread. */
+void pmx_wake(pscom_pmix_job_t *job);
 /* Queue an event made in this process (singleton, local notify). */
 int pmx_event_local(pscom_pmix_job_t *job, int code, int rank,
                     const char *text);

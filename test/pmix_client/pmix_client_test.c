@@ -17,6 +17,11 @@
  *   singleton           no launcher: a 1-process job that still works
  *   badep MODE          rank 1 publishes a bad endpoint (MODE: missing,
  *                       malformed, wrongname); rank 0's bootstrap must fail
+ *   barrier-progress    rank 0 posts a send of 64 MiB to rank 1 and enters
+ *                       pscom_pmix_barrier at once; rank 1 receives it all
+ *                       before it enters. More than the transport takes
+ *                       without the sender's progress (over tcp: its socket
+ *                       buffers), so the barrier must progress pscom
  *
  * PSCOM_TEST_THREADED=1 initialises pscom with pscom_init_thread().
  *
@@ -309,6 +314,64 @@ static int test_alltoall(void)
     step("barrier");
     CHECK(pscom_pmix_barrier(job) == PSCOM_SUCCESS, "barrier");
     result_ok("rank %d of %d, connections %s", me, n, types);
+    pscom_pmix_finalize(job);
+    pscom_close_socket(sock);
+    return 0;
+}
+
+/* ---------------------------------------------------------------------- */
+/* barrier-progress                                                       */
+/* ---------------------------------------------------------------------- */
+
+#define BIG_MSG (64u << 20)
+
+static int test_barrier_progress(void)
+{
+    pscom_pmix_job_t *job;
+    pscom_socket_t *sock = boot(&job, 0);
+    int n = pscom_pmix_size(job), me = pscom_pmix_rank(job);
+    unsigned char *buf = malloc(BIG_MSG);
+    uint32_t seed = seed_of(0, 1, 64);
+
+    CHECK(n >= 2, "needs at least 2 ranks, the job has %d", n);
+    CHECK(buf, "out of memory");
+    if (me == 0) {
+        pscom_request_t *s = new_req();
+        fill(buf, BIG_MSG, seed);
+        pscom_req_prepare(s, pscom_pmix_connection(job, 1), buf, BIG_MSG, NULL,
+                          0);
+        pscom_post_send(s);
+        step("barrier with a send of %u bytes to rank 1 under way", BIG_MSG);
+        CHECK(pscom_pmix_barrier(job) == PSCOM_SUCCESS, "barrier");
+        step("the send after the barrier");
+        pscom_wait(s);
+        CHECK(pscom_req_successful(s), "send to rank 1: %s",
+              pscom_req_state_str(s->state));
+        pscom_request_free(s);
+    } else {
+        if (me == 1) {
+            pscom_request_t *r = new_req();
+            r->connection = pscom_pmix_connection(job, 0);
+            r->data = buf;
+            r->data_len = BIG_MSG;
+            pscom_post_recv(r);
+            step("receiving %u bytes from rank 0 before the barrier", BIG_MSG);
+            pscom_wait(r);
+            CHECK(pscom_req_successful(r), "receive from rank 0: %s",
+                  pscom_req_state_str(r->state));
+            CHECK(r->header.data_len == BIG_MSG, "length %u",
+                  (unsigned)r->header.data_len);
+            CHECK(pattern_ok(buf, BIG_MSG, seed), "data from rank 0");
+            pscom_request_free(r);
+        }
+        step("barrier");
+        CHECK(pscom_pmix_barrier(job) == PSCOM_SUCCESS, "barrier");
+    }
+    CHECK(con_errors == 0, "%d con_error calls", con_errors);
+    result_ok("rank %d of %d: %u bytes across the barrier over %s", me, n,
+              BIG_MSG,
+              pscom_con_type_str(pscom_pmix_connection(job, me ? 0 : 1)->type));
+    free(buf);
     pscom_pmix_finalize(job);
     pscom_close_socket(sock);
     return 0;
@@ -827,13 +890,14 @@ int main(int argc, char **argv)
     alarm(60);
     setvbuf(stdout, NULL, _IOLBF, 0);
     if (argc < 2) {
-        fprintf(stderr, "usage: %s alltoall|kill|events [--peers]|"
+        fprintf(stderr, "usage: %s alltoall|barrier-progress|kill|events [--peers]|"
                 "pubsub-server SVC RANGE|pubsub-client SVC RANGE|singleton|"
                 "badep MODE\n", argv[0]);
         return 2;
     }
     g_mode = argv[1];
     if (!strcmp(argv[1], "alltoall")) return test_alltoall();
+    if (!strcmp(argv[1], "barrier-progress")) return test_barrier_progress();
     if (!strcmp(argv[1], "kill"))
         return test_kill(argc > 2 && !strcmp(argv[2], "--unconnected"));
     if (!strcmp(argv[1], "events"))
