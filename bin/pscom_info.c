@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "config.h"
 #include "plugin.h"
@@ -16,7 +17,7 @@
 static void usage(FILE *out, const char *prog)
 {
     fprintf(out,
-            "Usage: %s [-c [--markdown] | -p | -h]\n"
+            "Usage: %s [-c [--markdown] | -p | -v | -h]\n"
             "Show what this pscom library is and has.\n"
             "\n"
             "  (no option)   version, features, plugins and the API functions\n"
@@ -26,6 +27,9 @@ static void usage(FILE *out, const char *prog)
             "  --markdown    with -c: the settings as the markdown document\n"
             "                doc/configuration.md\n"
             "  -p, --plugins the transport plugins only\n"
+            "  -v, --version the version only: our line, then one in the\n"
+            "                form of ParaStation pscom's pscom_info -v,\n"
+            "                which ParaStation MPI's configure reads\n"
             "  -h, --help    this text\n",
             prog);
 }
@@ -39,6 +43,19 @@ static void print_version(void)
            (unsigned)PSCOM_VERSION, PSCOM_ABI_VERSION_MAJOR);
     printf("  plugin interface  0x%04x (PSCOM_PLUGIN_API_VERSION)\n",
            (unsigned)PSCOM_PLUGIN_API_VERSION);
+}
+
+/* The version as a line of ParaStation pscom's diagnostics:
+ * "<PSP:HOST:PID:TEXT>", the version in parentheses at its end with a
+ * '-' and a build suffix after x.y.z. ParaStation MPI's configure takes
+ * "x.y.z-suffix" from such a line of `pscom_info -v` for its own version
+ * report. Our suffix names this implementation. */
+static void print_version_line_psp(void)
+{
+    char host[64] = "";
+    if (gethostname(host, sizeof(host) - 1) != 0) host[0] = '\0';
+    printf("<PSP:%s:%d:# Version(PSCOM): open pscom (%s-open)>\n", host,
+           (int)getpid(), PSC_VERSION_STRING);
 }
 
 static void print_features(void)
@@ -133,18 +150,20 @@ int main(int argc, char **argv)
         {"config", no_argument, NULL, 'c'},
         {"markdown", no_argument, NULL, OPT_MARKDOWN},
         {"plugins", no_argument, NULL, 'p'},
+        {"version", no_argument, NULL, 'v'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
-    int config = 0, markdown = 0, plugins_only = 0;
+    int config = 0, markdown = 0, plugins_only = 0, version_only = 0;
     pscom_err_t rc;
     int c;
 
-    while ((c = getopt_long(argc, argv, "cph", longopts, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, "cpvh", longopts, NULL)) != -1) {
         switch (c) {
         case 'c': config = 1; break;
         case OPT_MARKDOWN: markdown = 1; break;
         case 'p': plugins_only = 1; break;
+        case 'v': version_only = 1; break;
         case 'h': usage(stdout, argv[0]); return 0;
         default: usage(stderr, argv[0]); return 2;
         }
@@ -160,10 +179,16 @@ int main(int argc, char **argv)
         usage(stderr, argv[0]);
         return 2;
     }
-    if (config && plugins_only) {
-        fprintf(stderr, "%s: -c and -p exclude each other\n", argv[0]);
+    if (config + plugins_only + version_only > 1) {
+        fprintf(stderr, "%s: -c, -p and -v exclude each other\n", argv[0]);
         usage(stderr, argv[0]);
         return 2;
+    }
+
+    if (version_only) {
+        print_version();
+        print_version_line_psp();
+        return 0;
     }
 
     rc = pscom_init(PSCOM_VERSION);
