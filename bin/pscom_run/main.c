@@ -35,6 +35,9 @@ extern char **environ;
 static const int handled_signals[] = {
     SIGCHLD, SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2,
 };
+/* Of those, the ones that end pscom_run by their default action once its
+ * children are gone. */
+static const int ending_signals[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT};
 
 #define EXIT_LAUNCH_FAILED 255
 #define EXIT_TIMEOUT 124
@@ -668,7 +671,18 @@ int main(int argc, char **argv)
     pthread_mutex_lock(&job.lock);
     status = job.exit_status;
     pthread_mutex_unlock(&job.lock);
-    psr_server_stop(&job);
+    /* Every child is gone: from here on a signal that asks pscom_run to
+     * end ends it, whatever the PMIx server's teardown does. */
+    sigset_t ending;
+    sigemptyset(&ending);
+    for (size_t s = 0; s < sizeof(ending_signals) / sizeof(ending_signals[0]); s++)
+        sigaddset(&ending, ending_signals[s]);
+    pthread_sigmask(SIG_UNBLOCK, &ending, NULL);
+    if (psr_server_stop(&job) != 0) {
+        remove_tmpdir(&job);
+        fflush(NULL);
+        _exit(status);
+    }
 out_tmpdir:
     remove_tmpdir(&job);
 out_sfd:

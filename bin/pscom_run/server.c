@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <pmix.h>
@@ -59,6 +60,27 @@ static pmix_status_t op_wait_for(op_wait_t *w)
     while (!w->done) pthread_cond_wait(&w->c, &w->m);
     pmix_status_t st = w->status;
     pthread_mutex_unlock(&w->m);
+    pthread_mutex_destroy(&w->m);
+    pthread_cond_destroy(&w->c);
+    return st;
+}
+
+/* As op_wait_for, for at most seconds; PMIX_ERR_TIMEOUT when the callback
+ * has not come by then: w then stays the library's (the caller leaves it
+ * allocated). */
+static pmix_status_t op_wait_bounded(op_wait_t *w, double seconds)
+{
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_sec += (time_t)seconds;
+    pthread_mutex_lock(&w->m);
+    int rc = 0;
+    while (!w->done && rc != ETIMEDOUT)
+        rc = pthread_cond_timedwait(&w->c, &w->m, &until);
+    bool done = w->done;
+    pmix_status_t st = w->status;
+    pthread_mutex_unlock(&w->m);
+    if (!done) return PMIX_ERR_TIMEOUT;
     pthread_mutex_destroy(&w->m);
     pthread_cond_destroy(&w->c);
     return st;
@@ -1131,7 +1153,11 @@ double psr_server_next_deadline(psr_job_t *job)
     return t;
 }
 
-void psr_server_stop(psr_job_t *job)
+/* How long the end of the job waits for each of the library's
+ * completions. */
+#define STOP_WAIT_S 10
+
+int psr_server_stop(psr_job_t *job)
 {
     psr_ds_result_t *done = NULL;
     pthread_mutex_lock(&job->lock);
@@ -1156,11 +1182,23 @@ void psr_server_stop(psr_job_t *job)
             free(r);
         }
     }
+    /* Bounded: a library whose progress thread is stuck (OpenPMIx 4.2 was
+     * seen blocked on a lock in freed memory after clients died during a
+     * fence) must not keep the launcher from ending. The record of a
+     * deregistration that did not end stays allocated: the library may
+     * still call back. */
     for (int a = 0; a < job->napps; a++) {
-        op_wait_t w;
-        op_wait_init(&w);
-        PMIx_server_deregister_nspace(job->apps[a].nspace, op_wait_done, &w);
-        op_wait_for(&w);
+        op_wait_t *w = malloc(sizeof(*w));
+        if (!w) return -1;
+        op_wait_init(w);
+        PMIx_server_deregister_nspace(job->apps[a].nspace, op_wait_done, w);
+        if (op_wait_bounded(w, STOP_WAIT_S) == PMIX_ERR_TIMEOUT) {
+            psr_log(job, 0, "the PMIx server did not finish deregistering %s "
+                    "within %d s; ending without PMIx_server_finalize",
+                    job->apps[a].nspace, STOP_WAIT_S);
+            return -1;
+        }
+        free(w);
     }
     pmix_status_t st = PMIx_server_finalize();
     if (st != PMIX_SUCCESS)
@@ -1169,4 +1207,5 @@ void psr_server_stop(psr_job_t *job)
     psr_evc_destroy(job->evc);
     job->evc = NULL;
     pthread_mutex_unlock(&job->lock);
+    return 0;
 }

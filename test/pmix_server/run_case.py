@@ -234,6 +234,23 @@ class Cases:
                     "sleep 0.2; exit 5"])
         expect(r, 5, max_secs=10)
 
+    # The end of a job whose PMIx server library does not finish:
+    # pscom_run_stuck's deregistration of the namespace never calls back.
+    def stuck_teardown(self):
+        stuck = self.c("pscom_run_stuck")
+        r = launch([stuck, "-n", "2", "sh", "-c", "exit 3"])
+        expect(r, 3, max_secs=30)
+        check("did not finish deregistering" in r.err,
+              "no message naming the deregistration that did not end", r)
+        # SIGTERM while it waits for the library ends it, by that signal.
+        t0 = time.monotonic()
+        p = start([stuck, "-n", "1", "true"])
+        time.sleep(4)   # the child has ended, the 10 s wait is under way
+        p.send_signal(signal.SIGTERM)
+        r = finish(p, t0)
+        check(r.status == -signal.SIGTERM,
+              "SIGTERM during the wait for the library did not end pscom_run", r)
+
 
 def main():
     if len(sys.argv) != 4:

@@ -1,0 +1,20 @@
+/*
+ * Linked into pscom_run_stuck with -Wl,--wrap=PMIx_server_deregister_nspace:
+ * a PMIx server library whose deregistration of a namespace never calls
+ * back, as OpenPMIx 4.2's progress thread was seen stuck after clients died
+ * during a fence (run_case.py, stuck_teardown).
+ */
+#include <pmix_server.h>
+
+void __wrap_PMIx_server_deregister_nspace(const pmix_nspace_t nspace,
+                                          pmix_op_cbfunc_t cbfunc,
+                                          void *cbdata);
+
+void __wrap_PMIx_server_deregister_nspace(const pmix_nspace_t nspace,
+                                          pmix_op_cbfunc_t cbfunc,
+                                          void *cbdata)
+{
+    (void)nspace;
+    (void)cbfunc;
+    (void)cbdata;
+}
