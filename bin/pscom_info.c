@@ -27,8 +27,8 @@ static void usage(FILE *out, const char *prog)
             "  --markdown    with -c: the settings as the markdown document\n"
             "                doc/configuration.md\n"
             "  -p, --plugins the transport plugins only\n"
-            "  -v, --version the version only: our line, then one in the\n"
-            "                form of ParaStation pscom's pscom_info -v,\n"
+            "  -v, --version the version only, then once more as a line in\n"
+            "                the form of ParaStation pscom's pscom_info -v,\n"
             "                which ParaStation MPI's configure reads\n"
             "  -h, --help    this text\n",
             prog);

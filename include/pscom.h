@@ -811,7 +811,8 @@ void pscom_register_rma_callbacks(void (*target_callback)(pscom_request_t *req),
 /* Utilities                                                              */
 /* ---------------------------------------------------------------------- */
 
-/* Set PSP_DEBUG at run time (0 fatal .. 6 trace). */
+/* Set PSP_DEBUG at run time (0 fatal .. 6 trace). Any thread, also while
+ * others are inside the library. */
 void pscom_set_debug(int level);
 
 /* read()/write() until count bytes moved, EOF or an error. */
@@ -835,7 +836,8 @@ void pscom_dump_info(FILE *out);
 
 /* Read an environment variable into *val when it is set and parses; *val is
  * left alone otherwise (a bad value is reported). Unsigned readers accept
- * "inf" and "auto". */
+ * "inf" and "auto". Any thread. pscom_env_get_dir adds a missing trailing
+ * '/' in a string the library keeps until it is torn down. */
 void pscom_env_get_int(int *val, const char *name);
 void pscom_env_get_uint(unsigned int *val, const char *name);
 void pscom_env_get_size_t(size_t *val, const char *name);

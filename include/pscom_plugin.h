@@ -51,8 +51,9 @@ extern "C" {
  * sleeping waits, 1.3 tx_now; 1.4 added no op, only the upcall
  * pscom_plugin_rx_now; 1.5 rndv_pull_start, and the flag
  * PSCOM_PLUGIN_SPIN_RELAX, which older cores ignore; 1.6 added no op, only
- * the upcall pscom_plugin_con_peer_pid). */
-#define PSCOM_PLUGIN_API_VERSION 0x0106
+ * the upcall pscom_plugin_con_peer_pid; 1.7 no op, only the service
+ * pscom_plugin_wait_until). */
+#define PSCOM_PLUGIN_API_VERSION 0x0107
 #define PSCOM_PLUGIN_API_MAJOR(v) (((v) >> 8) & 0xff)
 #define PSCOM_PLUGIN_API_MINOR(v) ((v) & 0xff)
 
@@ -377,6 +378,17 @@ int pscom_plugin_fd_add(int fd, uint32_t events, int hot,
                         pscom_plugin_fd_cb_t cb, void *arg);
 int pscom_plugin_fd_mod(int fd, uint32_t events);
 void pscom_plugin_fd_del(int fd);
+
+/* Progress as a wait does (spinning, then resting as PSP_WAIT_SPIN and
+ * PSP_WAIT_SLEEP say) until cond(arg) returns nonzero. cond runs with the
+ * library lock held (with threads), before the first round, after every
+ * round and after every sleep, which lasts at most 10 ms: a condition
+ * another thread makes true is seen without a wake-up (one through a
+ * watched descriptor ends a sleep at once). For code beside the library
+ * that waits for something else while pscom must progress
+ * (libpscom_pmix's barrier); not from inside a callback of the library.
+ * (API 1.7) */
+void pscom_plugin_wait_until(int (*cond)(void *arg), void *arg);
 
 /* A one-sided operation that rma_put/rma_get started (returned 1) ended:
  * err 0, or a negative errno. On an error the core carries the operation

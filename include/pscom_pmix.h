@@ -124,9 +124,11 @@ pscom_err_t pscom_pmix_bootstrap(pscom_pmix_job_t *job, pscom_socket_t *socket,
                                  unsigned flags);
 
 /* Wait until every rank of the job called it (a PMIx fence without
- * data). pscom progresses meanwhile (pscom_wait_any), so that sends and
- * rendezvous still under way complete and queued events are dispatched.
- * A singleton returns at once. */
+ * data). pscom progresses meanwhile, as pscom_wait does (it spins, then
+ * rests per PSP_WAIT_SPIN/PSP_WAIT_SLEEP: over UCX and with threads it
+ * keeps a core busy): sends and rendezvous still under way complete, and
+ * request callbacks and queued event handlers may run inside the call.
+ * Any thread. A singleton returns at once. */
 pscom_err_t pscom_pmix_barrier(pscom_pmix_job_t *job);
 
 /* Deregister every handler, drop queued events (their PMIx chains are told

@@ -21,8 +21,10 @@ out=$("$info" -v) || fail "pscom_info -v exited with $?"
 echo "$out"
 ver=$(echo "$out" | sed -n '1s/^pscom \([0-9][0-9]*\.[0-9][0-9]*\.[0-9][0-9]*\)$/\1/p')
 [ -n "$ver" ] || fail "the first line is not \"pscom X.Y.Z\""
-psp=$(echo "$out" | grep -E '^<PSP:[^:]*:[0-9]+:.*\)>$') ||
-    fail "no line of the form <PSP:HOST:PID:...)>"
+psp=$(echo "$out" | grep -E '\)>$') || fail "no line ending in \")>\""
+[ "$(echo "$psp" | wc -l)" -eq 1 ] || fail "more than one line ends in \")>\""
+echo "$psp" | grep -qE '^<PSP:[^:]*:[0-9]+:' ||
+    fail "the line ending in \")>\" does not start with <PSP:HOST:PID:"
 got=$(echo "$psp" | sed -En 's/.*\(([0-9]+\.[0-9]+\.[0-9]+-[^)]*)\)>$/\1/p')
 case $got in
 "$ver"-?*) ;;

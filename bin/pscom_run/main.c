@@ -35,9 +35,15 @@ extern char **environ;
 static const int handled_signals[] = {
     SIGCHLD, SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2,
 };
-/* Of those, the ones that end pscom_run by their default action once its
- * children are gone. */
-static const int ending_signals[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT};
+/* Of those, the ones that end pscom_run itself once its children are gone
+ * (SIGQUIT stays with the signalfd: its default action dumps core). */
+static const int ending_signals[] = {SIGINT, SIGTERM, SIGHUP};
+
+static void sigset_of(sigset_t *set, const int *sigs, size_t n)
+{
+    sigemptyset(set);
+    for (size_t i = 0; i < n; i++) sigaddset(set, sigs[i]);
+}
 
 #define EXIT_LAUNCH_FAILED 255
 #define EXIT_TIMEOUT 124
@@ -640,9 +646,7 @@ int main(int argc, char **argv)
     /* Block the handled signals in every thread, including the PMIx progress
      * thread started below; they arrive through the signalfd. */
     sigset_t mask;
-    sigemptyset(&mask);
-    for (size_t s = 0; s < sizeof(handled_signals) / sizeof(handled_signals[0]); s++)
-        sigaddset(&mask, handled_signals[s]);
+    sigset_of(&mask, handled_signals, sizeof(handled_signals) / sizeof(handled_signals[0]));
     pthread_sigmask(SIG_BLOCK, &mask, &child_sigmask);
     signal(SIGPIPE, SIG_IGN);
     int sfd = signalfd(-1, &mask, SFD_NONBLOCK | SFD_CLOEXEC);
@@ -674,13 +678,17 @@ int main(int argc, char **argv)
     /* Every child is gone: from here on a signal that asks pscom_run to
      * end ends it, whatever the PMIx server's teardown does. */
     sigset_t ending;
-    sigemptyset(&ending);
-    for (size_t s = 0; s < sizeof(ending_signals) / sizeof(ending_signals[0]); s++)
-        sigaddset(&ending, ending_signals[s]);
-    pthread_sigmask(SIG_UNBLOCK, &ending, NULL);
-    if (psr_server_stop(&job) != 0) {
+    sigset_of(&ending, ending_signals, sizeof(ending_signals) / sizeof(ending_signals[0]));
+    int stopped = psr_server_stop(&job, sfd, &ending);
+    if (stopped != 0) {
         remove_tmpdir(&job);
         fflush(NULL);
+        if (stopped > 0) {
+            /* Ended by the signal, as its sender expects. */
+            signal(stopped, SIG_DFL);
+            pthread_sigmask(SIG_UNBLOCK, &ending, NULL);
+            raise(stopped);
+        }
         _exit(status);
     }
 out_tmpdir:

@@ -9,7 +9,9 @@
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <signal.h>
 #include <string.h>
+#include <sys/signalfd.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -38,8 +40,12 @@ typedef struct op_wait {
 
 static void op_wait_init(op_wait_t *w)
 {
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC); /* op_wait_bounded */
     pthread_mutex_init(&w->m, NULL);
-    pthread_cond_init(&w->c, NULL);
+    pthread_cond_init(&w->c, &ca);
+    pthread_condattr_destroy(&ca);
     w->done = false;
     w->status = PMIX_SUCCESS;
 }
@@ -65,25 +71,52 @@ static pmix_status_t op_wait_for(op_wait_t *w)
     return st;
 }
 
-/* As op_wait_for, for at most seconds; PMIX_ERR_TIMEOUT when the callback
- * has not come by then: w then stays the library's (the caller leaves it
- * allocated). */
-static pmix_status_t op_wait_bounded(op_wait_t *w, double seconds)
+/* The next signal of `ending` that the signalfd sfd holds, or 0; the
+ * others it holds are dropped. */
+static int ending_signal(int sfd, const sigset_t *ending)
 {
-    struct timespec until;
-    clock_gettime(CLOCK_REALTIME, &until);
-    until.tv_sec += (time_t)seconds;
+    struct signalfd_siginfo si;
+    while (read(sfd, &si, sizeof(si)) == sizeof(si))
+        if (sigismember(ending, (int)si.ssi_signo)) return (int)si.ssi_signo;
+    return 0;
+}
+
+/* As op_wait_for, for at most seconds, and only until a signal of `ending`
+ * arrives on the signalfd sfd: 0 when the callback came (its status in
+ * *st), -1 when the time ran out, else the signal. Unless 0, w stays the
+ * library's (the caller leaves it allocated). */
+static int op_wait_bounded(op_wait_t *w, int seconds, int sfd,
+                           const sigset_t *ending, pmix_status_t *st)
+{
+    struct timespec now, until;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    until = now;
+    until.tv_sec += seconds;
     pthread_mutex_lock(&w->m);
-    int rc = 0;
-    while (!w->done && rc != ETIMEDOUT)
-        rc = pthread_cond_timedwait(&w->c, &w->m, &until);
-    bool done = w->done;
-    pmix_status_t st = w->status;
+    while (!w->done) {
+        /* Slices of 100 ms: the signalfd is looked at between them. */
+        struct timespec slice = now;
+        slice.tv_nsec += 100000000L;
+        if (slice.tv_nsec >= 1000000000L) {
+            slice.tv_sec++;
+            slice.tv_nsec -= 1000000000L;
+        }
+        pthread_cond_timedwait(&w->c, &w->m, &slice);
+        if (w->done) break;
+        pthread_mutex_unlock(&w->m);
+        int sig = ending_signal(sfd, ending);
+        if (sig) return sig;
+        clock_gettime(CLOCK_MONOTONIC, &now);
+        if (now.tv_sec > until.tv_sec ||
+            (now.tv_sec == until.tv_sec && now.tv_nsec >= until.tv_nsec))
+            return -1;
+        pthread_mutex_lock(&w->m);
+    }
+    *st = w->status;
     pthread_mutex_unlock(&w->m);
-    if (!done) return PMIX_ERR_TIMEOUT;
     pthread_mutex_destroy(&w->m);
     pthread_cond_destroy(&w->c);
-    return st;
+    return 0;
 }
 
 static void op_ignore(pmix_status_t status, void *cbdata)
@@ -1157,7 +1190,7 @@ double psr_server_next_deadline(psr_job_t *job)
  * completions. */
 #define STOP_WAIT_S 10
 
-int psr_server_stop(psr_job_t *job)
+int psr_server_stop(psr_job_t *job, int sfd, const sigset_t *ending)
 {
     psr_ds_result_t *done = NULL;
     pthread_mutex_lock(&job->lock);
@@ -1182,24 +1215,36 @@ int psr_server_stop(psr_job_t *job)
             free(r);
         }
     }
-    /* Bounded: a library whose progress thread is stuck (OpenPMIx 4.2 was
-     * seen blocked on a lock in freed memory after clients died during a
-     * fence) must not keep the launcher from ending. The record of a
-     * deregistration that did not end stays allocated: the library may
-     * still call back. */
+    /* Bounded, and ended by a signal that asks pscom_run to end: a library
+     * whose progress thread is stuck (OpenPMIx 4.2 was seen blocked on a
+     * lock in freed memory after clients died during a fence) must not
+     * keep the launcher from ending. The record of a deregistration that
+     * did not end stays allocated: the library may still call back. */
     for (int a = 0; a < job->napps; a++) {
         op_wait_t *w = malloc(sizeof(*w));
-        if (!w) return -1;
+        if (!w) {
+            psr_log(job, 0, "out of memory ending the PMIx server");
+            return -1;
+        }
         op_wait_init(w);
         PMIx_server_deregister_nspace(job->apps[a].nspace, op_wait_done, w);
-        if (op_wait_bounded(w, STOP_WAIT_S) == PMIX_ERR_TIMEOUT) {
+        pmix_status_t st;
+        int rc = op_wait_bounded(w, STOP_WAIT_S, sfd, ending, &st);
+        if (rc < 0)
             psr_log(job, 0, "the PMIx server did not finish deregistering %s "
                     "within %d s; ending without PMIx_server_finalize",
                     job->apps[a].nspace, STOP_WAIT_S);
-            return -1;
-        }
+        else if (rc > 0)
+            psr_log(job, 0, "%s while the PMIx server deregistered %s; ending "
+                    "without PMIx_server_finalize", strsignal(rc),
+                    job->apps[a].nspace);
+        if (rc) return rc;
         free(w);
     }
+    /* Not bounded: once the deregistrations ended, the library's thread
+     * works. Should it hang all the same, the signals end pscom_run by
+     * their default action. */
+    pthread_sigmask(SIG_UNBLOCK, ending, NULL);
     pmix_status_t st = PMIx_server_finalize();
     if (st != PMIX_SUCCESS)
         psr_log(job, 1, "PMIx_server_finalize: %s", PMIx_Error_string(st));

@@ -33,9 +33,12 @@ void psr_server_tick(psr_job_t *job);
 /* The next time psr_server_tick has work, 0 when none. */
 double psr_server_next_deadline(psr_job_t *job);
 
-/* Finalize the PMIx server (after every child was reaped). -1 when the
- * library did not finish in time: the caller must leave at once (_exit),
- * since the library's threads are still running. */
-int psr_server_stop(psr_job_t *job);
+/* Finalize the PMIx server (after every child was reaped); sfd is the
+ * signalfd of the blocked signals, `ending` those of them that end
+ * pscom_run now (they are unblocked before the final step). 0; -1 when
+ * the library did not finish in time; or a signal of `ending` that came
+ * meanwhile. Unless 0 the caller must leave at once (_exit), since the
+ * library's threads are still running. */
+int psr_server_stop(psr_job_t *job, int sfd, const sigset_t *ending);
 
 #endif /* PSR_SERVER_H */

@@ -257,13 +257,23 @@ struct fence_wait {
     int done;
 };
 
+/* On PMIx's thread. Wakes a sleeping wait first, then sets done and
+ * touches nothing more: once done is seen, the waiter may return and
+ * finalize the job (closing the pipe) at once. A wake-up that another
+ * wait consumes before done is set costs the barrier one sleep, at most
+ * 10 ms (pscom_plugin_wait_until). */
 static void fence_done(pmix_status_t status, void *cbdata)
 {
     struct fence_wait *fw = cbdata;
-    pscom_pmix_job_t *job = fw->job; /* fw may be gone once done is set */
     fw->status = status;
+    pmx_wake(fw->job);
     __atomic_store_n(&fw->done, 1, __ATOMIC_RELEASE);
-    pmx_wake(job);
+}
+
+static int fence_ended(void *arg)
+{
+    struct fence_wait *fw = arg;
+    return __atomic_load_n(&fw->done, __ATOMIC_ACQUIRE);
 }
 
 pscom_err_t pscom_pmix_barrier(pscom_pmix_job_t *job)
@@ -280,15 +290,17 @@ pscom_err_t pscom_pmix_barrier(pscom_pmix_job_t *job)
      * reaches the fence. The fence's callback wakes a sleeping wait
      * through the event pipe. */
     struct fence_wait fw = {.job = job};
+    const char *what = "PMIx_Fence_nb";
     pmix_status_t rc = PMIx_Fence_nb(&wild, 1, NULL, 0, fence_done, &fw);
     if (rc == PMIX_SUCCESS) {
-        while (!__atomic_load_n(&fw.done, __ATOMIC_ACQUIRE)) pscom_wait_any();
+        pscom_plugin_wait_until(fence_ended, &fw);
         rc = fw.status;
+        what = "the fence";
     } else if (rc == PMIX_OPERATION_SUCCEEDED) {
         rc = PMIX_SUCCESS;
     }
     if (rc != PMIX_SUCCESS) {
-        pmx_log(job, PMX_LOG_ERROR, "pscom_pmix_barrier: PMIx_Fence: %s",
+        pmx_log(job, PMX_LOG_ERROR, "pscom_pmix_barrier: %s: %s", what,
                 PMIx_Error_string(rc));
         return pmx_err(rc);
     }

@@ -47,7 +47,8 @@ FILE *psc_log_stream(void);
 
 #define psc_log(level, ...)                                                    \
     do {                                                                       \
-        if (psc_log_level_get() >= (level)) psc_log_write((level), __VA_ARGS__);     \
+        if (psc_log_level_get() >= (level))                                  \
+            psc_log_write((level), __VA_ARGS__);                               \
     } while (0)
 
 #define psc_err(...)   psc_log(PSC_LOG_ERROR, __VA_ARGS__)

@@ -345,6 +345,25 @@ void pscom_wait(pscom_request_t *request)
     psc_unlock();
 }
 
+struct wait_until {
+    int (*cond)(void *arg);
+    void *arg;
+};
+
+static bool wait_until_cond(void *arg)
+{
+    struct wait_until *u = arg;
+    return u->cond(u->arg) != 0;
+}
+
+void pscom_plugin_wait_until(int (*cond)(void *arg), void *arg)
+{
+    struct wait_until u = {cond, arg};
+    psc_lock();
+    psc_progress_until(wait_until_cond, &u, 0);
+    psc_unlock();
+}
+
 void pscom_wait_all(pscom_request_t **requests)
 {
     for (; *requests; requests++) pscom_wait(*requests);

@@ -19,13 +19,14 @@
  *                             side listens with the lower name, so the peer
  *                             is asked to call back (on-demand name rule)
  *   threads rma-read [ITERS]  each thread on its own connection reads
- *                             0 .. 64 KiB of the peer's memory with
- *                             pscom_post_rma_read (every eighth into a
- *                             shorter buffer: truncated) while the other
- *                             threads' waits may be the ones that take
- *                             the answer (1000 reads per thread); the
- *                             peer's threads only wait for the last
- *                             message, their progress answers the reads
+ *                             0 .. 64 KiB at varying offsets of the peer's
+ *                             memory with pscom_post_rma_read (every
+ *                             eighth into a shorter buffer: truncated)
+ *                             while the other threads' waits may be the
+ *                             ones that take the answer (1000 reads per
+ *                             thread); the peer's threads only wait for
+ *                             the last message, their progress answers
+ *                             the reads
  *
  * The pinging process ("ping") starts every round trip; the answering one
  * ("pong") receives by connection in own/shared and from any connection of
@@ -205,9 +206,11 @@ static void *ping_thread(void *arg)
     return NULL;
 }
 
-/* The peer's memory for thread t (rma-read): MAX_MSG bytes of this
- * pattern; a read of len bytes from its start gets the pattern's first len
- * bytes. */
+/* The peer's memory for thread t (rma-read): READ_MEM bytes of this
+ * pattern, read from varying offsets. */
+#define READ_MEM (2 * MAX_MSG)
+#define UNTOUCHED 0xee /* what the reads' buffer holds before each read */
+
 static uint32_t memory_seed(unsigned t)
 {
     return msg_seed(t, 0, 1) ^ 0x00a5a500u;
@@ -233,17 +236,21 @@ static void *ping_read_thread(void *arg)
     struct worker *w = arg;
     unsigned t = w->t;
     uint8_t *rbuf = itest_alloc_guarded(MAX_MSG);
+    uint8_t *expect = malloc(READ_MEM); /* a copy of the peer's memory */
     pscom_request_t *r = pscom_request_create(sizeof(pscom_xheader_rma_read_t),
                                               0);
-    ITEST_ASSERT(r != NULL, "pscom_request_create returned NULL");
+    ITEST_ASSERT(r != NULL && expect != NULL, "out of memory");
+    itest_fill(expect, READ_MEM, memory_seed(t));
     uint8_t *remote = recv_address(w);
 
     pthread_barrier_wait(&start_barrier);
     for (unsigned i = 0; i < w->job->iters; i++) {
         size_t len = msg_size(t, i, 1);
+        size_t off = mix(t * 977u + i) % MAX_MSG;
         size_t room = i % 8 == 7 ? len / 2 : MAX_MSG;
+        memset(rbuf, UNTOUCHED, MAX_MSG);
         r->connection = w->con;
-        r->xheader.rma_read.src = remote;
+        r->xheader.rma_read.src = remote + off;
         r->xheader.rma_read.src_len = len;
         r->data = rbuf;
         r->data_len = room;
@@ -258,9 +265,12 @@ static void *ping_read_thread(void *arg)
         ITEST_ASSERT(!(r->state & PSCOM_REQ_STATE_TRUNCATED) == (got == len),
                      "thread %u, round %u: %zu of %zu bytes, state 0x%x", t,
                      i, got, len, r->state);
-        if (itest_pattern_mismatch(rbuf, got, memory_seed(t)) >= 0)
-            ITEST_ASSERT_PATTERN(rbuf, got, memory_seed(t),
-                                 "read of thread %u, round %u", t, i);
+        ITEST_ASSERT(!memcmp(rbuf, expect + off, got),
+                     "thread %u, round %u: the %zu bytes read at offset %zu "
+                     "differ from the peer's memory", t, i, got, off);
+        for (size_t k = got; k < MAX_MSG; k++)
+            ITEST_ASSERT(rbuf[k] == UNTOUCHED, "thread %u, round %u: byte %zu "
+                         "written, beyond the %zu bytes read", t, i, k, got);
         for (size_t k = 0; k < ITEST_GUARD_LEN; k++) {
             if (rbuf[MAX_MSG + k] != ITEST_GUARD_BYTE)
                 ITEST_ASSERT_GUARD(rbuf, MAX_MSG, "thread %u, round %u", t, i);
@@ -270,6 +280,7 @@ static void *ping_read_thread(void *arg)
     struct tag_xh x = {.tag = t, .round = w->job->iters};
     pscom_send(w->con, &x, sizeof(x), NULL, 0);
     pscom_request_free(r);
+    free(expect);
     free(rbuf);
     return NULL;
 }
@@ -479,15 +490,15 @@ static int pong(itest_link_t *link, void *arg)
     itest_step("%u threads answering, %u rounds each", NTHREADS, job->iters);
     uint8_t *memory = NULL;
     if (m == MODE_RMA_READ) {
-        memory = malloc((size_t)NTHREADS * MAX_MSG);
+        memory = malloc((size_t)NTHREADS * READ_MEM);
         ITEST_ASSERT(memory != NULL, "out of memory");
         for (unsigned t = 0; t < NTHREADS; t++)
-            itest_fill(memory + (size_t)t * MAX_MSG, MAX_MSG, memory_seed(t));
+            itest_fill(memory + (size_t)t * READ_MEM, READ_MEM, memory_seed(t));
     }
     for (unsigned t = 0; t < NTHREADS; t++)
         w[t] = (struct worker){.job = job, .t = t, .sock = sock,
                                .con = by_thread[shared_con(m) ? 0 : t],
-                               .memory = memory ? memory + (size_t)t * MAX_MSG
+                               .memory = memory ? memory + (size_t)t * READ_MEM
                                                 : NULL};
     run_threads(w, m == MODE_RMA_READ ? pong_read_thread : pong_thread);
     free(memory);

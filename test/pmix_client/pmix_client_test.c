@@ -21,7 +21,11 @@
  *                       pscom_pmix_barrier at once; rank 1 receives it all
  *                       before it enters. More than the transport takes
  *                       without the sender's progress (over tcp: its socket
- *                       buffers), so the barrier must progress pscom
+ *                       buffers), so the barrier must progress pscom. With
+ *                       PSCOM_TEST_THREADED, a second thread of every rank
+ *                       waits in pscom_wait meanwhile (its progress may take
+ *                       the fence's wake-up) for a message the rank sends
+ *                       itself after the barrier
  *
  * PSCOM_TEST_THREADED=1 initialises pscom with pscom_init_thread().
  *
@@ -31,6 +35,7 @@
  */
 #include <errno.h>
 #include <pmix.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdbool.h>
@@ -325,6 +330,15 @@ static int test_alltoall(void)
 
 #define BIG_MSG (64u << 20)
 
+/* barrier-progress, threaded: waits in pscom for the message the rank
+ * sends itself after the barrier. */
+static void *wait_for_self(void *arg)
+{
+    pscom_request_t *r = arg;
+    pscom_wait(r);
+    return NULL;
+}
+
 static int test_barrier_progress(void)
 {
     pscom_pmix_job_t *job;
@@ -335,6 +349,17 @@ static int test_barrier_progress(void)
 
     CHECK(n >= 2, "needs at least 2 ranks, the job has %d", n);
     CHECK(buf, "out of memory");
+    pthread_t waiter;
+    pscom_request_t *self_r = NULL;
+    if (getenv("PSCOM_TEST_THREADED")) {
+        self_r = new_req();
+        self_r->connection = NULL; /* from ourselves: the loop's twin */
+        self_r->socket = pscom_pmix_socket(job);
+        self_r->ops.recv_accept = accept_self;
+        pscom_post_recv(self_r);
+        CHECK(pthread_create(&waiter, NULL, wait_for_self, self_r) == 0,
+              "pthread_create");
+    }
     if (me == 0) {
         pscom_request_t *s = new_req();
         fill(buf, BIG_MSG, seed);
@@ -367,10 +392,24 @@ static int test_barrier_progress(void)
         step("barrier");
         CHECK(pscom_pmix_barrier(job) == PSCOM_SUCCESS, "barrier");
     }
+    if (self_r) {
+        step("the message to ourselves after the barrier");
+        struct xh x = {me, 0};
+        pscom_send(pscom_pmix_connection(job, me), &x, sizeof(x), NULL, 0);
+        pthread_join(waiter, NULL);
+        CHECK(pscom_req_successful(self_r), "the message to ourselves: %s",
+              pscom_req_state_str(self_r->state));
+        pscom_request_free(self_r);
+    }
     CHECK(con_errors == 0, "%d con_error calls", con_errors);
+    const char *type =
+        pscom_con_type_str(pscom_pmix_connection(job, me ? 0 : 1)->type);
+    const char *want = getenv("PSCOM_TEST_EXPECT_TYPE");
+    if (me <= 1 && want)
+        CHECK(!strcmp(type, want), "the connection of ranks 0 and 1 is %s, "
+              "expected %s", type, want);
     result_ok("rank %d of %d: %u bytes across the barrier over %s", me, n,
-              BIG_MSG,
-              pscom_con_type_str(pscom_pmix_connection(job, me ? 0 : 1)->type));
+              BIG_MSG, type);
     free(buf);
     pscom_pmix_finalize(job);
     pscom_close_socket(sock);

@@ -237,19 +237,34 @@ class Cases:
     # The end of a job whose PMIx server library does not finish:
     # pscom_run_stuck's deregistration of the namespace never calls back.
     def stuck_teardown(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            self._stuck_teardown(tmp)
+            left = os.listdir(tmp)
+            check(not left, "pscom_run left %s in TMPDIR" % left, Run(None, "", "", 0))
+
+    def _stuck_teardown(self, tmp):
         stuck = self.c("pscom_run_stuck")
-        r = launch([stuck, "-n", "2", "sh", "-c", "exit 3"])
+        r = launch([stuck, "-n", "2", "sh", "-c", "exit 3"], env={"TMPDIR": tmp})
         expect(r, 3, max_secs=30)
         check("did not finish deregistering" in r.err,
               "no message naming the deregistration that did not end", r)
-        # SIGTERM while it waits for the library ends it, by that signal.
+        check("stuck_deregister: called" in r.err, "the deregistration was not asked for", r)
+        # SIGTERM while it waits for the library ends it, by that signal:
+        # sent once the deregistration was asked for (the child is gone).
         t0 = time.monotonic()
-        p = start([stuck, "-n", "1", "true"])
-        time.sleep(4)   # the child has ended, the 10 s wait is under way
+        p = start([stuck, "-n", "1", "true"], env={"TMPDIR": tmp})
+        seen = ""
+        for line in p.stderr:
+            seen += line
+            if "stuck_deregister: called" in line:
+                break
         p.send_signal(signal.SIGTERM)
         r = finish(p, t0)
+        r.err = seen + r.err
         check(r.status == -signal.SIGTERM,
               "SIGTERM during the wait for the library did not end pscom_run", r)
+        check("Terminated while the PMIx server deregistered" in r.err,
+              "no message naming the signal", r)
 
 
 def main():

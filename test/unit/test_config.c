@@ -105,7 +105,7 @@ static void clear_psp_environment(void)
 static int setup(void **state)
 {
     clear_psp_environment();
-    psc_log_level = 1;
+    psc_log_level_set(1);
     return 0;
 }
 
@@ -705,7 +705,7 @@ static void test_log_prefix_and_levels(void **state)
 {
     char *log, prefix[32];
 
-    psc_log_level = 2;
+    psc_log_level_set(2);
     log_capture_start();
     psc_err("first %d", 1);
     psc_info("hidden");

@@ -5,7 +5,8 @@
  * progress dispatches them. The descriptors' numbers climb past 64, 128,
  * 256 and 512, so the table is reallocated under the other thread. Without
  * the library lock around pscom_plugin_fd_add/_mod/_del this fails under
- * ThreadSanitizer (the build of packaging/test.sh).
+ * ThreadSanitizer (the build of packaging/test.sh). And
+ * pscom_plugin_wait_until ending on a flag another thread sets.
  */
 #include "pscom.h"
 #include "pscom_plugin.h"
@@ -91,10 +92,50 @@ static void fd_table_with_a_progressing_thread(void **state)
     assert_true(fired <= wrote);
 }
 
+/* pscom_plugin_wait_until: a condition another thread makes true, with no
+ * wake-up at all, ends the wait (it is asked after every round). */
+static int flag;
+
+static void *set_flag_later(void *arg)
+{
+    (void)arg;
+    usleep(20000);
+    __atomic_store_n(&flag, 1, __ATOMIC_RELEASE);
+    return NULL;
+}
+
+static int flag_set(void *arg)
+{
+    return __atomic_load_n((int *)arg, __ATOMIC_ACQUIRE);
+}
+
+static int calls;
+
+static int count_calls(void *arg)
+{
+    (void)arg;
+    return ++calls;
+}
+
+static void wait_until_a_flag_another_thread_sets(void **state)
+{
+    (void)state;
+    assert_int_equal(pscom_init_thread(PSCOM_VERSION), PSCOM_SUCCESS);
+    /* True at once: asked before the first round, once. */
+    pscom_plugin_wait_until(count_calls, NULL);
+    assert_int_equal(calls, 1);
+    pthread_t th;
+    assert_int_equal(pthread_create(&th, NULL, set_flag_later, NULL), 0);
+    pscom_plugin_wait_until(flag_set, &flag);
+    assert_int_equal(__atomic_load_n(&flag, __ATOMIC_ACQUIRE), 1);
+    pthread_join(th, NULL);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(fd_table_with_a_progressing_thread),
+        cmocka_unit_test(wait_until_a_flag_another_thread_sets),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

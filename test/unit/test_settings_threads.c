@@ -41,6 +41,7 @@ static void debug_level_while_another_thread_logs(void **state)
     assert_int_equal(pscom_init_thread(PSCOM_VERSION), PSCOM_SUCCESS);
     unsigned long above = 0;
     pthread_t th;
+    pscom_set_debug(1); /* whatever PSP_DEBUG says */
     assert_int_equal(pthread_create(&th, NULL, logging_thread, &above), 0);
     /* Both at work at the same time. */
     while (!__atomic_load_n(&started, __ATOMIC_ACQUIRE))
