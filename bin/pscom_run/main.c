@@ -684,8 +684,7 @@ int main(int argc, char **argv)
         remove_tmpdir(&job);
         fflush(NULL);
         if (stopped > 0) {
-            /* Ended by the signal, as its sender expects. */
-            signal(stopped, SIG_DFL);
+            /* Ended by the signal (default action), as its sender expects. */
             pthread_sigmask(SIG_UNBLOCK, &ending, NULL);
             raise(stopped);
         }

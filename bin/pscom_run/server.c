@@ -88,35 +88,27 @@ static int ending_signal(int sfd, const sigset_t *ending)
 static int op_wait_bounded(op_wait_t *w, int seconds, int sfd,
                            const sigset_t *ending, pmix_status_t *st)
 {
-    struct timespec now, until;
-    clock_gettime(CLOCK_MONOTONIC, &now);
-    until = now;
-    until.tv_sec += seconds;
-    pthread_mutex_lock(&w->m);
-    while (!w->done) {
-        /* Slices of 100 ms: the signalfd is looked at between them. */
-        struct timespec slice = now;
-        slice.tv_nsec += 100000000L;
-        if (slice.tv_nsec >= 1000000000L) {
-            slice.tv_sec++;
-            slice.tv_nsec -= 1000000000L;
+    /* Slices of 100 ms: the signalfd is looked at between them. */
+    for (int slice = 0; slice < seconds * 10; slice++) {
+        struct timespec t;
+        clock_gettime(CLOCK_MONOTONIC, &t);
+        t.tv_nsec += 100000000L;
+        if (t.tv_nsec >= 1000000000L) {
+            t.tv_sec++;
+            t.tv_nsec -= 1000000000L;
         }
-        pthread_cond_timedwait(&w->c, &w->m, &slice);
-        if (w->done) break;
+        pthread_mutex_lock(&w->m);
+        if (!w->done) pthread_cond_timedwait(&w->c, &w->m, &t);
+        bool done = w->done;
         pthread_mutex_unlock(&w->m);
+        if (done) {
+            *st = op_wait_for(w); /* returns at once, and releases w */
+            return 0;
+        }
         int sig = ending_signal(sfd, ending);
         if (sig) return sig;
-        clock_gettime(CLOCK_MONOTONIC, &now);
-        if (now.tv_sec > until.tv_sec ||
-            (now.tv_sec == until.tv_sec && now.tv_nsec >= until.tv_nsec))
-            return -1;
-        pthread_mutex_lock(&w->m);
     }
-    *st = w->status;
-    pthread_mutex_unlock(&w->m);
-    pthread_mutex_destroy(&w->m);
-    pthread_cond_destroy(&w->c);
-    return 0;
+    return -1;
 }
 
 static void op_ignore(pmix_status_t status, void *cbdata)

@@ -152,6 +152,15 @@ static void prepare_recv(pscom_request_t *r, struct worker *w, void *buf,
     r->ops.recv_accept = by_tag ? accept_tag : NULL;
 }
 
+/* The guard bytes behind a receive buffer of MAX_MSG bytes. */
+static void check_guard(const uint8_t *buf, unsigned t, unsigned i)
+{
+    for (size_t k = 0; k < ITEST_GUARD_LEN; k++) {
+        if (buf[MAX_MSG + k] != ITEST_GUARD_BYTE)
+            ITEST_ASSERT_GUARD(buf, MAX_MSG, "thread %u, round %u", t, i);
+    }
+}
+
 static void check_msg(pscom_request_t *r, const uint8_t *buf, unsigned t,
                       unsigned i, unsigned dir)
 {
@@ -170,10 +179,7 @@ static void check_msg(pscom_request_t *r, const uint8_t *buf, unsigned t,
                                msg_seed(t, i, dir)) >= 0)
         ITEST_ASSERT_PATTERN(buf, msg_size(t, i, dir), msg_seed(t, i, dir),
                              "thread %u, round %u", t, i);
-    for (size_t k = 0; k < ITEST_GUARD_LEN; k++) {
-        if (buf[MAX_MSG + k] != ITEST_GUARD_BYTE)
-            ITEST_ASSERT_GUARD(buf, MAX_MSG, "thread %u, round %u", t, i);
-    }
+    check_guard(buf, t, i);
 }
 
 static void *ping_thread(void *arg)
@@ -271,10 +277,7 @@ static void *ping_read_thread(void *arg)
         for (size_t k = got; k < MAX_MSG; k++)
             ITEST_ASSERT(rbuf[k] == UNTOUCHED, "thread %u, round %u: byte %zu "
                          "written, beyond the %zu bytes read", t, i, k, got);
-        for (size_t k = 0; k < ITEST_GUARD_LEN; k++) {
-            if (rbuf[MAX_MSG + k] != ITEST_GUARD_BYTE)
-                ITEST_ASSERT_GUARD(rbuf, MAX_MSG, "thread %u, round %u", t, i);
-        }
+        check_guard(rbuf, t, i);
     }
     /* The peer's thread waits for this. */
     struct tag_xh x = {.tag = t, .round = w->job->iters};
