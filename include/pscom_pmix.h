@@ -313,7 +313,8 @@ pscom_err_t pscom_pmix_publish(pscom_pmix_job_t *job, pscom_socket_t *socket,
                                const char *service, pscom_pmix_range_t range,
                                pscom_pmix_persist_t persist);
 
-/* Look up the endpoint string published under `service` (PMIx_Lookup).
+/* Look up the endpoint string published under `service` (PMIx_Lookup_nb;
+ * pscom progresses meanwhile, as in pscom_pmix_barrier).
  * wait: 0 returns at once (ENOENT when nothing is published), 1 waits until
  * it is published; timeout_s > 0 bounds that wait (ETIMEDOUT; hosts differ
  * in the status they report, also ENOENT). On success *ep_p gets a string

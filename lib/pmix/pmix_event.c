@@ -83,6 +83,28 @@ void pmx_wake(pscom_pmix_job_t *job)
     (void)n; /* EAGAIN: a wake-up is pending already */
 }
 
+void pmx_op_finish(struct pmx_op *op, pmix_status_t status)
+{
+    op->status = status;
+    pmx_wake(op->job);
+    __atomic_store_n(&op->done, 1, __ATOMIC_RELEASE);
+}
+
+static int op_done(void *arg)
+{
+    struct pmx_op *op = arg;
+    return __atomic_load_n(&op->done, __ATOMIC_ACQUIRE);
+}
+
+/* A wake-up that another thread's wait consumes before done is set costs
+ * one sleep, at most 10 ms (pscom_plugin_wait_until asks op_done after
+ * every round and every sleep). */
+pmix_status_t pmx_op_wait(struct pmx_op *op)
+{
+    pscom_plugin_wait_until(op_done, op);
+    return op->status;
+}
+
 static void enqueue(pscom_pmix_job_t *job, struct pmx_event *ev)
 {
     pthread_mutex_lock(&job->evq_lock);

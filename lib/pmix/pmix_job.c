@@ -249,31 +249,9 @@ pscom_err_t pscom_pmix_init(pscom_pmix_job_t **job_p)
     return PSCOM_SUCCESS;
 }
 
-/* A fence under way (pscom_pmix_barrier): PMIx's thread sets done (and
- * status before it), the waiting thread reads it. */
-struct fence_wait {
-    pscom_pmix_job_t *job;
-    pmix_status_t status;
-    int done;
-};
-
-/* On PMIx's thread. Wakes a sleeping wait first, then sets done and
- * touches nothing more: once done is seen, the waiter may return and
- * finalize the job (closing the pipe) at once. A wake-up that another
- * wait consumes before done is set costs the barrier one sleep, at most
- * 10 ms (pscom_plugin_wait_until). */
 static void fence_done(pmix_status_t status, void *cbdata)
 {
-    struct fence_wait *fw = cbdata;
-    fw->status = status;
-    pmx_wake(fw->job);
-    __atomic_store_n(&fw->done, 1, __ATOMIC_RELEASE);
-}
-
-static int fence_ended(void *arg)
-{
-    struct fence_wait *fw = arg;
-    return __atomic_load_n(&fw->done, __ATOMIC_ACQUIRE);
+    pmx_op_finish(cbdata, status);
 }
 
 pscom_err_t pscom_pmix_barrier(pscom_pmix_job_t *job)
@@ -289,12 +267,11 @@ pscom_err_t pscom_pmix_barrier(pscom_pmix_job_t *job)
      * only from the sender's progress), or a peer waiting for it never
      * reaches the fence. The fence's callback wakes a sleeping wait
      * through the event pipe. */
-    struct fence_wait fw = {.job = job};
+    struct pmx_op op = {.job = job};
     const char *what = "PMIx_Fence_nb";
-    pmix_status_t rc = PMIx_Fence_nb(&wild, 1, NULL, 0, fence_done, &fw);
+    pmix_status_t rc = PMIx_Fence_nb(&wild, 1, NULL, 0, fence_done, &op);
     if (rc == PMIX_SUCCESS) {
-        pscom_plugin_wait_until(fence_ended, &fw);
-        rc = fw.status;
+        rc = pmx_op_wait(&op);
         what = "the fence";
     } else if (rc == PMIX_OPERATION_SUCCEEDED) {
         rc = PMIX_SUCCESS;

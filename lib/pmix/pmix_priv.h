@@ -135,6 +135,20 @@ void pmx_events_stop(pscom_pmix_job_t *job);
 /* Make the event pipe readable: a pscom wait (also one sleeping on
  * descriptors) comes back and dispatches. Any thread. */
 void pmx_wake(pscom_pmix_job_t *job);
+/* A non-blocking PMIx call under way that a pscom wait waits for, with
+ * pscom progressing (barrier, lookup). Its callback, on PMIx's thread,
+ * stores what it returns and then calls pmx_op_finish, its last touch. */
+struct pmx_op {
+    pscom_pmix_job_t *job;
+    pmix_status_t status;
+    int done;
+};
+/* Set the status, wake a sleeping wait (the event pipe), then mark the
+ * operation done. In this order: once done is seen, the waiter may return
+ * and finalize the job (closing the pipe) at once. */
+void pmx_op_finish(struct pmx_op *op, pmix_status_t status);
+/* Wait, progressing pscom, until pmx_op_finish; return the status. */
+pmix_status_t pmx_op_wait(struct pmx_op *op);
 /* Queue an event made in this process (singleton, local notify). */
 int pmx_event_local(pscom_pmix_job_t *job, int code, int rank,
                     const char *text);

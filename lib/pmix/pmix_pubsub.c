@@ -77,11 +77,30 @@ pscom_err_t pscom_pmix_publish(pscom_pmix_job_t *job, pscom_socket_t *socket,
     return PSCOM_SUCCESS;
 }
 
+/* A lookup under way: PMIx_Lookup_nb's callback fills it on PMIx's thread
+ * while pscom_pmix_lookup waits with pscom progressing. */
+struct lookup_wait {
+    struct pmx_op op;
+    pmix_value_t value; /* a copy: PMIx frees its data after the callback */
+    pmix_proc_t proc;   /* who published it */
+};
+
+static void lookup_done(pmix_status_t status, pmix_pdata_t data[],
+                        size_t ndata, void *cbdata)
+{
+    struct lookup_wait *lw = cbdata;
+    if (status == PMIX_SUCCESS && ndata < 1) status = PMIX_ERR_NOT_FOUND;
+    if (status == PMIX_SUCCESS) {
+        lw->proc = data[0].proc;
+        status = PMIx_Value_xfer(&lw->value, &data[0].value);
+    }
+    pmx_op_finish(&lw->op, status);
+}
+
 pscom_err_t pscom_pmix_lookup(pscom_pmix_job_t *job, const char *service,
                               pscom_pmix_range_t range, int wait,
                               unsigned timeout_s, char **ep_p)
 {
-    pmix_pdata_t pdata;
     pmix_info_t info[3];
     size_t n = 0;
     pmix_status_t rc;
@@ -107,33 +126,37 @@ pscom_err_t pscom_pmix_lookup(pscom_pmix_job_t *job, const char *service,
         int t = timeout_s > 0x7fffffff ? 0x7fffffff : (int)timeout_s;
         PMIX_INFO_LOAD(&info[n++], PMIX_TIMEOUT, &t, PMIX_INT);
     }
-    PMIX_PDATA_CONSTRUCT(&pdata);
-    PMIX_LOAD_KEY(pdata.key, service);
-    rc = PMIx_Lookup(&pdata, 1, n ? info : NULL, n);
+    /* pscom progresses during the lookup, as during the barrier: a peer
+     * that publishes only once it has what this process still owes it
+     * (a send its transport moves only from our progress) must get it. */
+    struct lookup_wait lw = {.op.job = job};
+    PMIX_VALUE_CONSTRUCT(&lw.value);
+    char *keys[2] = {(char *)service, NULL};
+    rc = PMIx_Lookup_nb(keys, n ? info : NULL, n, lookup_done, &lw);
+    if (rc == PMIX_SUCCESS) rc = pmx_op_wait(&lw.op);
     for (size_t i = 0; i < n; i++) PMIX_INFO_DESTRUCT(&info[i]);
     if (rc != PMIX_SUCCESS) {
         pmx_log(job, rc == PMIX_ERR_NOT_FOUND && !wait ? PMX_LOG_INFO
                                                        : PMX_LOG_ERROR,
-                "pscom_pmix_lookup \"%s\"%s: PMIx_Lookup: %s", service,
+                "pscom_pmix_lookup \"%s\"%s: PMIx_Lookup_nb: %s", service,
                 wait ? " (waiting)" : "", PMIx_Error_string(rc));
-        PMIX_PDATA_DESTRUCT(&pdata);
+        PMIX_VALUE_DESTRUCT(&lw.value);
         return pmx_err(rc);
     }
-    if (pdata.value.type != PMIX_STRING || !pdata.value.data.string ||
-        pmx_ep_check(pdata.value.data.string, &port, name, &why)) {
+    if (lw.value.type != PMIX_STRING || !lw.value.data.string ||
+        pmx_ep_check(lw.value.data.string, &port, name, &why)) {
         pmx_log(job, PMX_LOG_ERROR,
                 "pscom_pmix_lookup \"%s\": %s:%u published something that is "
-                "no endpoint string (%s)", service, pdata.proc.nspace,
-                pdata.proc.rank,
-                pdata.value.type != PMIX_STRING ? "not a string" : why);
-        PMIX_PDATA_DESTRUCT(&pdata);
+                "no endpoint string (%s)", service, lw.proc.nspace,
+                lw.proc.rank,
+                lw.value.type != PMIX_STRING ? "not a string" : why);
+        PMIX_VALUE_DESTRUCT(&lw.value);
         return PSCOM_ERR_INVALID;
     }
-    *ep_p = strdup(pdata.value.data.string);
+    *ep_p = strdup(lw.value.data.string);
     pmx_log(job, PMX_LOG_INFO, "looked up \"%s\" = %s (published by %s:%u)",
-            service, pdata.value.data.string, pdata.proc.nspace,
-            pdata.proc.rank);
-    PMIX_PDATA_DESTRUCT(&pdata);
+            service, lw.value.data.string, lw.proc.nspace, lw.proc.rank);
+    PMIX_VALUE_DESTRUCT(&lw.value);
     if (!*ep_p) {
         errno = ENOMEM;
         return PSCOM_ERR_STDERROR;

@@ -26,6 +26,12 @@
  *                       waits in pscom_wait meanwhile (its progress may take
  *                       the fence's wake-up) for a message the rank sends
  *                       itself after the barrier
+ *   lookup-progress     as barrier-progress, but rank 0 then waits in
+ *                       pscom_pmix_lookup for a service rank 1 publishes
+ *                       only once it has received the 64 MiB: the lookup
+ *                       must progress pscom. The default range: Open MPI
+ *                       4's mpirun does not find a publish of range
+ *                       namespace by another rank of the job
  *
  * PSCOM_TEST_THREADED=1 initialises pscom with pscom_init_thread().
  *
@@ -339,7 +345,13 @@ static void *wait_for_self(void *arg)
     return NULL;
 }
 
-static int test_barrier_progress(void)
+/* lookup-progress: the service rank 1 publishes once it has the data. */
+static void progress_service(pscom_pmix_job_t *job, char *svc, size_t len)
+{
+    snprintf(svc, len, "pscom-test-progress-%s", pscom_pmix_nspace(job));
+}
+
+static int test_barrier_progress(int lookup)
 {
     pscom_pmix_job_t *job;
     pscom_socket_t *sock = boot(&job, 0);
@@ -366,6 +378,18 @@ static int test_barrier_progress(void)
         pscom_req_prepare(s, pscom_pmix_connection(job, 1), buf, BIG_MSG, NULL,
                           0);
         pscom_post_send(s);
+        if (lookup) {
+            char svc[128], *ep = NULL;
+            progress_service(job, svc, sizeof(svc));
+            step("waiting lookup of %s with a send of %u bytes to rank 1 "
+                 "under way", svc, BIG_MSG);
+            pscom_err_t rc = pscom_pmix_lookup(job, svc,
+                                               PSCOM_PMIX_RANGE_DEFAULT, 1, 50,
+                                               &ep);
+            CHECK(rc == PSCOM_SUCCESS && ep, "lookup of %s: %s (%s)", svc,
+                  pscom_err_str(rc), strerror(errno));
+            free(ep);
+        }
         step("barrier with a send of %u bytes to rank 1 under way", BIG_MSG);
         CHECK(pscom_pmix_barrier(job) == PSCOM_SUCCESS, "barrier");
         step("the send after the barrier");
@@ -388,6 +412,16 @@ static int test_barrier_progress(void)
                   (unsigned)r->header.data_len);
             CHECK(pattern_ok(buf, BIG_MSG, seed), "data from rank 0");
             pscom_request_free(r);
+            if (lookup) {
+                char svc[128];
+                progress_service(job, svc, sizeof(svc));
+                step("publish %s", svc);
+                pscom_err_t rc = pscom_pmix_publish(job, NULL, svc,
+                                                    PSCOM_PMIX_RANGE_DEFAULT,
+                                                    PSCOM_PMIX_PERSIST_DEFAULT);
+                CHECK(rc == PSCOM_SUCCESS, "publish of %s: %s (%s)", svc,
+                      pscom_err_str(rc), strerror(errno));
+            }
         }
         step("barrier");
         CHECK(pscom_pmix_barrier(job) == PSCOM_SUCCESS, "barrier");
@@ -408,8 +442,15 @@ static int test_barrier_progress(void)
     if (me <= 1 && want)
         CHECK(!strcmp(type, want), "the connection of ranks 0 and 1 is %s, "
               "expected %s", type, want);
-    result_ok("rank %d of %d: %u bytes across the barrier over %s", me, n,
-              BIG_MSG, type);
+    if (lookup && me == 1) {
+        char svc[128];
+        progress_service(job, svc, sizeof(svc));
+        step("unpublish %s", svc);
+        CHECK(pscom_pmix_unpublish(job, svc, PSCOM_PMIX_RANGE_DEFAULT) ==
+                  PSCOM_SUCCESS, "unpublish of %s", svc);
+    }
+    result_ok("rank %d of %d: %u bytes across the %s over %s", me, n, BIG_MSG,
+              lookup ? "lookup" : "barrier", type);
     free(buf);
     pscom_pmix_finalize(job);
     pscom_close_socket(sock);
@@ -929,14 +970,15 @@ int main(int argc, char **argv)
     alarm(60);
     setvbuf(stdout, NULL, _IOLBF, 0);
     if (argc < 2) {
-        fprintf(stderr, "usage: %s alltoall|barrier-progress|kill|events [--peers]|"
+        fprintf(stderr, "usage: %s alltoall|barrier-progress|lookup-progress|kill|events [--peers]|"
                 "pubsub-server SVC RANGE|pubsub-client SVC RANGE|singleton|"
                 "badep MODE\n", argv[0]);
         return 2;
     }
     g_mode = argv[1];
     if (!strcmp(argv[1], "alltoall")) return test_alltoall();
-    if (!strcmp(argv[1], "barrier-progress")) return test_barrier_progress();
+    if (!strcmp(argv[1], "barrier-progress")) return test_barrier_progress(0);
+    if (!strcmp(argv[1], "lookup-progress")) return test_barrier_progress(1);
     if (!strcmp(argv[1], "kill"))
         return test_kill(argc > 2 && !strcmp(argv[2], "--unconnected"));
     if (!strcmp(argv[1], "events"))
