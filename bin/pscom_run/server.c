@@ -1182,6 +1182,12 @@ double psr_server_next_deadline(psr_job_t *job)
  * completions. */
 #define STOP_WAIT_S 10
 
+static void *finalize_thread(void *arg)
+{
+    op_wait_done(PMIx_server_finalize(), arg);
+    return NULL;
+}
+
 int psr_server_stop(psr_job_t *job, int sfd, const sigset_t *ending)
 {
     psr_ds_result_t *done = NULL;
@@ -1233,11 +1239,33 @@ int psr_server_stop(psr_job_t *job, int sfd, const sigset_t *ending)
         if (rc) return rc;
         free(w);
     }
-    /* Not bounded: once the deregistrations ended, the library's thread
-     * works. Should it hang all the same, the signals end pscom_run by
-     * their default action. */
-    pthread_sigmask(SIG_UNBLOCK, ending, NULL);
-    pmix_status_t st = PMIx_server_finalize();
+    /* The finalize is bounded the same way: it runs on a thread of its own
+     * (which inherits the blocked signals, so they still reach sfd), and
+     * is left behind if it does not end. */
+    op_wait_t *w = malloc(sizeof(*w));
+    pthread_t t;
+    if (!w) {
+        psr_log(job, 0, "out of memory ending the PMIx server");
+        return -1;
+    }
+    op_wait_init(w);
+    int err = pthread_create(&t, NULL, finalize_thread, w);
+    if (err) {
+        psr_log(job, 0, "cannot start a thread for PMIx_server_finalize: %s; "
+                "ending without it", strerror(err));
+        return -1;
+    }
+    pmix_status_t st;
+    int rc = op_wait_bounded(w, STOP_WAIT_S, sfd, ending, &st);
+    if (rc < 0)
+        psr_log(job, 0, "PMIx_server_finalize did not end within %d s; "
+                "ending without it", STOP_WAIT_S);
+    else if (rc > 0)
+        psr_log(job, 0, "%s during PMIx_server_finalize; ending without it",
+                strsignal(rc));
+    if (rc) return rc;
+    pthread_join(t, NULL);
+    free(w);
     if (st != PMIX_SUCCESS)
         psr_log(job, 1, "PMIx_server_finalize: %s", PMIx_Error_string(st));
     pthread_mutex_lock(&job->lock);

@@ -235,37 +235,44 @@ class Cases:
         expect(r, 5, max_secs=10)
 
     # The end of a job whose PMIx server library does not finish:
-    # pscom_run_stuck's deregistration of the namespace never calls back.
+    # pscom_run_stuck's deregistration of the namespace never calls back,
+    # pscom_run_stuck_finalize's PMIx_server_finalize never returns.
     def stuck_teardown(self):
+        self._stuck("pscom_run_stuck", "stuck_deregister: called",
+                    "did not finish deregistering",
+                    "Terminated while the PMIx server deregistered")
+
+    def stuck_finalize(self):
+        self._stuck("pscom_run_stuck_finalize", "stuck_finalize: called",
+                    "PMIx_server_finalize did not end within",
+                    "Terminated during PMIx_server_finalize")
+
+    def _stuck(self, exe, called, timed_out, signalled):
         with tempfile.TemporaryDirectory() as tmp:
-            self._stuck_teardown(tmp)
+            self._stuck_in(tmp, self.c(exe), called, timed_out, signalled)
             left = os.listdir(tmp)
             check(not left, "pscom_run left %s in TMPDIR" % left, Run(None, "", "", 0))
 
-    def _stuck_teardown(self, tmp):
-        stuck = self.c("pscom_run_stuck")
+    def _stuck_in(self, tmp, stuck, called, timed_out, signalled):
         r = launch([stuck, "-n", "2", "sh", "-c", "exit 3"], env={"TMPDIR": tmp})
         expect(r, 3, max_secs=30)
-        check("did not finish deregistering" in r.err,
-              "no message naming the deregistration that did not end", r)
-        check("stuck_deregister: called" in r.err, "the deregistration was not asked for", r)
+        check(timed_out in r.err, "no message naming the step that did not end", r)
+        check(called in r.err, "the stuck step was not reached", r)
         # SIGTERM while it waits for the library ends it, by that signal:
-        # sent once the deregistration was asked for (the child is gone).
+        # sent once the stuck step was reached (the child is gone).
         t0 = time.monotonic()
         p = start([stuck, "-n", "1", "true"], env={"TMPDIR": tmp})
         seen = ""
         for line in p.stderr:
             seen += line
-            if "stuck_deregister: called" in line:
+            if called in line:
                 break
         p.send_signal(signal.SIGTERM)
         r = finish(p, t0)
         r.err = seen + r.err
         check(r.status == -signal.SIGTERM,
               "SIGTERM during the wait for the library did not end pscom_run", r)
-        check("Terminated while the PMIx server deregistered" in r.err,
-              "no message naming the signal", r)
-
+        check(signalled in r.err, "no message naming the signal", r)
 
 def main():
     if len(sys.argv) != 4:
