@@ -65,6 +65,7 @@
 
 #include "../copy_small.h"
 #include "ofi_proto.h"
+#include "ofi_sweep.h"
 #include "ofi_wrap.h"
 #include "pscom_plugin.h"
 
@@ -83,7 +84,7 @@ enum { L_ERR = 1, L_WARN = 2, L_INFO = 3, L_DEBUG = 4, L_VERBOSE = 5 };
 static char *cfg_provider, *cfg_domain;
 static size_t cfg_rendezvous, cfg_bounce, cfg_max_msg, cfg_split;
 static unsigned cfg_recvq, cfg_sendq, cfg_eof_grace, cfg_linger;
-static int cfg_pull;
+static int cfg_pull, cfg_sweep;
 
 static const pscom_config_row_t ofi_rows[] = {
     {"PSP_OFI_PROVIDER", PSCOM_CONFIG_STR, NULL,
@@ -125,6 +126,11 @@ static const pscom_config_row_t ofi_rows[] = {
      "sent as injected messages of the inject size instead of being copied "
      "by the receiver (providers with an inject size of 1k or more); 0: "
      "never", "ofi", NULL, &cfg_split},
+    {"PSP_OFI_SWEEP", PSCOM_CONFIG_BOOL, "1",
+     "shm provider: when this process opens its endpoint, remove the "
+     "regions (16 MiB files in /dev/shm) that killed processes of this user "
+     "left behind (process gone, file not locked, older than 5 s); 0: "
+     "leave them", "ofi", NULL, &cfg_sweep},
 };
 
 /* ---------------------------------------------------------------------- */
@@ -310,6 +316,7 @@ static struct {
     size_t max_msg;      /* largest message we take */
     ofw_ep_t *ep;        /* NULL until the first handshake */
     pid_t ep_pid;        /* the process that opened it */
+    int region_fd;       /* locked while it lives (ofi_sweep.h); -1 */
     int ep_err;          /* opening the endpoint failed for good */
     uint8_t addr[OFW_ADDR_MAX];
     size_t addr_len;
@@ -439,12 +446,46 @@ static void fail_proto(struct ofi_con *oc, const char *why)
  * destructors run after all of them (and before libfabric's own, which
  * this module depends on). An atexit handler closed the endpoint first,
  * and the flush then sent on a closed one. */
+static void ep_close(void)
+{
+    ofw_ep_close(ofi.ep); /* the provider removes its region */
+    ofi.ep = NULL;
+    if (ofi.region_fd >= 0) close(ofi.region_fd);
+    ofi.region_fd = -1;
+}
+
 __attribute__((destructor)) static void ep_close_at_exit(void)
 {
-    if (ofi.ep && ofi.ep_pid == getpid()) {
-        ofw_ep_close(ofi.ep);
-        ofi.ep = NULL;
-    }
+    if (ofi.ep && ofi.ep_pid == getpid()) ep_close();
+}
+
+static void region_swept(const char *name, void *arg)
+{
+    (void)arg;
+    LOG(L_DEBUG, "removed %s/%s, the region of a process that is gone",
+        OFS_DIR, name);
+}
+
+/* The shm provider's region: lock it for the life of the process, so that
+ * other processes' sweeps know it is alive, then remove what dead
+ * processes left (ofi_sweep.h). */
+static void region_start(void)
+{
+    const char *region = ofw_ep_region(ofi.ep);
+    if (!region) return;
+    ofi.region_fd = ofs_hold(OFS_DIR, region);
+    if (ofi.region_fd < 0)
+        LOG(L_INFO, "cannot lock the region %s/%s…: %s; a sweep by another "
+            "process in another pid namespace may remove it", OFS_DIR,
+            region, strerror(errno));
+    if (!cfg_sweep) return;
+    int n = ofs_sweep(OFS_DIR, getuid(), OFS_MIN_AGE, region_swept, NULL);
+    if (n < 0)
+        LOG(L_INFO, "cannot look for regions of dead processes in %s: %s",
+            OFS_DIR, strerror(-n));
+    else if (n)
+        LOG(L_INFO, "removed %d region%s of dead processes from %s", n,
+            n == 1 ? "" : "s", OFS_DIR);
 }
 
 /* Providers start threads (connection management, progress). They inherit
@@ -481,6 +522,7 @@ static int ep_get(void)
         return rc;
     }
     ofi.ep_pid = getpid();
+    region_start();
     char s[128];
     LOG(L_DEBUG, "endpoint %s open (provider %s, domain %s)",
         ofw_addr_str(ofi.ep, ofi.addr, ofi.addr_len, s, sizeof(s)),
@@ -1476,6 +1518,7 @@ static int ofi_init(void)
     if (cfg_sendq > 4096) cfg_sendq = 4096;
 
     memset(&ofi, 0, sizeof(ofi));
+    ofi.region_fd = -1;
     dl_init(&ofi.cons);
     dl_init(&ofi.orphans);
     dl_init(&ofi.sinks);
@@ -1530,8 +1573,7 @@ static int ofi_init(void)
 
 static void ofi_destroy(void)
 {
-    if (ofi.ep) ofw_ep_close(ofi.ep);
-    ofi.ep = NULL;
+    if (ofi.ep) ep_close();
     /* The provider is gone: nothing references the operations any more. */
     while (!dl_empty(&ofi.orphans))
         op_free(dl_entry(ofi.orphans.next, struct op, link));

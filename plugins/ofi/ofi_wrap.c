@@ -35,6 +35,7 @@ struct ofw_ep {
     struct fid_cq *cq;
     struct fid_av *av;
     struct fid_ep *ep;
+    char region[32]; /* the shm provider's region name, or "" */
 };
 
 static struct fi_info *chosen; /* fi_dupinfo of the selected provider */
@@ -159,7 +160,8 @@ void ofw_unselect(void)
  * later process with the same id then cannot open an endpoint (the
  * provider refuses a name whose owner lives: itself). A copy of info with
  * a name that has a random part, or NULL when out of memory. */
-static struct fi_info *with_unique_name(const struct fi_info *info)
+static struct fi_info *with_unique_name(const struct fi_info *info,
+                                        char *region, size_t region_len)
 {
     uint32_t r;
     if (getrandom(&r, sizeof(r), GRND_NONBLOCK) != sizeof(r)) {
@@ -168,8 +170,9 @@ static struct fi_info *with_unique_name(const struct fi_info *info)
         r = (uint32_t)ts.tv_nsec ^ (uint32_t)ts.tv_sec << 20;
     }
     char name[64];
-    snprintf(name, sizeof(name), "fi_shm://pscom-%ld-%08x", (long)getpid(),
+    snprintf(region, region_len, "pscom-%ld-%08x", (long)getpid(),
              (unsigned)r);
+    snprintf(name, sizeof(name), "fi_shm://%s", region);
     struct fi_info *copy = fi_dupinfo(info);
     if (!copy) return NULL;
     free(copy->src_addr);
@@ -228,7 +231,7 @@ int ofw_ep_open(ofw_ep_t **out, void *addr, size_t *addr_len, char *why,
     what = "fi_endpoint";
     struct fi_info *ep_info = chosen;
     if (prov_is_local(chosen->fabric_attr->prov_name)) {
-        ep_info = with_unique_name(chosen);
+        ep_info = with_unique_name(chosen, e->region, sizeof(e->region));
         rc = -FI_ENOMEM;
         if (!ep_info) goto fail;
     }
@@ -261,6 +264,11 @@ fail:
     snprintf(why, why_len, "%s: %s", what, fi_strerror(-rc));
     ofw_ep_close(e);
     return map_err(rc) < 0 ? map_err(rc) : -EIO;
+}
+
+const char *ofw_ep_region(const ofw_ep_t *e)
+{
+    return e && e->region[0] ? e->region : NULL;
 }
 
 void ofw_ep_close(ofw_ep_t *e)

@@ -87,6 +87,9 @@ typedef struct ofw_ep ofw_ep_t;
  * negative errno and the failing call in why. */
 int ofw_ep_open(ofw_ep_t **ep, void *addr, size_t *addr_len, char *why,
                 size_t why_len);
+/* The name of ep's region in /dev/shm (the shm provider; the file is this
+ * name followed by ':' and more), or NULL when its provider has none. */
+const char *ofw_ep_region(const ofw_ep_t *ep);
 /* Close everything of ep. Operations still posted are dropped: their
  * contexts may be freed afterwards. */
 void ofw_ep_close(ofw_ep_t *ep);

@@ -1,0 +1,106 @@
+#!/bin/sh
+# The regions that killed processes leave in /dev/shm (libfabric's shm
+# provider, 16 MiB each) are removed by the next process that opens an ofi
+# endpoint over shm (PSP_OFI_SWEEP, plugins/ofi/ofi_sweep.h):
+#   - a live process holds a lock on its region;
+#   - after SIGKILL the regions stay;
+#   - a process that opens its endpoint within 5 s leaves them (too young);
+#   - so does one with PSP_OFI_SWEEP=0;
+#   - the next one removes them, says so, and runs.
+# SKIP (77) when the ofi plugin or its shm provider does not run here.
+#
+# Usage: check-ofi-sweep.sh PSCOM_BENCH PSCOM_INFO
+set -u
+
+if [ $# -ne 2 ]; then
+    echo "usage: $0 PSCOM_BENCH PSCOM_INFO" >&2
+    exit 2
+fi
+bench=$1 info=$2
+export PSP_OFI_PROVIDER=shm PSP_SHM=0
+dir=$(mktemp -d) || exit 1
+pid= child=
+trap '[ -n "$pid" ] && kill -9 $pid $child 2>/dev/null; rm -rf "$dir"' EXIT
+fail() {
+    echo "check-ofi-sweep: $*" >&2
+    for f in "$dir"/*; do echo "--- $f" >&2; cat "$f" >&2; done
+    exit 1
+}
+"$info" >"$dir/info" 2>&1
+if ! grep -Eq '^  ofi +loaded ' "$dir/info"; then
+    echo "SKIP: the ofi plugin does not start here with PSP_OFI_PROVIDER=shm"
+    exit 77
+fi
+
+# regions PID: the names of the regions of process PID in /dev/shm.
+regions() {
+    ls /dev/shm | grep -E "^pscom-$1-[0-9a-f]{8}:" || true
+}
+
+# A ping-pong that runs until it is killed: the server (pid) and the
+# client it forks (child) each open an endpoint.
+"$bench" --transport ofi --sizes 8 --iters 100000000 --timeout 120 \
+    >"$dir/victims" 2>&1 &
+pid=$!
+i=0
+while :; do
+    child=$(pgrep -P "$pid" | head -n 1)
+    if [ -n "$child" ] && [ -n "$(regions "$pid")" ] &&
+       [ -n "$(regions "$child")" ]; then
+        break
+    fi
+    i=$((i + 1))
+    [ $i -lt 200 ] || fail "no regions of $pid and its client after 20 s"
+    kill -0 "$pid" 2>/dev/null || fail "pscom_bench ended early"
+    sleep 0.1
+done
+victims="$(regions "$pid") $(regions "$child")"
+echo "regions of the processes to kill: $victims"
+
+# Each holds a lock on its region (flock, shown in /proc/locks by inode).
+for p in $pid $child; do
+    for r in $(regions "$p"); do
+        ino=$(stat -c %i "/dev/shm/$r")
+        grep -Eq "FLOCK +ADVISORY +READ +$p [0-9a-f]+:[0-9a-f]+:$ino " /proc/locks ||
+            fail "process $p holds no lock on its region $r (inode $ino)"
+    done
+done
+
+kill -9 "$pid" "$child"
+wait "$pid" 2>/dev/null
+pid= child=
+start=$(date +%s)
+for r in $victims; do
+    [ -e "/dev/shm/$r" ] || fail "$r went away with its process"
+done
+
+# sweep_run NAME [VAR=VALUE...]: one short ping-pong over ofi.
+sweep_run() {
+    name=$1
+    shift
+    env "$@" PSP_DEBUG=4 "$bench" --transport ofi --sizes 8 --iters 20 \
+        --timeout 60 >"$dir/$name" 2>&1 || fail "the run $name failed"
+}
+
+sweep_run young
+for r in $victims; do
+    [ -e "/dev/shm/$r" ] || fail "$r was removed although younger than 5 s"
+done
+
+# Older than 5 s now.
+while [ $(($(date +%s) - start)) -lt 7 ]; do sleep 0.5; done
+sweep_run off PSP_OFI_SWEEP=0
+for r in $victims; do
+    [ -e "/dev/shm/$r" ] || fail "$r was removed with PSP_OFI_SWEEP=0"
+done
+
+sweep_run sweep
+for r in $victims; do
+    [ -e "/dev/shm/$r" ] && fail "$r is still there"
+    grep -q "ofi: removed /dev/shm/$r, the region of a process that is gone" \
+        "$dir/sweep" || fail "no line names the removal of $r"
+done
+grep -Eq 'ofi: removed [0-9]+ regions? of dead processes from /dev/shm' \
+    "$dir/sweep" || fail "no summary line"
+echo "removed: $victims"
+exit 0
