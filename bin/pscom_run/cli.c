@@ -20,6 +20,9 @@ const char psr_usage[] =
     "  --tag-output       prefix every output line with [rank] or [app:rank]\n"
     "  --keep-going       survivors continue when a process dies abnormally\n"
     "                     (default: the job ends with that process's status)\n"
+    "  --bind-to core|none  core: process i of the job (ranks of the applications\n"
+    "                     in order) runs on the i-th CPU that pscom_run may use,\n"
+    "                     round robin; none: where the kernel puts it (default)\n"
     "  --event-cache N    environment events kept for late registrants (default 512)\n"
     "  --grace S          seconds between ending a job and SIGTERM, and between\n"
     "                     SIGTERM and SIGKILL (default 1)\n"
@@ -94,6 +97,14 @@ int psr_cli_parse(int argc, char **argv, psr_opts_t *opts, char *err, size_t err
         } else if (strcmp(a, "--version") == 0) {
             opts->version = true;
             return 0;
+        } else if (is_opt(a, "--bind-to")) {
+            v = opt_value(argc, argv, &i, "--bind-to");
+            if (v && strcmp(v, "core") == 0)
+                opts->bind_core = true;
+            else if (v && strcmp(v, "none") == 0)
+                opts->bind_core = false;
+            else
+                return fail(err, errlen, "--bind-to needs core or none, not '%s'", v ? v : "");
         } else if (is_opt(a, "--event-cache")) {
             v = opt_value(argc, argv, &i, "--event-cache");
             if (!v || parse_long(v, 1, 1L << 20, &n))

@@ -22,6 +22,7 @@ typedef struct psr_app_spec {
 typedef struct psr_opts {
     bool tag_output;        /* --tag-output */
     bool keep_going;        /* --keep-going */
+    bool bind_core;         /* --bind-to core (else none) */
     int verbose;            /* -v, repeatable */
     size_t event_cache;     /* --event-cache N, default 512 */
     double grace;           /* --grace S: seconds before SIGTERM, then SIGKILL */

@@ -37,6 +37,7 @@ typedef struct psr_proc {
     bool aborted;               /* (L) called PMIx_Abort */
     bool exited;                /* (L) reaped */
     int wstatus;                /* (L) from waitpid */
+    int cpu;                    /* --bind-to core: its CPU, else -1 */
 } psr_proc_t;
 
 typedef struct psr_app {

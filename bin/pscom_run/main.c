@@ -11,6 +11,7 @@
 #include <fcntl.h>
 #include <ftw.h>
 #include <poll.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -139,6 +140,26 @@ static void write_stderr(void *arg, const char *text, size_t len)
 }
 
 /* Build the job from the parsed options: namespaces, processes, tags. */
+/* --bind-to core: process i gets the i-th CPU of pscom_run's own set,
+ * round robin. -1 when that set cannot be read. */
+static int assign_cpus(psr_job_t *job)
+{
+    cpu_set_t mine;
+    if (sched_getaffinity(0, sizeof(mine), &mine) != 0) {
+        psr_log(job, 0, "--bind-to core: cannot read the CPUs pscom_run may use: %s",
+                strerror(errno));
+        return -1;
+    }
+    int list[CPU_SETSIZE], ncpus = 0;
+    for (int c = 0; c < CPU_SETSIZE; c++)
+        if (CPU_ISSET(c, &mine)) list[ncpus++] = c;
+    if (ncpus < job->nprocs)
+        psr_log(job, 0, "--bind-to core: %d processes on %d CPU%s: some share one",
+                job->nprocs, ncpus, ncpus == 1 ? "" : "s");
+    for (int i = 0; i < job->nprocs; i++) job->procs[i].cpu = list[i % ncpus];
+    return 0;
+}
+
 static int job_init(psr_job_t *job, const psr_opts_t *opts)
 {
     memset(job, 0, sizeof(*job));
@@ -172,6 +193,7 @@ static int job_init(psr_job_t *job, const psr_opts_t *opts)
             PMIX_LOAD_PROCID(&p->id, app->nspace, r);
             p->app = a;
             p->out_fd = p->err_fd = -1;
+            p->cpu = -1;
             if (job->napps == 1) snprintf(p->tag, sizeof(p->tag), "[%d] ", r);
             else snprintf(p->tag, sizeof(p->tag), "[%d:%d] ", a, r);
         }
@@ -179,7 +201,7 @@ static int job_init(psr_job_t *job, const psr_opts_t *opts)
     snprintf(job->server_id.nspace, sizeof(job->server_id.nspace), "pscom_run.%ld.srv",
              (long)getpid());
     job->server_id.rank = 0;
-    return 0;
+    return opts->bind_core ? assign_cpus(job) : 0;
 }
 
 static int make_tmpdir(psr_job_t *job)
@@ -286,6 +308,10 @@ static int spawn(psr_job_t *job, psr_proc_t *p)
     int devnull = -1;
     if (app->first + (int)p->id.rank != 0) devnull = open("/dev/null", O_RDONLY | O_CLOEXEC);
 
+    cpu_set_t cpu;
+    CPU_ZERO(&cpu);
+    if (p->cpu >= 0) CPU_SET(p->cpu, &cpu);
+
     pid_t pid = fork();
     if (pid < 0) {
         psr_log(job, 0, "cannot fork %s for rank %u: %s", app->argv[0], p->id.rank,
@@ -300,6 +326,13 @@ static int spawn(psr_job_t *job, psr_proc_t *p)
             dup2(err[1], STDERR_FILENO);
         }
         if (devnull >= 0) dup2(devnull, STDIN_FILENO);
+        if (p->cpu >= 0 && sched_setaffinity(0, sizeof(cpu), &cpu) != 0) {
+            const char *why = strerrordesc_np(errno);
+            const char *msg[] = { "pscom_run: cannot bind '", app->argv[0],
+                                  "' to its CPU: ", why ? why : "unknown error", "\n" };
+            child_say(msg, sizeof(msg) / sizeof(msg[0]));
+            _exit(127);
+        }
         execvpe(app->argv[0], app->argv, env);
         int e = errno;
         /* strerror may translate, and take locks another thread held at the fork. */
@@ -322,7 +355,11 @@ static int spawn(psr_job_t *job, psr_proc_t *p)
     p->pid = pid;
     pthread_mutex_unlock(&job->lock);
     free_env(env);
-    psr_log(job, 2, "started %s rank %u as pid %ld", p->id.nspace, p->id.rank, (long)pid);
+    if (p->cpu >= 0)
+        psr_log(job, 2, "started %s rank %u as pid %ld on CPU %d", p->id.nspace, p->id.rank,
+                (long)pid, p->cpu);
+    else
+        psr_log(job, 2, "started %s rank %u as pid %ld", p->id.nspace, p->id.rank, (long)pid);
     return 0;
 
 fail:

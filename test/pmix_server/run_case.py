@@ -205,6 +205,36 @@ class Cases:
         expect(r, 0)
         check("[1] out in two pieces 0:1\n" in r.out, "single-app tag is not [rank]", r)
 
+    # --bind-to core: process i of the job on the i-th CPU pscom_run may use
+    # (round robin); without it, every process may use them all.
+    def bind_to_core(self):
+        mine = sorted(os.sched_getaffinity(0))
+        show = ["sh", "-c", "grep Cpus_allowed_list /proc/self/status"]
+        n = len(mine) + 1  # one more than CPUs: the first is used twice
+        r = launch([self.R, "--bind-to", "core", "--tag-output", "-n", "2"] + show +
+                   [":", "-n", str(n - 2)] + show)
+        expect(r, 0)
+        for i in range(n):
+            tag = "[0:%d]" % i if i < 2 else "[1:%d]" % (i - 2)
+            want = "%s Cpus_allowed_list:\t%d\n" % (tag, mine[i % len(mine)])
+            check(want in r.out, "missing %r" % want, r)
+        if n > len(mine):
+            check("some share one" in r.err, "no warning about shared CPUs", r)
+        r = launch([self.R, "--tag-output", "-n", "2"] + show)
+        expect(r, 0)
+        lines = [l for l in r.out.splitlines() if "Cpus_allowed_list" in l]
+        check(len(lines) == 2, "expected 2 lines", r)
+        for l in lines:
+            allowed = set()
+            for part in l.split("\t")[1].split(","):
+                lo, _, hi = part.partition("-")
+                allowed.update(range(int(lo), int(hi or lo) + 1))
+            check(allowed == set(mine), "an unbound process may use %s, pscom_run %s"
+                  % (sorted(allowed), mine), r)
+        r = launch([self.R, "--bind-to", "socket", "true"])
+        check(r.status == 255 and "--bind-to needs core or none" in r.err,
+              "a bad --bind-to was accepted", r)
+
     def untagged_output(self):
         r = launch([self.R, "-n", "1", self.c("t_output"), "1"])
         expect(r, 0)

@@ -57,10 +57,11 @@ static void test_cli_mpmd_and_options(void **state)
     psr_opts_t o;
     char err[256];
     assert_int_equal(parse(&o, err, "--tag-output", "--keep-going", "-v", "-v",
-                           "--event-cache=8", "--grace", "0.5", "--timeout=30",
+                           "--bind-to", "core", "--event-cache=8", "--grace", "0.5", "--timeout=30",
                            "-n", "2", "a", "x", ":", "--np", "3", "b", ":", "c", NULL), 0);
     assert_true(o.tag_output);
     assert_true(o.keep_going);
+    assert_true(o.bind_core);
     assert_int_equal(o.verbose, 2);
     assert_int_equal(o.event_cache, 8);
     assert_true(o.grace == 0.5);
@@ -94,6 +95,12 @@ static void test_cli_errors(void **state)
     assert_int_equal(parse(&o, err, "--event-cache", "0", "a", NULL), -1);
     assert_int_equal(parse(&o, err, "--grace", "-1", "a", NULL), -1);
     assert_int_equal(parse(&o, err, "--timeout", NULL), -1);
+    assert_int_equal(parse(&o, err, "--bind-to", "socket", "a", NULL), -1);
+    assert_non_null(strstr(err, "--bind-to needs core or none, not 'socket'"));
+    assert_int_equal(parse(&o, err, "--bind-to", NULL), -1);
+    assert_int_equal(parse(&o, err, "--bind-to", "core", "--bind-to=none", "a", NULL), 0);
+    assert_false(o.bind_core);
+    psr_opts_free(&o);
     assert_int_equal(parse(&o, err, "--help", NULL), 0);
     assert_true(o.help);
 }
