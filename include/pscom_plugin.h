@@ -386,7 +386,8 @@ void pscom_plugin_fd_del(int fd);
  * another thread makes true is seen without a wake-up (one through a
  * watched descriptor ends a sleep at once). For code beside the library
  * that waits for something else while pscom must progress
- * (libpscom_pmix's barrier); not from inside a callback of the library.
+ * (libpscom_pmix's barrier and lookup); not from inside a callback of the
+ * library.
  * (API 1.7) */
 void pscom_plugin_wait_until(int (*cond)(void *arg), void *arg);
 

@@ -1249,14 +1249,17 @@ int psr_server_stop(psr_job_t *job, int sfd, const sigset_t *ending)
         return -1;
     }
     op_wait_init(w);
-    int err = pthread_create(&t, NULL, finalize_thread, w);
-    if (err) {
-        psr_log(job, 0, "cannot start a thread for PMIx_server_finalize: %s; "
-                "ending without it", strerror(err));
-        return -1;
-    }
     pmix_status_t st;
-    int rc = op_wait_bounded(w, STOP_WAIT_S, sfd, ending, &st);
+    int rc = 0, err = pthread_create(&t, NULL, finalize_thread, w);
+    if (err) {
+        psr_log(job, 1, "cannot start a thread for PMIx_server_finalize: %s; "
+                "finalizing without a bound", strerror(err));
+        free(w);
+        st = PMIx_server_finalize();
+        w = NULL;
+    } else {
+        rc = op_wait_bounded(w, STOP_WAIT_S, sfd, ending, &st);
+    }
     if (rc < 0)
         psr_log(job, 0, "PMIx_server_finalize did not end within %d s; "
                 "ending without it", STOP_WAIT_S);
@@ -1264,13 +1267,19 @@ int psr_server_stop(psr_job_t *job, int sfd, const sigset_t *ending)
         psr_log(job, 0, "%s during PMIx_server_finalize; ending without it",
                 strsignal(rc));
     if (rc) return rc;
-    pthread_join(t, NULL);
-    free(w);
+    if (w) {
+        pthread_join(t, NULL);
+        free(w);
+    }
     if (st != PMIX_SUCCESS)
         psr_log(job, 1, "PMIx_server_finalize: %s", PMIx_Error_string(st));
+    /* A signal that came while the library finished is still owed: the
+     * caller ends by it. */
+    rc = ending_signal(sfd, ending);
+    if (rc) psr_log(job, 0, "%s at the end of the job", strsignal(rc));
     pthread_mutex_lock(&job->lock);
     psr_evc_destroy(job->evc);
     job->evc = NULL;
     pthread_mutex_unlock(&job->lock);
-    return 0;
+    return rc;
 }

@@ -37,8 +37,10 @@ double psr_server_next_deadline(psr_job_t *job);
  * signalfd of the blocked signals, `ending` those of them that end
  * pscom_run now. Each step (every deregistration, then the finalize) is
  * waited for at most 10 s. 0; -1 when the library did not finish in time;
- * or a signal of `ending` that came meanwhile. Unless 0 the caller must
- * leave at once (_exit), since the library's threads are still running. */
+ * or a signal of `ending` that came meanwhile, also one that came while
+ * the library finished in time. Unless 0 the caller must leave at once
+ * (_exit, or end by the signal), since the library's threads may still be
+ * running. */
 int psr_server_stop(psr_job_t *job, int sfd, const sigset_t *ending);
 
 #endif /* PSR_SERVER_H */

@@ -25,6 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "pmix_priv.h"
@@ -83,6 +84,9 @@ void pmx_wake(pscom_pmix_job_t *job)
     (void)n; /* EAGAIN: a wake-up is pending already */
 }
 
+/* Handlers of this thread running (dispatch below). */
+static __thread int in_handler;
+
 void pmx_op_finish(struct pmx_op *op, pmix_status_t status)
 {
     op->status = status;
@@ -101,7 +105,17 @@ static int op_done(void *arg)
  * every round and every sleep). */
 pmix_status_t pmx_op_wait(struct pmx_op *op)
 {
-    pscom_plugin_wait_until(op_done, op);
+    if (!in_handler) {
+        pscom_plugin_wait_until(op_done, op);
+        return op->status;
+    }
+    /* An event handler runs inside pscom progress (the event pipe's
+     * callback), where a pscom wait must not nest: wait without progress,
+     * as the blocking PMIx calls do. */
+    while (!op_done(op)) {
+        struct timespec t = {0, 100000};
+        nanosleep(&t, NULL);
+    }
     return op->status;
 }
 
@@ -336,7 +350,9 @@ static void handle(pscom_pmix_job_t *job, struct pmx_event *ev)
 
             pub.results = res;
             pub.nresults = nres;
+            in_handler++;
             int st = cb(job, &pub, prev, ctx);
+            in_handler--;
             if (nres == cap) {
                 size_t ncap = cap ? 2 * cap : 8;
                 pscom_pmix_result_t *n = realloc(res, ncap * sizeof(*n));

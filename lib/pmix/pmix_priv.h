@@ -2,10 +2,11 @@
  * Internals of libpscom_pmix. Functions shared between its files carry the
  * prefix pmx_.
  *
- * The library sees pscom only through pscom.h, plus three services of
+ * The library sees pscom only through pscom.h, plus these services of
  * pscom_plugin.h: the progress engine's file descriptor watch (the event
- * pipe), pscom_plugin_log() (PSP_DEBUG levels and the common line prefix) and
- * pscom_plugin_log_level().
+ * pipe), pscom_plugin_wait_until() (barrier and lookup wait with pscom
+ * progressing), pscom_plugin_log() (PSP_DEBUG levels and the common line
+ * prefix) and pscom_plugin_log_level().
  */
 #ifndef PMX_PRIV_H_
 #define PMX_PRIV_H_
@@ -147,7 +148,8 @@ struct pmx_op {
  * operation done. In this order: once done is seen, the waiter may return
  * and finalize the job (closing the pipe) at once. */
 void pmx_op_finish(struct pmx_op *op, pmix_status_t status);
-/* Wait, progressing pscom, until pmx_op_finish; return the status. */
+/* Wait, progressing pscom, until pmx_op_finish; return the status. From
+ * an event handler (inside pscom progress) it waits without progress. */
 pmix_status_t pmx_op_wait(struct pmx_op *op);
 /* Queue an event made in this process (singleton, local notify). */
 int pmx_event_local(pscom_pmix_job_t *job, int code, int rank,

@@ -466,18 +466,31 @@ static void region_swept(const char *name, void *arg)
         OFS_DIR, name);
 }
 
+/* A forked child must not keep the lock of its parent's region: the lock
+ * belongs to the open file, shared with the child, and would keep the
+ * region of a killed parent from being swept while the child lives. */
+static void region_drop_in_child(void)
+{
+    if (ofi.region_fd >= 0) close(ofi.region_fd);
+    ofi.region_fd = -1;
+}
+
 /* The shm provider's region: lock it for the life of the process, so that
  * other processes' sweeps know it is alive, then remove what dead
  * processes left (ofi_sweep.h). */
 static void region_start(void)
 {
+    static bool atfork;
     const char *region = ofw_ep_region(ofi.ep);
     if (!region) return;
     ofi.region_fd = ofs_hold(OFS_DIR, region);
     if (ofi.region_fd < 0)
-        LOG(L_INFO, "cannot lock the region %s/%s…: %s; a sweep by another "
-            "process in another pid namespace may remove it", OFS_DIR,
+        LOG(errno == ENOENT ? L_INFO : L_WARN, "cannot lock the region "
+            "%s/%s…: %s; a sweep by a process in another pid namespace "
+            "could remove it (PSP_OFI_SWEEP=0 there avoids it)", OFS_DIR,
             region, strerror(errno));
+    else if (!atfork)
+        atfork = pthread_atfork(NULL, NULL, region_drop_in_child) == 0;
     if (!cfg_sweep) return;
     int n = ofs_sweep(OFS_DIR, getuid(), OFS_MIN_AGE, region_swept, NULL);
     if (n < 0)

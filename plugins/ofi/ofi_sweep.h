@@ -28,11 +28,11 @@
 /* Files younger than this are left alone (seconds). */
 #define OFS_MIN_AGE 5
 
-/* Take a shared lock on every file of dir whose name is `region` followed
- * by ':' (the files of this process's endpoint) and keep it: the returned
- * descriptor (the first such file's; there is one per endpoint) is to be
- * closed once the endpoint is closed. -1 with errno when there is none or
- * it cannot be locked. */
+/* Take a shared lock on the file of dir whose name is `region` followed by
+ * ':' (the file of this process's endpoint; the first such file, there is
+ * one per endpoint) and keep it: the returned descriptor is to be closed
+ * once the endpoint is closed. -1 with errno when there is none (ENOENT)
+ * or it cannot be locked. */
 int ofs_hold(const char *dir, const char *region);
 
 /* Remove the files of dir named "pscom-<pid>-<8 hex>:…" that belong to

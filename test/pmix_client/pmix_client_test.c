@@ -608,6 +608,7 @@ struct hctx {
     int ret;             /* what to return */
     size_t *remove_id;   /* deregister this id when called */
     size_t id;
+    int lookup;          /* look up an unknown service when called */
 };
 
 static char g_log[512];
@@ -641,6 +642,19 @@ static int on_ev(pscom_pmix_job_t *job, const pscom_pmix_event_t *ev,
     if (h->remove_id)
         CHECK(pscom_pmix_event_deregister(job, *h->remove_id) == PSCOM_SUCCESS,
               "deregister from a handler");
+    if (h->lookup) {
+        /* Inside pscom progress: the lookup must not nest a pscom wait. */
+        char *ep = NULL;
+        pscom_err_t rc = pscom_pmix_lookup(job, "pscom-test-from-a-handler",
+                                           PSCOM_PMIX_RANGE_DEFAULT, 0, 0, &ep);
+        int e = errno;
+        CHECK(rc == PSCOM_ERR_STDERROR &&
+                  (pscom_pmix_is_singleton(job) ? e == ENOTCONN
+                                                : e == ENOENT || e == ETIMEDOUT),
+              "%s: lookup from a handler: %s (%s)", h->name, pscom_err_str(rc),
+              strerror(e));
+        h->lookup++;
+    }
     return h->ret;
 }
 
@@ -739,8 +753,10 @@ static int test_events(int peers)
     CHECK(!strcmp(g_text_seen, "x-text"), "text \"%s\"", g_text_seen);
     CHECK(g_nranks_seen == 1 && g_ranks_seen[0] == me, "ranks of the event");
 
+    s3.lookup = 1;
     fire(job, EV_Y, -1, NULL);
     expect_log("event Y", "S3 G1 D1 D2 ");
+    CHECK(s3.lookup == 2, "S3 did not look up");
     CHECK(g_nranks_seen == 0, "event Y names no rank");
 
     fire(job, EV_Z, -1, NULL);
