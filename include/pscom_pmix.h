@@ -128,9 +128,11 @@ pscom_err_t pscom_pmix_bootstrap(pscom_pmix_job_t *job, pscom_socket_t *socket,
  * rests per PSP_WAIT_SPIN/PSP_WAIT_SLEEP: over UCX and with threads it
  * keeps a core busy): sends and rendezvous still under way complete, and
  * request callbacks and queued event handlers may run inside the call.
- * Any thread, but like pscom_wait not from a request callback; from an
- * event handler it waits without pscom progress. A singleton returns at
- * once. */
+ * Any thread, but like pscom_wait not from a request callback. From an
+ * event handler that pscom progress runs it waits without progress, so a
+ * peer that waits for data of this process before it enters deadlocks it:
+ * call it outside handlers (handlers run by pscom_pmix_progress() do
+ * progress). A singleton returns at once. */
 pscom_err_t pscom_pmix_barrier(pscom_pmix_job_t *job);
 
 /* Deregister every handler, drop queued events (their PMIx chains are told
@@ -318,7 +320,7 @@ pscom_err_t pscom_pmix_publish(pscom_pmix_job_t *job, pscom_socket_t *socket,
 /* Look up the endpoint string published under `service` (PMIx_Lookup_nb;
  * pscom progresses meanwhile, with the CPU use and the rules of
  * pscom_pmix_barrier: not from a request callback; from an event handler
- * it waits without progress).
+ * run by pscom progress it waits without progress).
  * wait: 0 returns at once (ENOENT when nothing is published), 1 waits until
  * it is published; timeout_s > 0 bounds that wait (ETIMEDOUT; hosts differ
  * in the status they report, also ENOENT). On success *ep_p gets a string

@@ -20,9 +20,12 @@ const char psr_usage[] =
     "  --tag-output       prefix every output line with [rank] or [app:rank]\n"
     "  --keep-going       survivors continue when a process dies abnormally\n"
     "                     (default: the job ends with that process's status)\n"
-    "  --bind-to core|none  core: process i of the job (ranks of the applications\n"
-    "                     in order) runs on the i-th CPU that pscom_run may use,\n"
-    "                     round robin; none: where the kernel puts it (default)\n"
+    "  --bind-to core|hwthread|none\n"
+    "                     core: process i of the job (ranks of the applications\n"
+    "                     in order) runs on the i-th core of the CPUs pscom_run\n"
+    "                     may use (all its hardware threads), round robin;\n"
+    "                     hwthread: on the i-th CPU; none: where the kernel\n"
+    "                     puts it (default)\n"
     "  --event-cache N    environment events kept for late registrants (default 512)\n"
     "  --grace S          seconds between ending a job and SIGTERM, and between\n"
     "                     SIGTERM and SIGKILL (default 1)\n"
@@ -100,11 +103,14 @@ int psr_cli_parse(int argc, char **argv, psr_opts_t *opts, char *err, size_t err
         } else if (is_opt(a, "--bind-to")) {
             v = opt_value(argc, argv, &i, "--bind-to");
             if (v && strcmp(v, "core") == 0)
-                opts->bind_core = true;
+                opts->bind = PSR_BIND_CORE;
+            else if (v && strcmp(v, "hwthread") == 0)
+                opts->bind = PSR_BIND_HWTHREAD;
             else if (v && strcmp(v, "none") == 0)
-                opts->bind_core = false;
+                opts->bind = PSR_BIND_NONE;
             else
-                return fail(err, errlen, "--bind-to needs core or none, not '%s'", v ? v : "");
+                return fail(err, errlen, "--bind-to needs core, hwthread or none, not '%s'",
+                            v ? v : "");
         } else if (is_opt(a, "--event-cache")) {
             v = opt_value(argc, argv, &i, "--event-cache");
             if (!v || parse_long(v, 1, 1L << 20, &n))
@@ -190,4 +196,29 @@ void psr_opts_free(psr_opts_t *opts)
     free(opts->apps);
     opts->apps = NULL;
     opts->napps = 0;
+}
+
+int psr_cpulist_parse(const char *s, unsigned char *set, int max)
+{
+    memset(set, 0, (size_t)(max + 7) / 8);
+    while (*s && *s != '\n') {
+        char *end;
+        errno = 0;
+        long lo = strtol(s, &end, 10), hi = lo;
+        if (end == s || errno || lo < 0) return -1;
+        s = end;
+        if (*s == '-') {
+            hi = strtol(++s, &end, 10);
+            if (end == s || errno || hi < lo) return -1;
+            s = end;
+        }
+        if (hi >= max) return -1;
+        for (long c = lo; c <= hi; c++) set[c / 8] |= (unsigned char)(1u << (c % 8));
+        if (*s == ',') {
+            if (!*++s || *s == '\n') return -1;
+        } else if (*s && *s != '\n') {
+            return -1;
+        }
+    }
+    return 0;
 }

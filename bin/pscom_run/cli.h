@@ -22,7 +22,7 @@ typedef struct psr_app_spec {
 typedef struct psr_opts {
     bool tag_output;        /* --tag-output */
     bool keep_going;        /* --keep-going */
-    bool bind_core;         /* --bind-to core (else none) */
+    int bind;               /* --bind-to: PSR_BIND_NONE, _CORE, _HWTHREAD */
     int verbose;            /* -v, repeatable */
     size_t event_cache;     /* --event-cache N, default 512 */
     double grace;           /* --grace S: seconds before SIGTERM, then SIGKILL */
@@ -32,6 +32,8 @@ typedef struct psr_opts {
     psr_app_spec_t *apps;   /* napps entries, malloc'ed; free with psr_opts_free */
     int napps;
 } psr_opts_t;
+
+enum { PSR_BIND_NONE, PSR_BIND_CORE, PSR_BIND_HWTHREAD };
 
 #define PSR_DEFAULT_EVENT_CACHE 512
 #define PSR_DEFAULT_GRACE 1.0
@@ -44,6 +46,11 @@ typedef struct psr_opts {
 int psr_cli_parse(int argc, char **argv, psr_opts_t *opts, char *err, size_t errlen);
 
 void psr_opts_free(psr_opts_t *opts);
+
+/* Parse a Linux CPU list ("0-3,8,10-11", as in sysfs) into the CPU numbers
+ * it names: 0, or -1 when it is malformed or names a CPU >= max. set has
+ * max bits, cleared first. */
+int psr_cpulist_parse(const char *s, unsigned char *set, int max);
 
 /* The usage text, for --help and errors. */
 extern const char psr_usage[];

@@ -16,6 +16,7 @@
 #include <stdbool.h>
 #include <sys/types.h>
 
+#include <sched.h>
 #include <pmix_common.h>
 
 #include "cli.h"
@@ -37,7 +38,7 @@ typedef struct psr_proc {
     bool aborted;               /* (L) called PMIx_Abort */
     bool exited;                /* (L) reaped */
     int wstatus;                /* (L) from waitpid */
-    int cpu;                    /* --bind-to core: its CPU, else -1 */
+    int bind;                   /* --bind-to: index into job->binds, else -1 */
 } psr_proc_t;
 
 typedef struct psr_app {
@@ -59,6 +60,8 @@ typedef struct psr_job {
     uid_t uid;
     gid_t gid;
     pmix_proc_t server_id;      /* the launcher's own PMIx identity */
+    cpu_set_t *binds;           /* --bind-to: the CPU sets, nbinds of them */
+    int nbinds;
     char tmpdir[4096];          /* removed at exit */
 
     psr_ds_t *ds;               /* (L) publish/lookup datastore */

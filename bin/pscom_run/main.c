@@ -140,23 +140,58 @@ static void write_stderr(void *arg, const char *text, size_t len)
 }
 
 /* Build the job from the parsed options: namespaces, processes, tags. */
-/* --bind-to core: process i gets the i-th CPU of pscom_run's own set,
- * round robin. -1 when that set cannot be read. */
+/* The hardware threads of the core of CPU c (sysfs), or just c. */
+static void core_of(int c, cpu_set_t *core)
+{
+    char path[96], line[512];
+    unsigned char bits[CPU_SETSIZE / 8];
+    CPU_ZERO(core);
+    CPU_SET(c, core);
+    snprintf(path, sizeof(path), "/sys/devices/system/cpu/cpu%d/topology/thread_siblings_list", c);
+    FILE *f = fopen(path, "re");
+    if (!f) return;
+    if (fgets(line, sizeof(line), f) && psr_cpulist_parse(line, bits, CPU_SETSIZE) == 0) {
+        for (int i = 0; i < CPU_SETSIZE; i++)
+            if (bits[i / 8] & (1u << (i % 8))) CPU_SET(i, core);
+    }
+    fclose(f);
+}
+
+/* --bind-to: process i gets the i-th core (all its hardware threads that
+ * pscom_run may use) or the i-th CPU of pscom_run's own set, round robin.
+ * -1 with the reason logged. */
 static int assign_cpus(psr_job_t *job)
 {
+    const char *what = job->opts->bind == PSR_BIND_CORE ? "core" : "hwthread";
     cpu_set_t mine;
     if (sched_getaffinity(0, sizeof(mine), &mine) != 0) {
-        psr_log(job, 0, "--bind-to core: cannot read the CPUs pscom_run may use: %s",
-                strerror(errno));
+        psr_log(job, 0, "--bind-to %s: cannot read the CPUs pscom_run may use: %s%s", what,
+                strerror(errno), errno == EINVAL ? " (more than 1024 CPUs?)" : "");
         return -1;
     }
-    int list[CPU_SETSIZE], ncpus = 0;
-    for (int c = 0; c < CPU_SETSIZE; c++)
-        if (CPU_ISSET(c, &mine)) list[ncpus++] = c;
-    if (ncpus < job->nprocs)
-        psr_log(job, 0, "--bind-to core: %d processes on %d CPU%s: some share one",
-                job->nprocs, ncpus, ncpus == 1 ? "" : "s");
-    for (int i = 0; i < job->nprocs; i++) job->procs[i].cpu = list[i % ncpus];
+    job->binds = calloc((size_t)CPU_COUNT(&mine), sizeof(*job->binds));
+    if (!job->binds) {
+        psr_log(job, 0, "--bind-to %s: out of memory", what);
+        return -1;
+    }
+    for (int c = 0; c < CPU_SETSIZE; c++) {
+        if (!CPU_ISSET(c, &mine)) continue;
+        cpu_set_t set;
+        if (job->opts->bind == PSR_BIND_CORE) {
+            core_of(c, &set);
+            CPU_AND(&set, &set, &mine);
+        } else {
+            CPU_ZERO(&set);
+            CPU_SET(c, &set);
+        }
+        bool seen = false; /* a core met with a lower thread of it */
+        for (int b = 0; b < job->nbinds && !seen; b++) seen = CPU_EQUAL(&set, &job->binds[b]);
+        if (!seen) job->binds[job->nbinds++] = set;
+    }
+    if (job->nbinds < job->nprocs)
+        psr_log(job, 0, "--bind-to %s: %d processes on %d %s%s: some share one", what,
+                job->nprocs, job->nbinds, what, job->nbinds == 1 ? "" : "s");
+    for (int i = 0; i < job->nprocs; i++) job->procs[i].bind = i % job->nbinds;
     return 0;
 }
 
@@ -193,7 +228,7 @@ static int job_init(psr_job_t *job, const psr_opts_t *opts)
             PMIX_LOAD_PROCID(&p->id, app->nspace, r);
             p->app = a;
             p->out_fd = p->err_fd = -1;
-            p->cpu = -1;
+            p->bind = -1;
             if (job->napps == 1) snprintf(p->tag, sizeof(p->tag), "[%d] ", r);
             else snprintf(p->tag, sizeof(p->tag), "[%d:%d] ", a, r);
         }
@@ -201,7 +236,7 @@ static int job_init(psr_job_t *job, const psr_opts_t *opts)
     snprintf(job->server_id.nspace, sizeof(job->server_id.nspace), "pscom_run.%ld.srv",
              (long)getpid());
     job->server_id.rank = 0;
-    return opts->bind_core ? assign_cpus(job) : 0;
+    return opts->bind != PSR_BIND_NONE && assign_cpus(job) != 0 ? -2 : 0;
 }
 
 static int make_tmpdir(psr_job_t *job)
@@ -278,12 +313,18 @@ static char **child_env(psr_job_t *job, psr_proc_t *p)
 }
 
 static sigset_t child_sigmask;   /* the signal mask children start with */
+/* Handled signals that were ignored when pscom_run started (nohup ignores
+ * SIGHUP): pscom_run neither reads nor forwards them, and its children
+ * inherit them ignored. */
+static sigset_t ignored_at_start;
 
-/* Between fork and exec: default signal handling, the original mask. */
+/* Between fork and exec: default signal handling (except for what was
+ * ignored at the start), the original mask. */
 static void child_signals(void)
 {
     for (size_t s = 0; s < sizeof(handled_signals) / sizeof(handled_signals[0]); s++)
-        signal(handled_signals[s], SIG_DFL);
+        if (!sigismember(&ignored_at_start, handled_signals[s]))
+            signal(handled_signals[s], SIG_DFL);
     signal(SIGPIPE, SIG_DFL);
     sigprocmask(SIG_SETMASK, &child_sigmask, NULL);
 }
@@ -308,9 +349,13 @@ static int spawn(psr_job_t *job, psr_proc_t *p)
     int devnull = -1;
     if (app->first + (int)p->id.rank != 0) devnull = open("/dev/null", O_RDONLY | O_CLOEXEC);
 
-    cpu_set_t cpu;
-    CPU_ZERO(&cpu);
-    if (p->cpu >= 0) CPU_SET(p->cpu, &cpu);
+    char cpus[256] = "";
+    if (p->bind >= 0) {
+        size_t off = 0;
+        for (int c = 0; c < CPU_SETSIZE && off < sizeof(cpus) - 16; c++)
+            if (CPU_ISSET(c, &job->binds[p->bind]))
+                off += (size_t)snprintf(cpus + off, sizeof(cpus) - off, "%s%d", off ? "," : "", c);
+    }
 
     pid_t pid = fork();
     if (pid < 0) {
@@ -326,7 +371,8 @@ static int spawn(psr_job_t *job, psr_proc_t *p)
             dup2(err[1], STDERR_FILENO);
         }
         if (devnull >= 0) dup2(devnull, STDIN_FILENO);
-        if (p->cpu >= 0 && sched_setaffinity(0, sizeof(cpu), &cpu) != 0) {
+        if (p->bind >= 0 &&
+            sched_setaffinity(0, sizeof(job->binds[p->bind]), &job->binds[p->bind]) != 0) {
             const char *why = strerrordesc_np(errno);
             const char *msg[] = { "pscom_run: cannot bind '", app->argv[0],
                                   "' to its CPU: ", why ? why : "unknown error", "\n" };
@@ -355,9 +401,9 @@ static int spawn(psr_job_t *job, psr_proc_t *p)
     p->pid = pid;
     pthread_mutex_unlock(&job->lock);
     free_env(env);
-    if (p->cpu >= 0)
-        psr_log(job, 2, "started %s rank %u as pid %ld on CPU %d", p->id.nspace, p->id.rank,
-                (long)pid, p->cpu);
+    if (p->bind >= 0)
+        psr_log(job, 2, "started %s rank %u as pid %ld on CPU %s", p->id.nspace, p->id.rank,
+                (long)pid, cpus);
     else
         psr_log(job, 2, "started %s rank %u as pid %ld", p->id.nspace, p->id.rank, (long)pid);
     return 0;
@@ -646,9 +692,10 @@ static void main_loop(psr_job_t *job, int sfd, double deadline)
 
 static void job_free(psr_job_t *job)
 {
-    for (int a = 0; a < job->napps; a++) free(job->apps[a].argv);
+    for (int a = 0; job->apps && a < job->napps; a++) free(job->apps[a].argv);
     free(job->apps);
     free(job->procs);
+    free(job->binds);
     if (job->wake_fd[0] >= 0) close(job->wake_fd[0]);
     if (job->wake_fd[1] >= 0) close(job->wake_fd[1]);
     pthread_mutex_destroy(&job->lock);
@@ -675,8 +722,11 @@ int main(int argc, char **argv)
 
     psr_job_t job;
     int status = EXIT_LAUNCH_FAILED;
-    if (job_init(&job, &opts) != 0) {
-        fprintf(stderr, "pscom_run: out of memory setting up %d processes\n", job.nprocs);
+    int rc = job_init(&job, &opts);
+    if (rc != 0) {
+        if (rc == -1)
+            fprintf(stderr, "pscom_run: out of memory setting up %d processes\n", job.nprocs);
+        job_free(&job);
         return EXIT_LAUNCH_FAILED;
     }
 
@@ -684,6 +734,15 @@ int main(int argc, char **argv)
      * thread started below; they arrive through the signalfd. */
     sigset_t mask;
     sigset_of(&mask, handled_signals, sizeof(handled_signals) / sizeof(handled_signals[0]));
+    sigemptyset(&ignored_at_start);
+    for (size_t s = 0; s < sizeof(handled_signals) / sizeof(handled_signals[0]); s++) {
+        struct sigaction sa;
+        if (handled_signals[s] != SIGCHLD && sigaction(handled_signals[s], NULL, &sa) == 0 &&
+            sa.sa_handler == SIG_IGN) {
+            sigaddset(&ignored_at_start, handled_signals[s]);
+            sigdelset(&mask, handled_signals[s]);
+        }
+    }
     pthread_sigmask(SIG_BLOCK, &mask, &child_sigmask);
     signal(SIGPIPE, SIG_IGN);
     int sfd = signalfd(-1, &mask, SFD_NONBLOCK | SFD_CLOEXEC);
@@ -716,6 +775,8 @@ int main(int argc, char **argv)
      * end ends it, whatever the PMIx server's teardown does. */
     sigset_t ending;
     sigset_of(&ending, ending_signals, sizeof(ending_signals) / sizeof(ending_signals[0]));
+    for (size_t s = 0; s < sizeof(ending_signals) / sizeof(ending_signals[0]); s++)
+        if (sigismember(&ignored_at_start, ending_signals[s])) sigdelset(&ending, ending_signals[s]);
     int stopped = psr_server_stop(&job, sfd, &ending);
     if (stopped != 0) {
         remove_tmpdir(&job);

@@ -72,12 +72,19 @@ static pmix_status_t op_wait_for(op_wait_t *w)
 }
 
 /* The next signal of `ending` that the signalfd sfd holds, or 0; the
- * others it holds are dropped. */
-static int ending_signal(int sfd, const sigset_t *ending)
+ * others it holds are dropped, and so is a copy of the request that was
+ * forwarded to the job within the last 0.5 s (as the main loop does:
+ * coreutils' timeout signals the process group and pscom_run). */
+static int ending_signal(psr_job_t *job, int sfd, const sigset_t *ending)
 {
     struct signalfd_siginfo si;
-    while (read(sfd, &si, sizeof(si)) == sizeof(si))
-        if (sigismember(ending, (int)si.ssi_signo)) return (int)si.ssi_signo;
+    while (read(sfd, &si, sizeof(si)) == sizeof(si)) {
+        if (!sigismember(ending, (int)si.ssi_signo)) continue;
+        pthread_mutex_lock(&job->lock);
+        bool copy = job->signalled && psr_now() - job->signalled_at < 0.5;
+        pthread_mutex_unlock(&job->lock);
+        if (!copy) return (int)si.ssi_signo;
+    }
     return 0;
 }
 
@@ -85,7 +92,7 @@ static int ending_signal(int sfd, const sigset_t *ending)
  * arrives on the signalfd sfd: 0 when the callback came (its status in
  * *st), -1 when the time ran out, else the signal. Unless 0, w stays the
  * library's (the caller leaves it allocated). */
-static int op_wait_bounded(op_wait_t *w, int seconds, int sfd,
+static int op_wait_bounded(psr_job_t *job, op_wait_t *w, int seconds, int sfd,
                            const sigset_t *ending, pmix_status_t *st)
 {
     /* Slices of 100 ms: the signalfd is looked at between them. */
@@ -105,7 +112,7 @@ static int op_wait_bounded(op_wait_t *w, int seconds, int sfd,
             *st = op_wait_for(w); /* returns at once, and releases w */
             return 0;
         }
-        int sig = ending_signal(sfd, ending);
+        int sig = ending_signal(job, sfd, ending);
         if (sig) return sig;
     }
     return -1;
@@ -1227,7 +1234,7 @@ int psr_server_stop(psr_job_t *job, int sfd, const sigset_t *ending)
         op_wait_init(w);
         PMIx_server_deregister_nspace(job->apps[a].nspace, op_wait_done, w);
         pmix_status_t st;
-        int rc = op_wait_bounded(w, STOP_WAIT_S, sfd, ending, &st);
+        int rc = op_wait_bounded(job, w, STOP_WAIT_S, sfd, ending, &st);
         if (rc < 0)
             psr_log(job, 0, "the PMIx server did not finish deregistering %s "
                     "within %d s; ending without PMIx_server_finalize",
@@ -1252,13 +1259,16 @@ int psr_server_stop(psr_job_t *job, int sfd, const sigset_t *ending)
     pmix_status_t st;
     int rc = 0, err = pthread_create(&t, NULL, finalize_thread, w);
     if (err) {
-        psr_log(job, 1, "cannot start a thread for PMIx_server_finalize: %s; "
-                "finalizing without a bound", strerror(err));
+        psr_log(job, 0, "cannot start a thread for PMIx_server_finalize: %s; "
+                "finalizing without a bound (SIGINT, SIGTERM, SIGHUP end it)",
+                strerror(err));
         free(w);
-        st = PMIx_server_finalize();
         w = NULL;
+        pthread_sigmask(SIG_UNBLOCK, ending, NULL);
+        st = PMIx_server_finalize();
+        pthread_sigmask(SIG_BLOCK, ending, NULL);
     } else {
-        rc = op_wait_bounded(w, STOP_WAIT_S, sfd, ending, &st);
+        rc = op_wait_bounded(job, w, STOP_WAIT_S, sfd, ending, &st);
     }
     if (rc < 0)
         psr_log(job, 0, "PMIx_server_finalize did not end within %d s; "
@@ -1275,7 +1285,7 @@ int psr_server_stop(psr_job_t *job, int sfd, const sigset_t *ending)
         psr_log(job, 1, "PMIx_server_finalize: %s", PMIx_Error_string(st));
     /* A signal that came while the library finished is still owed: the
      * caller ends by it. */
-    rc = ending_signal(sfd, ending);
+    rc = ending_signal(job, sfd, ending);
     if (rc) psr_log(job, 0, "%s at the end of the job", strsignal(rc));
     pthread_mutex_lock(&job->lock);
     psr_evc_destroy(job->evc);

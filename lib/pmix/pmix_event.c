@@ -84,7 +84,7 @@ void pmx_wake(pscom_pmix_job_t *job)
     (void)n; /* EAGAIN: a wake-up is pending already */
 }
 
-/* Handlers of this thread running (dispatch below). */
+/* This thread dispatches events from inside pscom progress (on_pipe). */
 static __thread int in_handler;
 
 void pmx_op_finish(struct pmx_op *op, pmix_status_t status)
@@ -109,9 +109,10 @@ pmix_status_t pmx_op_wait(struct pmx_op *op)
         pscom_plugin_wait_until(op_done, op);
         return op->status;
     }
-    /* An event handler runs inside pscom progress (the event pipe's
+    /* A handler dispatched from pscom progress (the event pipe's
      * callback), where a pscom wait must not nest: wait without progress,
-     * as the blocking PMIx calls do. */
+     * as the blocking PMIx calls do. Handlers that pscom_pmix_progress()
+     * runs are outside pscom progress and progress as usual. */
     while (!op_done(op)) {
         struct timespec t = {0, 100000};
         nanosleep(&t, NULL);
@@ -350,9 +351,7 @@ static void handle(pscom_pmix_job_t *job, struct pmx_event *ev)
 
             pub.results = res;
             pub.nresults = nres;
-            in_handler++;
             int st = cb(job, &pub, prev, ctx);
-            in_handler--;
             if (nres == cap) {
                 size_t ncap = cap ? 2 * cap : 8;
                 pscom_pmix_result_t *n = realloc(res, ncap * sizeof(*n));
@@ -398,7 +397,9 @@ static void on_pipe(int fd, uint32_t events, void *arg)
     (void)events;
     while (read(fd, buf, sizeof(buf)) > 0)
         ;
+    in_handler++;
     dispatch(arg);
+    in_handler--;
 }
 
 int pscom_pmix_progress(pscom_pmix_job_t *job)

@@ -149,7 +149,7 @@ struct pmx_op {
  * and finalize the job (closing the pipe) at once. */
 void pmx_op_finish(struct pmx_op *op, pmix_status_t status);
 /* Wait, progressing pscom, until pmx_op_finish; return the status. From
- * an event handler (inside pscom progress) it waits without progress. */
+ * an event handler run inside pscom progress it waits without progress. */
 pmix_status_t pmx_op_wait(struct pmx_op *op);
 /* Queue an event made in this process (singleton, local notify). */
 int pmx_event_local(pscom_pmix_job_t *job, int code, int rank,

@@ -50,6 +50,19 @@ def finish(proc, t0, watchdog=WATCHDOG):
     return Run(proc.returncode, out, err, time.monotonic() - t0)
 
 
+def read_ready(p, t0, n):
+    """Read p's stdout line by line until n lines start with "ready" (or it
+    ends, or the watchdog's time passed): the lines and that count."""
+    lines, ready = [], 0
+    while ready < n and time.monotonic() - t0 < WATCHDOG:
+        line = p.stdout.readline()
+        if not line:
+            break
+        lines.append(line)
+        ready += line.startswith("ready")
+    return lines, ready
+
+
 def launch(args, env=None, watchdog=WATCHDOG):
     t0 = time.monotonic()
     return finish(start(args, env), t0, watchdog)
@@ -166,14 +179,7 @@ class Cases:
     def _signal(self, mode, sig, status, caught):
         t0 = time.monotonic()
         p = start([self.R, "-n", "3", self.c("t_signal"), "1", mode])
-        # Wait for every rank to be ready: read stdout line by line.
-        ready, lines = 0, []
-        while ready < 3 and time.monotonic() - t0 < WATCHDOG:
-            line = p.stdout.readline()
-            if not line:
-                break
-            lines.append(line)
-            ready += line.startswith("ready")
+        lines, ready = read_ready(p, t0, 3)
         if ready < 3:
             os.killpg(p.pid, signal.SIGKILL)
         else:
@@ -188,6 +194,23 @@ class Cases:
 
     def signal_forward_default(self):
         self._signal("default", signal.SIGINT, 128 + signal.SIGINT, 0)
+
+    # Under nohup (SIGHUP ignored) pscom_run neither ends nor forwards on a
+    # SIGHUP, and its processes inherit it ignored (SigIgn bit 0).
+    def hup_ignored(self):
+        t0 = time.monotonic()
+        cmd = ("trap '' HUP; exec %s -n 2 sh -c "
+               "'grep SigIgn /proc/self/status; echo ready; sleep 1.5'" % self.R)
+        p = start(["sh", "-c", cmd])
+        lines, ready = read_ready(p, t0, 2)
+        os.kill(p.pid, signal.SIGHUP)  # pscom_run itself (the exec'd sh)
+        r = finish(p, t0)
+        r.out = "".join(lines) + r.out
+        check(ready == 2, "only %d processes became ready" % ready, r)
+        expect(r, 0)
+        ign = [int(l.split()[1], 16) for l in r.out.splitlines() if l.startswith("SigIgn:")]
+        check(len(ign) == 2 and all(m & 1 for m in ign),
+              "the processes do not ignore SIGHUP: %s" % ign, r)
 
     def tag_output(self):
         o = self.c("t_output")
@@ -205,34 +228,58 @@ class Cases:
         expect(r, 0)
         check("[1] out in two pieces 0:1\n" in r.out, "single-app tag is not [rank]", r)
 
-    # --bind-to core: process i of the job on the i-th CPU pscom_run may use
-    # (round robin); without it, every process may use them all.
+    # --bind-to: process i of the job on the i-th core (its hardware threads
+    # that pscom_run may use) or CPU of pscom_run's own set, round robin;
+    # without it, every process may use the whole set. pscom_run runs in a
+    # narrowed set that leaves out the lowest CPU (when there are two or
+    # more), so that "the i-th CPU of the set" differs from "CPU i".
     def bind_to_core(self):
         mine = sorted(os.sched_getaffinity(0))
+        subset = mine[1:4] if len(mine) > 1 else mine
+        taskset = ["taskset", "-c", ",".join(map(str, subset))]
         show = ["sh", "-c", "grep Cpus_allowed_list /proc/self/status"]
-        n = len(mine) + 1  # one more than CPUs: the first is used twice
-        r = launch([self.R, "--bind-to", "core", "--tag-output", "-n", "2"] + show +
-                   [":", "-n", str(n - 2)] + show)
-        expect(r, 0)
-        for i in range(n):
-            tag = "[0:%d]" % i if i < 2 else "[1:%d]" % (i - 2)
-            want = "%s Cpus_allowed_list:\t%d\n" % (tag, mine[i % len(mine)])
-            check(want in r.out, "missing %r" % want, r)
-        if n > len(mine):
-            check("some share one" in r.err, "no warning about shared CPUs", r)
-        r = launch([self.R, "--tag-output", "-n", "2"] + show)
+
+        def allowed(line):
+            cpus = set()
+            for part in line.split("\t")[1].split(","):
+                lo, _, hi = part.partition("-")
+                cpus.update(range(int(lo), int(hi or lo) + 1))
+            return cpus
+
+        def siblings(c):
+            try:
+                with open("/sys/devices/system/cpu/cpu%d/topology/thread_siblings_list" % c) as f:
+                    return allowed("x\t" + f.read().strip())
+            except OSError:
+                return {c}
+
+        cores = []  # the cores of subset, each as the set of its threads in subset
+        for c in subset:
+            core = siblings(c) & set(subset)
+            if core not in cores:
+                cores.append(core)
+        for how, units in (("hwthread", [{c} for c in subset]), ("core", cores)):
+            n = len(units) + 1  # one more than there are: the first is used twice
+            r = launch(taskset + [self.R, "--bind-to", how, "--tag-output", "-n", "1"] + show +
+                       [":", "-n", str(n - 1)] + show)
+            expect(r, 0)
+            lines = {l.split(" ", 1)[0]: l for l in r.out.splitlines() if "Cpus_allowed" in l}
+            for i in range(n):
+                tag = "[0:0]" if i == 0 else "[1:%d]" % (i - 1)
+                check(tag in lines, "no line of %s" % tag, r)
+                got = allowed(lines[tag])
+                check(got == units[i % len(units)], "--bind-to %s: %s has CPUs %s, expected %s"
+                      % (how, tag, sorted(got), sorted(units[i % len(units)])), r)
+            check("some share one" in r.err, "no warning about shared %ss" % how, r)
+        r = launch(taskset + [self.R, "--tag-output", "-n", "2"] + show)
         expect(r, 0)
         lines = [l for l in r.out.splitlines() if "Cpus_allowed_list" in l]
         check(len(lines) == 2, "expected 2 lines", r)
         for l in lines:
-            allowed = set()
-            for part in l.split("\t")[1].split(","):
-                lo, _, hi = part.partition("-")
-                allowed.update(range(int(lo), int(hi or lo) + 1))
-            check(allowed == set(mine), "an unbound process may use %s, pscom_run %s"
-                  % (sorted(allowed), mine), r)
+            check(allowed(l) == set(subset), "an unbound process may use %s, pscom_run %s"
+                  % (sorted(allowed(l)), subset), r)
         r = launch([self.R, "--bind-to", "socket", "true"])
-        check(r.status == 255 and "--bind-to needs core or none" in r.err,
+        check(r.status == 255 and "--bind-to needs core, hwthread or none" in r.err,
               "a bad --bind-to was accepted", r)
 
     def untagged_output(self):

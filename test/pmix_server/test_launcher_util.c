@@ -61,7 +61,7 @@ static void test_cli_mpmd_and_options(void **state)
                            "-n", "2", "a", "x", ":", "--np", "3", "b", ":", "c", NULL), 0);
     assert_true(o.tag_output);
     assert_true(o.keep_going);
-    assert_true(o.bind_core);
+    assert_int_equal(o.bind, PSR_BIND_CORE);
     assert_int_equal(o.verbose, 2);
     assert_int_equal(o.event_cache, 8);
     assert_true(o.grace == 0.5);
@@ -75,6 +75,27 @@ static void test_cli_mpmd_and_options(void **state)
     assert_int_equal(o.apps[2].np, 1);
     assert_string_equal(o.apps[2].argv[0], "c");
     psr_opts_free(&o);
+}
+
+static int in_set(const unsigned char *set, int c)
+{
+    return (set[c / 8] >> (c % 8)) & 1;
+}
+
+static void test_cpulist(void **state)
+{
+    (void)state;
+    unsigned char set[16];
+    assert_int_equal(psr_cpulist_parse("0-3,8,10-11\n", set, 128), 0);
+    for (int c = 0; c < 128; c++)
+        assert_int_equal(in_set(set, c), c <= 3 || c == 8 || c == 10 || c == 11);
+    assert_int_equal(psr_cpulist_parse("5", set, 128), 0);
+    assert_true(in_set(set, 5) && !in_set(set, 4) && !in_set(set, 0));
+    assert_int_equal(psr_cpulist_parse("", set, 128), 0); /* no CPU */
+    assert_int_equal(set[0], 0);
+    const char *bad[] = {"x", "1-", "3-1", "1,", "1,,2", "-1", "1 2", "128", "0-128", "1;2"};
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
+        assert_int_equal(psr_cpulist_parse(bad[i], set, 128), -1);
 }
 
 static void test_cli_errors(void **state)
@@ -96,10 +117,13 @@ static void test_cli_errors(void **state)
     assert_int_equal(parse(&o, err, "--grace", "-1", "a", NULL), -1);
     assert_int_equal(parse(&o, err, "--timeout", NULL), -1);
     assert_int_equal(parse(&o, err, "--bind-to", "socket", "a", NULL), -1);
-    assert_non_null(strstr(err, "--bind-to needs core or none, not 'socket'"));
+    assert_non_null(strstr(err, "--bind-to needs core, hwthread or none, not 'socket'"));
     assert_int_equal(parse(&o, err, "--bind-to", NULL), -1);
     assert_int_equal(parse(&o, err, "--bind-to", "core", "--bind-to=none", "a", NULL), 0);
-    assert_false(o.bind_core);
+    assert_int_equal(o.bind, PSR_BIND_NONE);
+    psr_opts_free(&o);
+    assert_int_equal(parse(&o, err, "--bind-to=hwthread", "a", NULL), 0);
+    assert_int_equal(o.bind, PSR_BIND_HWTHREAD);
     psr_opts_free(&o);
     assert_int_equal(parse(&o, err, "--help", NULL), 0);
     assert_true(o.help);
@@ -171,6 +195,7 @@ int main(void)
         cmocka_unit_test(test_cli_single_app),
         cmocka_unit_test(test_cli_mpmd_and_options),
         cmocka_unit_test(test_cli_errors),
+        cmocka_unit_test(test_cpulist),
         cmocka_unit_test(test_lines),
         cmocka_unit_test(test_long_line_is_cut),
     };
