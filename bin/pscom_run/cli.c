@@ -198,9 +198,9 @@ void psr_opts_free(psr_opts_t *opts)
     opts->napps = 0;
 }
 
-int psr_cpulist_parse(const char *s, unsigned char *set, int max)
+int psr_cpulist_parse(const char *s, cpu_set_t *set, int max)
 {
-    memset(set, 0, (size_t)(max + 7) / 8);
+    CPU_ZERO(set);
     while (*s && *s != '\n') {
         char *end;
         errno = 0;
@@ -212,8 +212,8 @@ int psr_cpulist_parse(const char *s, unsigned char *set, int max)
             if (end == s || errno || hi < lo) return -1;
             s = end;
         }
-        if (hi >= max) return -1;
-        for (long c = lo; c <= hi; c++) set[c / 8] |= (unsigned char)(1u << (c % 8));
+        if (hi >= max || hi >= CPU_SETSIZE) return -1;
+        for (long c = lo; c <= hi; c++) CPU_SET((int)c, set);
         if (*s == ',') {
             if (!*++s || *s == '\n') return -1;
         } else if (*s && *s != '\n') {

@@ -10,6 +10,7 @@
 #ifndef PSR_CLI_H
 #define PSR_CLI_H
 
+#include <sched.h>
 #include <stdbool.h>
 #include <stddef.h>
 
@@ -47,10 +48,10 @@ int psr_cli_parse(int argc, char **argv, psr_opts_t *opts, char *err, size_t err
 
 void psr_opts_free(psr_opts_t *opts);
 
-/* Parse a Linux CPU list ("0-3,8,10-11", as in sysfs) into the CPU numbers
- * it names: 0, or -1 when it is malformed or names a CPU >= max. set has
- * max bits, cleared first. */
-int psr_cpulist_parse(const char *s, unsigned char *set, int max);
+/* Parse a Linux CPU list ("0-3,8,10-11", as in sysfs) into the set of the
+ * CPUs it names (cleared first): 0, or -1 when it is malformed or names a
+ * CPU >= max (at most CPU_SETSIZE). */
+int psr_cpulist_parse(const char *s, cpu_set_t *set, int max);
 
 /* The usage text, for --help and errors. */
 extern const char psr_usage[];

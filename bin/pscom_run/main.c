@@ -139,22 +139,18 @@ static void write_stderr(void *arg, const char *text, size_t len)
     write_all(STDERR_FILENO, text, len);
 }
 
-/* Build the job from the parsed options: namespaces, processes, tags. */
 /* The hardware threads of the core of CPU c (sysfs), or just c. */
 static void core_of(int c, cpu_set_t *core)
 {
     char path[96], line[512];
-    unsigned char bits[CPU_SETSIZE / 8];
-    CPU_ZERO(core);
-    CPU_SET(c, core);
     snprintf(path, sizeof(path), "/sys/devices/system/cpu/cpu%d/topology/thread_siblings_list", c);
     FILE *f = fopen(path, "re");
-    if (!f) return;
-    if (fgets(line, sizeof(line), f) && psr_cpulist_parse(line, bits, CPU_SETSIZE) == 0) {
-        for (int i = 0; i < CPU_SETSIZE; i++)
-            if (bits[i / 8] & (1u << (i % 8))) CPU_SET(i, core);
-    }
-    fclose(f);
+    bool ok = f && fgets(line, sizeof(line), f) &&
+              psr_cpulist_parse(line, core, CPU_SETSIZE) == 0 && CPU_ISSET(c, core);
+    if (f) fclose(f);
+    if (ok) return;
+    CPU_ZERO(core);
+    CPU_SET(c, core);
 }
 
 /* --bind-to: process i gets the i-th core (all its hardware threads that
@@ -195,6 +191,7 @@ static int assign_cpus(psr_job_t *job)
     return 0;
 }
 
+/* Build the job from the parsed options: namespaces, processes, tags. */
 static int job_init(psr_job_t *job, const psr_opts_t *opts)
 {
     memset(job, 0, sizeof(*job));
@@ -349,14 +346,6 @@ static int spawn(psr_job_t *job, psr_proc_t *p)
     int devnull = -1;
     if (app->first + (int)p->id.rank != 0) devnull = open("/dev/null", O_RDONLY | O_CLOEXEC);
 
-    char cpus[256] = "";
-    if (p->bind >= 0) {
-        size_t off = 0;
-        for (int c = 0; c < CPU_SETSIZE && off < sizeof(cpus) - 16; c++)
-            if (CPU_ISSET(c, &job->binds[p->bind]))
-                off += (size_t)snprintf(cpus + off, sizeof(cpus) - off, "%s%d", off ? "," : "", c);
-    }
-
     pid_t pid = fork();
     if (pid < 0) {
         psr_log(job, 0, "cannot fork %s for rank %u: %s", app->argv[0], p->id.rank,
@@ -401,11 +390,12 @@ static int spawn(psr_job_t *job, psr_proc_t *p)
     p->pid = pid;
     pthread_mutex_unlock(&job->lock);
     free_env(env);
-    if (p->bind >= 0)
-        psr_log(job, 2, "started %s rank %u as pid %ld on CPU %s", p->id.nspace, p->id.rank,
-                (long)pid, cpus);
-    else
-        psr_log(job, 2, "started %s rank %u as pid %ld", p->id.nspace, p->id.rank, (long)pid);
+    char cpus[256] = "";
+    for (size_t c = 0, off = 0; p->bind >= 0 && c < CPU_SETSIZE && off < sizeof(cpus) - 16; c++)
+        if (CPU_ISSET(c, &job->binds[p->bind]))
+            off += (size_t)snprintf(cpus + off, sizeof(cpus) - off, "%s%zu", off ? "," : " on CPU ",
+                                    c);
+    psr_log(job, 2, "started %s rank %u as pid %ld%s", p->id.nspace, p->id.rank, (long)pid, cpus);
     return 0;
 
 fail:

@@ -77,25 +77,20 @@ static void test_cli_mpmd_and_options(void **state)
     psr_opts_free(&o);
 }
 
-static int in_set(const unsigned char *set, int c)
-{
-    return (set[c / 8] >> (c % 8)) & 1;
-}
-
 static void test_cpulist(void **state)
 {
     (void)state;
-    unsigned char set[16];
-    assert_int_equal(psr_cpulist_parse("0-3,8,10-11\n", set, 128), 0);
+    cpu_set_t set;
+    assert_int_equal(psr_cpulist_parse("0-3,8,10-11\n", &set, 128), 0);
     for (int c = 0; c < 128; c++)
-        assert_int_equal(in_set(set, c), c <= 3 || c == 8 || c == 10 || c == 11);
-    assert_int_equal(psr_cpulist_parse("5", set, 128), 0);
-    assert_true(in_set(set, 5) && !in_set(set, 4) && !in_set(set, 0));
-    assert_int_equal(psr_cpulist_parse("", set, 128), 0); /* no CPU */
-    assert_int_equal(set[0], 0);
+        assert_int_equal(!!CPU_ISSET(c, &set), c <= 3 || c == 8 || c == 10 || c == 11);
+    assert_int_equal(psr_cpulist_parse("5", &set, 128), 0);
+    assert_true(CPU_ISSET(5, &set) && !CPU_ISSET(4, &set) && !CPU_ISSET(0, &set));
+    assert_int_equal(psr_cpulist_parse("", &set, 128), 0); /* no CPU */
+    assert_int_equal(CPU_COUNT(&set), 0);
     const char *bad[] = {"x", "1-", "3-1", "1,", "1,,2", "-1", "1 2", "128", "0-128", "1;2"};
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
-        assert_int_equal(psr_cpulist_parse(bad[i], set, 128), -1);
+        assert_int_equal(psr_cpulist_parse(bad[i], &set, 128), -1);
 }
 
 static void test_cli_errors(void **state)
