@@ -24,6 +24,7 @@ struct fake_knobs {
     size_t inject_size, max_msg_size, iov_limit;
     int local_only;        /* the provider reaches this host only */
     int select_fails, ep_open_fails, av_fails;
+    const char *region;    /* what ofw_ep_region says; NULL: no region */
     /* behaviour */
     unsigned send_eagain;  /* the next n sends return -EAGAIN */
     unsigned send_eagain_after; /* ... after this many more succeeded */

@@ -11,12 +11,15 @@
  * one process do.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -53,6 +56,7 @@ static int teardown(void **state)
     unsetenv("PSP_OFI_LINGER");
     unsetenv("PSP_OFI_PULL");
     unsetenv("PSP_OFI_SPLIT");
+    unsetenv("PSP_OFI_SWEEP");
     return 0;
 }
 
@@ -1163,6 +1167,71 @@ static void test_pull_needs_both(void **state)
     pair_close(&p);
 }
 
+/* ---------------------------------------------------------------------- */
+/* The lock on the shm provider's region (ofi_sweep.h)                    */
+
+/* Can path be locked exclusively at once, through an open file of its
+ * own? Not while anyone (this process included) holds a lock on it. */
+static int lockable(const char *path)
+{
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    assert_true(fd >= 0);
+    int ok = flock(fd, LOCK_EX | LOCK_NB) == 0;
+    close(fd);
+    return ok;
+}
+
+/* A child forked after the endpoint opened does not keep the lock on its
+ * parent's region: the lock belongs to the open file, which the child
+ * shares, so without pthread_atfork's drop a live child would keep the
+ * region of its killed parent from being swept. Here the parent closes
+ * its endpoint while the child lives, and the region must be free. */
+static void test_region_lock_not_inherited(void **state)
+{
+    char name[64], path[128], c;
+    snprintf(name, sizeof(name), "pscom-%d-0fa4c0de", (int)getpid());
+    snprintf(path, sizeof(path), "/dev/shm/%s:test", name);
+    int fd = open(path, O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600);
+    if (fd < 0) {
+        print_message("no file in /dev/shm (%s): %s\n", path, strerror(errno));
+        skip();
+    }
+    close(fd);
+    setenv("PSP_OFI_SWEEP", "0", 1); /* the real /dev/shm: sweep nothing */
+    fake.region = name;
+
+    struct pair p;
+    pair_open(&p);
+    int held = !lockable(path); /* the endpoint holds its shared lock */
+
+    int up[2], down[2];
+    assert_int_equal(pipe(up), 0);
+    assert_int_equal(pipe(down), 0);
+    pid_t child = fork();
+    assert_true(child >= 0);
+    if (child == 0) { /* lives until the parent has looked */
+        close(up[0]);
+        close(down[1]);
+        if (write(up[1], "r", 1) != 1) _exit(1);
+        _exit(read(down[0], &c, 1) < 0);
+    }
+    close(up[1]);
+    close(down[0]);
+    assert_int_equal(read(up[0], &c, 1), 1);
+    pair_close(&p); /* closes the endpoint and this process's lock */
+    int free_with_child = lockable(path);
+    assert_int_equal(write(down[1], "x", 1), 1);
+    int status;
+    assert_int_equal(waitpid(child, &status, 0), child);
+    close(up[0]);
+    close(down[1]);
+    unlink(path);
+
+    assert_true(held);
+    assert_true(free_with_child);
+    assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1219,6 +1288,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_pull_unavailable, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_pull_needs_both, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_region_lock_not_inherited, setup,
                                         teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
