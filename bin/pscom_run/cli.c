@@ -191,6 +191,27 @@ int psr_cli_parse(int argc, char **argv, psr_opts_t *opts, char *err, size_t err
     return 0;
 }
 
+int psr_cpulist_format(const cpu_set_t *set, char *buf, size_t len)
+{
+    size_t off = 0;
+    if (!len) return -1;
+    buf[0] = '\0';
+    for (int c = 0; c < CPU_SETSIZE; c++) {
+        if (!CPU_ISSET(c, set)) continue;
+        int hi = c;
+        while (hi + 1 < CPU_SETSIZE && CPU_ISSET(hi + 1, set)) hi++;
+        int n = hi == c ? snprintf(buf + off, len - off, "%s%d", off ? "," : "", c)
+                        : snprintf(buf + off, len - off, "%s%d-%d", off ? "," : "", c, hi);
+        if (n < 0 || (size_t)n >= len - off) {
+            buf[off] = '\0'; /* the entries that fit whole */
+            return -1;
+        }
+        off += (size_t)n;
+        c = hi;
+    }
+    return 0;
+}
+
 void psr_opts_free(psr_opts_t *opts)
 {
     free(opts->apps);

@@ -53,6 +53,11 @@ void psr_opts_free(psr_opts_t *opts);
  * CPU >= max (at most CPU_SETSIZE). */
 int psr_cpulist_parse(const char *s, cpu_set_t *set, int max);
 
+/* The CPUs of set as such a list, ranges joined ("0-3,8,10-11"; "" for
+ * none), into buf of len bytes: 0, or -1 when it does not fit (buf then
+ * holds the entries that fit whole). */
+int psr_cpulist_format(const cpu_set_t *set, char *buf, size_t len);
+
 /* The usage text, for --help and errors. */
 extern const char psr_usage[];
 

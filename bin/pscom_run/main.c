@@ -159,10 +159,11 @@ static void core_of(int c, cpu_set_t *core)
 static int assign_cpus(psr_job_t *job)
 {
     const char *what = job->opts->bind == PSR_BIND_CORE ? "core" : "hwthread";
-    cpu_set_t mine;
-    if (sched_getaffinity(0, sizeof(mine), &mine) != 0) {
+    cpu_set_t mine = job->allowed;
+    if (!job->allowed_known) {
         psr_log(job, 0, "--bind-to %s: cannot read the CPUs pscom_run may use: %s%s", what,
-                strerror(errno), errno == EINVAL ? " (more than 1024 CPUs?)" : "");
+                strerror(job->allowed_errno),
+                job->allowed_errno == EINVAL ? " (more than 1024 CPUs?)" : "");
         return -1;
     }
     job->binds = calloc((size_t)CPU_COUNT(&mine), sizeof(*job->binds));
@@ -200,6 +201,8 @@ static int job_init(psr_job_t *job, const psr_opts_t *opts)
     job->wake_fd[0] = job->wake_fd[1] = -1;
     job->uid = getuid();
     job->gid = getgid();
+    job->allowed_known = sched_getaffinity(0, sizeof(job->allowed), &job->allowed) == 0;
+    if (!job->allowed_known) job->allowed_errno = errno;
     if (gethostname(job->hostname, sizeof(job->hostname) - 1) != 0)
         strcpy(job->hostname, "localhost");
 
@@ -391,11 +394,9 @@ static int spawn(psr_job_t *job, psr_proc_t *p)
     pthread_mutex_unlock(&job->lock);
     free_env(env);
     char cpus[256] = "";
-    for (size_t c = 0, off = 0; p->bind >= 0 && c < CPU_SETSIZE && off < sizeof(cpus) - 16; c++)
-        if (CPU_ISSET(c, &job->binds[p->bind]))
-            off += (size_t)snprintf(cpus + off, sizeof(cpus) - off, "%s%zu", off ? "," : " on CPU ",
-                                    c);
-    psr_log(job, 2, "started %s rank %u as pid %ld%s", p->id.nspace, p->id.rank, (long)pid, cpus);
+    if (p->bind >= 0) psr_cpulist_format(&job->binds[p->bind], cpus, sizeof(cpus));
+    psr_log(job, 2, "started %s rank %u as pid %ld%s%s", p->id.nspace, p->id.rank, (long)pid,
+            p->bind >= 0 ? " on CPUs " : "", cpus);
     return 0;
 
 fail:

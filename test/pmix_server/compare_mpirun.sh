@@ -7,7 +7,7 @@
 # skip the unknown-namespace queries mpirun never answers (T_SKIP_UNKNOWN=1).
 dir=${1:?usage: $0 CLIENT_DIR [CASE...]}
 shift
-cases=${*:-"jobinfo jobinfo_mpmd wait events kill abort fence_death output"}
+cases=${*:-"jobinfo jobinfo_mpmd wait events kill abort fence_death output locality"}
 E="-x T_COMPARE=1 -x T_SKIP_UNKNOWN=1"
 M="mpirun --oversubscribe"
 [ "$(id -u)" = 0 ] && M="$M --allow-run-as-root"
@@ -28,6 +28,7 @@ for c in $cases; do
     abort) run $c $M $E -n 3 ./t_abort 1 ;;
     fence_death) run $c $M $E -n 3 ./t_fence_death 1 after ;;
     output) run $c $M $E --tag-output -n 2 ./t_output 2 : $E -n 1 ./t_output 2 ;;
+    locality) run $c $M $E --bind-to core:overload-allowed -n 3 ./t_locality 1 bound ;;
     *) echo "unknown case $c" ;;
     esac
 done

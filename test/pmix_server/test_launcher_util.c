@@ -91,6 +91,21 @@ static void test_cpulist(void **state)
     const char *bad[] = {"x", "1-", "3-1", "1,", "1,,2", "-1", "1 2", "128", "0-128", "1;2"};
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
         assert_int_equal(psr_cpulist_parse(bad[i], &set, 128), -1);
+
+    /* Formatting: ranges joined, and back through the parser. */
+    char buf[64];
+    const char *lists[] = {"0-3,8,10-11", "5", "", "0,2,4", "1-2,1023"};
+    for (size_t i = 0; i < sizeof(lists) / sizeof(lists[0]); i++) {
+        cpu_set_t back;
+        assert_int_equal(psr_cpulist_parse(lists[i], &set, CPU_SETSIZE), 0);
+        assert_int_equal(psr_cpulist_format(&set, buf, sizeof(buf)), 0);
+        assert_string_equal(buf, lists[i]);
+        assert_int_equal(psr_cpulist_parse(buf, &back, CPU_SETSIZE), 0);
+        assert_true(CPU_EQUAL(&set, &back));
+    }
+    assert_int_equal(psr_cpulist_parse("0,2,4,6,8,10", &set, 128), 0);
+    assert_int_equal(psr_cpulist_format(&set, buf, 7), -1); /* "0,2,4,6" */
+    assert_string_equal(buf, "0,2,4");
 }
 
 static void test_cli_errors(void **state)
