@@ -62,9 +62,6 @@ typedef struct psr_job {
     pmix_proc_t server_id;      /* the launcher's own PMIx identity */
     cpu_set_t *binds;           /* --bind-to: the CPU sets, nbinds of them */
     int nbinds;
-    cpu_set_t allowed;          /* pscom_run's own CPUs when it started */
-    bool allowed_known;         /* false: unreadable (more than 1024 CPUs) */
-    int allowed_errno;          /* why, when not known */
     char tmpdir[4096];          /* removed at exit */
 
     psr_ds_t *ds;               /* (L) publish/lookup datastore */

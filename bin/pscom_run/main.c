@@ -159,11 +159,10 @@ static void core_of(int c, cpu_set_t *core)
 static int assign_cpus(psr_job_t *job)
 {
     const char *what = job->opts->bind == PSR_BIND_CORE ? "core" : "hwthread";
-    cpu_set_t mine = job->allowed;
-    if (!job->allowed_known) {
+    cpu_set_t mine;
+    if (sched_getaffinity(0, sizeof(mine), &mine) != 0) {
         psr_log(job, 0, "--bind-to %s: cannot read the CPUs pscom_run may use: %s%s", what,
-                strerror(job->allowed_errno),
-                job->allowed_errno == EINVAL ? " (more than 1024 CPUs?)" : "");
+                strerror(errno), errno == EINVAL ? " (more than 1024 CPUs?)" : "");
         return -1;
     }
     job->binds = calloc((size_t)CPU_COUNT(&mine), sizeof(*job->binds));
@@ -201,8 +200,6 @@ static int job_init(psr_job_t *job, const psr_opts_t *opts)
     job->wake_fd[0] = job->wake_fd[1] = -1;
     job->uid = getuid();
     job->gid = getgid();
-    job->allowed_known = sched_getaffinity(0, sizeof(job->allowed), &job->allowed) == 0;
-    if (!job->allowed_known) job->allowed_errno = errno;
     if (gethostname(job->hostname, sizeof(job->hostname) - 1) != 0)
         strcpy(job->hostname, "localhost");
 

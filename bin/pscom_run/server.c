@@ -716,20 +716,18 @@ static void rank_list(char *buf, size_t len, int n)
         off += snprintf(buf + off, len - off, r ? ",%d" : "%d", r);
 }
 
-/* Where a process starts, for PMIx_Get_relative_locality and the like:
- * PMIX_CPUSET and PMIX_LOCALITY_STRING in the library's own forms
- * ("hwloc:0-3"; "SK0:L30:L20:L10:CR0:HT0:NM0"), made by the library from
- * its topology of this node. cpus is the binding of --bind-to, else
- * pscom_run's own set, which every process inherits. A process that may
- * use every CPU of the node has no locality (PMIx's rule); nothing is
- * added when the library cannot make them. */
+/* Where a process bound by --bind-to runs, for PMIx_Get_relative_locality
+ * and the like: PMIX_CPUSET and PMIX_LOCALITY_STRING in the library's own
+ * forms ("hwloc:0-3"; "SK0:L30:L20:L10:CR0:HT0:NM0"), made by the library
+ * from its topology of this node. An unbound process gets neither, as
+ * under mpirun: it may run anywhere pscom_run may, and a locality string
+ * of that whole set would make every pair of such processes share a core.
+ * Nothing is added when the library cannot make them. */
 static int add_locality(psr_job_t *job, const psr_proc_t *p, void *sub)
 {
-    const cpu_set_t *cpus = p->bind >= 0 ? &job->binds[p->bind]
-                          : job->allowed_known ? &job->allowed : NULL;
-    if (!cpus) return 0;
+    if (p->bind < 0) return 0;
     char list[6 + 8192] = "hwloc:"; /* 1024 CPUs listed singly fit */
-    if (psr_cpulist_format(cpus, list + 6, sizeof(list) - 6) != 0) return 0;
+    if (psr_cpulist_format(&job->binds[p->bind], list + 6, sizeof(list) - 6) != 0) return 0;
     /* A writable string: the 4.2 library writes into what it parses. */
     pmix_cpuset_t cs = { 0 };
     if (PMIx_Parse_cpuset_string(list, &cs) != PMIX_SUCCESS) {
@@ -741,11 +739,7 @@ static int add_locality(psr_job_t *job, const psr_proc_t *p, void *sub)
     int rc = 0;
     if (PMIx_server_generate_cpuset_string(&cs, &str) == PMIX_SUCCESS && str)
         rc |= list_add(sub, PMIX_CPUSET, str, PMIX_STRING);
-    /* The library takes a set for every CPU only when it has no end (its
-     * "full" bitmap), which a list never gives. */
-    long online = sysconf(_SC_NPROCESSORS_ONLN);
-    bool everywhere = online > 0 && CPU_COUNT(cpus) >= online;
-    if (!everywhere && PMIx_server_generate_locality_string(&cs, &loc) == PMIX_SUCCESS && loc)
+    if (PMIx_server_generate_locality_string(&cs, &loc) == PMIX_SUCCESS && loc)
         rc |= list_add(sub, PMIX_LOCALITY_STRING, loc, PMIX_STRING);
     free(str);
     free(loc);

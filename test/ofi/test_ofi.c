@@ -28,6 +28,7 @@
 #include "ofi_proto.h"
 
 static const pscom_plugin_ops_t *ops;
+static char region_name[64], region_path[128]; /* test_region_lock_not_inherited */
 
 struct pair {
     struct psc_con a, b;
@@ -57,6 +58,8 @@ static int teardown(void **state)
     unsetenv("PSP_OFI_PULL");
     unsetenv("PSP_OFI_SPLIT");
     unsetenv("PSP_OFI_SWEEP");
+    if (region_path[0]) unlink(region_path); /* also when a check failed */
+    region_path[0] = '\0';
     return 0;
 }
 
@@ -1188,11 +1191,12 @@ static int lockable(const char *path)
  * its endpoint while the child lives, and the region must be free. */
 static void test_region_lock_not_inherited(void **state)
 {
-    char name[64], path[128], c;
-    snprintf(name, sizeof(name), "pscom-%d-0fa4c0de", (int)getpid());
-    snprintf(path, sizeof(path), "/dev/shm/%s:test", name);
+    char c, *name = region_name, *path = region_path;
+    snprintf(name, sizeof(region_name), "pscom-%d-0fa4c0de", (int)getpid());
+    snprintf(path, sizeof(region_path), "/dev/shm/%s:test", name);
     int fd = open(path, O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600);
     if (fd < 0) {
+        path[0] = '\0';
         print_message("no file in /dev/shm (%s): %s\n", path, strerror(errno));
         skip();
     }
@@ -1225,7 +1229,6 @@ static void test_region_lock_not_inherited(void **state)
     assert_int_equal(waitpid(child, &status, 0), child);
     close(up[0]);
     close(down[1]);
-    unlink(path);
 
     assert_true(held);
     assert_true(free_with_child);
