@@ -80,6 +80,15 @@ typedef struct psr_job {
 /* Seconds on a monotonic clock. */
 double psr_now(void);
 
+/* Is an ending signal that arrives now a copy of the request already
+ * forwarded to the job (coreutils' timeout signals the process group and
+ * pscom_run; a terminal's ^C reaches both)? Within 0.5 s of it. Holding
+ * job->lock. */
+static inline bool psr_signal_is_copy_locked(const psr_job_t *job)
+{
+    return job->signalled && psr_now() - job->signalled_at < 0.5;
+}
+
 /* Wake the main loop (any thread, any lock state). */
 void psr_job_wake(psr_job_t *job);
 

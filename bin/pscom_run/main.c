@@ -497,9 +497,8 @@ static void on_signal(psr_job_t *job, int sig)
     pthread_mutex_lock(&job->lock);
     if (sig == SIGUSR1 || sig == SIGUSR2) {
         signal_live_locked(job, sig);
-    } else if (job->signalled && psr_now() - job->signalled_at < 0.5) {
-        /* The same request twice (kill of the process group, a terminal's
-         * ^C that also reached us directly): already forwarded. */
+    } else if (psr_signal_is_copy_locked(job)) {
+        /* The same request twice: already forwarded. */
     } else if (job->signalled && job->kill_stage >= 1) {
         /* A second interrupt: the user does not want to wait. */
         psr_log(job, 0, "%s again: killing the job", strsignal(sig));
@@ -511,7 +510,7 @@ static void on_signal(psr_job_t *job, int sig)
         job->signalled = true;
         job->signalled_at = psr_now();
         job->ending = true;
-        signal_live_locked(job, sig == SIGQUIT ? SIGQUIT : sig);
+        signal_live_locked(job, sig);
         job->kill_stage = 1;
         job->kill_at = psr_now() + job->opts->grace + 2;
     }

@@ -73,16 +73,15 @@ static pmix_status_t op_wait_for(op_wait_t *w)
 }
 
 /* The next signal of `ending` that the signalfd sfd holds, or 0; the
- * others it holds are dropped, and so is a copy of the request that was
- * forwarded to the job within the last 0.5 s (as the main loop does:
- * coreutils' timeout signals the process group and pscom_run). */
+ * others it holds are dropped, and so are copies of the request already
+ * forwarded to the job (as the main loop does). */
 static int ending_signal(psr_job_t *job, int sfd, const sigset_t *ending)
 {
     struct signalfd_siginfo si;
     while (read(sfd, &si, sizeof(si)) == sizeof(si)) {
         if (!sigismember(ending, (int)si.ssi_signo)) continue;
         pthread_mutex_lock(&job->lock);
-        bool copy = job->signalled && psr_now() - job->signalled_at < 0.5;
+        bool copy = psr_signal_is_copy_locked(job);
         pthread_mutex_unlock(&job->lock);
         if (!copy) return (int)si.ssi_signo;
     }
@@ -717,31 +716,29 @@ static void rank_list(char *buf, size_t len, int n)
 }
 
 /* Where a process bound by --bind-to runs, for PMIx_Get_relative_locality
- * and the like: PMIX_CPUSET and PMIX_LOCALITY_STRING in the library's own
- * forms ("hwloc:0-3"; "SK0:L30:L20:L10:CR0:HT0:NM0"), made by the library
- * from its topology of this node. An unbound process gets neither, as
- * under mpirun: it may run anywhere pscom_run may, and a locality string
- * of that whole set would make every pair of such processes share a core.
- * Nothing is added when the library cannot make them. */
+ * and the like: PMIX_CPUSET, its CPU list in the form the library parses
+ * ("hwloc:0-3", as PMIx_server_generate_cpuset_string writes it), and
+ * PMIX_LOCALITY_STRING, made by the library from its topology of this
+ * node ("SK0:L30:L20:L10:CR0:HT0:NM0"). An unbound process gets neither,
+ * as under mpirun: it may run anywhere pscom_run may, and a locality
+ * string of that whole set would make every pair of such processes share
+ * a core. No locality string when the library cannot make one. */
 static int add_locality(psr_job_t *job, const psr_proc_t *p, void *sub)
 {
     if (p->bind < 0) return 0;
     char list[6 + 8192] = "hwloc:"; /* 1024 CPUs listed singly fit */
     if (psr_cpulist_format(&job->binds[p->bind], list + 6, sizeof(list) - 6) != 0) return 0;
+    int rc = list_add(sub, PMIX_CPUSET, list, PMIX_STRING);
     /* A writable string: the 4.2 library writes into what it parses. */
     pmix_cpuset_t cs = { 0 };
     if (PMIx_Parse_cpuset_string(list, &cs) != PMIX_SUCCESS) {
         psr_log(job, 1, "PMIx cannot read the CPU set %s of %s rank %u", list, p->id.nspace,
                 p->id.rank);
-        return 0;
+        return rc;
     }
-    char *str = NULL, *loc = NULL;
-    int rc = 0;
-    if (PMIx_server_generate_cpuset_string(&cs, &str) == PMIX_SUCCESS && str)
-        rc |= list_add(sub, PMIX_CPUSET, str, PMIX_STRING);
+    char *loc = NULL;
     if (PMIx_server_generate_locality_string(&cs, &loc) == PMIX_SUCCESS && loc)
         rc |= list_add(sub, PMIX_LOCALITY_STRING, loc, PMIX_STRING);
-    free(str);
     free(loc);
     PMIx_Cpuset_destruct(&cs);
     return rc;
