@@ -40,6 +40,7 @@
  * status 3 and the step it hung in.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <pmix.h>
 #include <pthread.h>
 #include <signal.h>
@@ -49,10 +50,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/epoll.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "pscom.h"
+#include "pscom_plugin.h"
 #include "pscom_pmix.h"
 
 static int g_rank = -1;
@@ -619,6 +622,26 @@ static int g_handled;
 static char g_text_seen[64];
 static int g_ranks_seen[4];
 static size_t g_nranks_seen;
+/* fire() runs pscom progress only, so that handlers run from inside it
+ * (the event pipe's callback) and not from pscom_pmix_progress(). */
+static bool g_pscom_progress_only;
+static bool g_in_pscom_progress;   /* fire() is inside pscom_test_any() */
+/* A readable pipe in pscom's descriptor set: its callback runs on every
+ * round of pscom progress until it has drained the pipe. A handler writes
+ * to it before its lookup; the callback must not run inside the lookup. */
+static int g_probe[2] = {-1, -1};
+static bool g_in_lookup, g_probe_in_lookup, g_probe_ran;
+
+static void on_probe(int fd, uint32_t events, void *arg)
+{
+    char buf[16];
+    (void)events;
+    (void)arg;
+    while (read(fd, buf, sizeof(buf)) > 0)
+        ;
+    g_probe_ran = true;
+    if (g_in_lookup) g_probe_in_lookup = true;
+}
 
 static int on_ev(pscom_pmix_job_t *job, const pscom_pmix_event_t *ev,
                  int prev, void *ctx)
@@ -643,11 +666,21 @@ static int on_ev(pscom_pmix_job_t *job, const pscom_pmix_event_t *ev,
         CHECK(pscom_pmix_event_deregister(job, *h->remove_id) == PSCOM_SUCCESS,
               "deregister from a handler");
     if (h->lookup) {
-        /* Inside pscom progress: the lookup must not nest a pscom wait. */
+        /* From a handler that pscom progress runs, the lookup waits without
+         * progress (pscom_pmix.h): no pscom wait nests inside the round that
+         * runs the handler, so no descriptor callback runs meanwhile. */
+        if (g_pscom_progress_only) {
+            CHECK(g_in_pscom_progress, "%s ran outside pscom progress", h->name);
+            CHECK(write(g_probe[1], "p", 1) == 1, "write to the probe pipe");
+        }
         char *ep = NULL;
+        g_in_lookup = true;
         pscom_err_t rc = pscom_pmix_lookup(job, "pscom-test-from-a-handler",
                                            PSCOM_PMIX_RANGE_DEFAULT, 0, 0, &ep);
         int e = errno;
+        g_in_lookup = false;
+        CHECK(!g_probe_in_lookup, "%s: the lookup's wait ran pscom progress "
+              "(a descriptor callback) from inside pscom progress", h->name);
         CHECK(rc == PSCOM_ERR_STDERROR &&
                   (pscom_pmix_is_singleton(job) ? e == ENOTCONN
                                                 : e == ENOENT || e == ETIMEDOUT),
@@ -688,8 +721,10 @@ static void fire(pscom_pmix_job_t *job, int code, int rank, const char *text)
     size_t last = (size_t)-1;
     double settled = 0;
     while (now_s() - t0 < 10) {
+        g_in_pscom_progress = true;
         pscom_test_any();
-        pscom_pmix_progress(job);
+        g_in_pscom_progress = false;
+        if (!g_pscom_progress_only) pscom_pmix_progress(job);
         if (g_handled > before) break;
         if (g_nlog != last) {
             last = g_nlog;
@@ -754,7 +789,18 @@ static int test_events(int peers)
     CHECK(g_nranks_seen == 1 && g_ranks_seen[0] == me, "ranks of the event");
 
     s3.lookup = 1;
+    CHECK(pipe2(g_probe, O_NONBLOCK | O_CLOEXEC) == 0 &&
+              pscom_plugin_fd_add(g_probe[0], EPOLLIN, 1, on_probe, NULL) == 0,
+          "probe pipe: %s", strerror(errno));
+    g_pscom_progress_only = true;
     fire(job, EV_Y, -1, NULL);
+    g_pscom_progress_only = false;
+    /* The probe works: pscom progress after the handler runs its callback. */
+    for (double t0 = now_s(); !g_probe_ran && now_s() - t0 < 10;) pscom_test_any();
+    CHECK(g_probe_ran, "the probe's callback never ran");
+    pscom_plugin_fd_del(g_probe[0]);
+    close(g_probe[0]);
+    close(g_probe[1]);
     expect_log("event Y", "S3 G1 D1 D2 ");
     CHECK(s3.lookup == 2, "S3 did not look up");
     CHECK(g_nranks_seen == 0, "event Y names no rank");
