@@ -5,6 +5,7 @@
 #include "bench_util.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <math.h>
 #include <sched.h>
 #include <stdlib.h>
@@ -312,16 +313,23 @@ void stats(double *t, unsigned n, double *median, double *p99)
     *p99 = t[idx ? idx - 1 : 0];
 }
 
+/* A set as large as the CPU number needs: hosts may have more CPUs than
+ * the 1024 of a cpu_set_t. */
 void pin_cpu(int cpu)
 {
-    cpu_set_t set;
-
     if (cpu < 0)
         return;
-    CPU_ZERO(&set);
-    CPU_SET(cpu, &set);
-    if (sched_setaffinity(0, sizeof(set), &set))
-        fail("cannot pin to cpu %d: %s", cpu, strerror(errno));
+    cpu_set_t *set = CPU_ALLOC(cpu + 1);
+    size_t size = CPU_ALLOC_SIZE(cpu + 1);
+    if (!set)
+        fail("cannot pin to cpu %d: out of memory", cpu);
+    CPU_ZERO_S(size, set);
+    CPU_SET_S(cpu, size, set);
+    int rc = sched_setaffinity(0, size, set);
+    int e = errno;
+    CPU_FREE(set);
+    if (rc)
+        fail("cannot pin to cpu %d: %s", cpu, strerror(e));
 }
 
 void bench_opts_init(struct bench_opts *o)
@@ -347,7 +355,7 @@ static void parse_cpus(struct bench_opts *o, const char *arg)
         if (end == s)
             b = -1;
     }
-    if (*end || a < 0 || b < 0 || a >= CPU_SETSIZE || b >= CPU_SETSIZE) {
+    if (*end || a < 0 || b < 0 || a > INT_MAX / 2 || b > INT_MAX / 2) {
         fprintf(stderr, "%s: --cpu needs two core numbers A,B, not '%s'\n",
                 bench_prog, arg);
         exit(1);

@@ -191,27 +191,6 @@ int psr_cli_parse(int argc, char **argv, psr_opts_t *opts, char *err, size_t err
     return 0;
 }
 
-int psr_cpulist_format(const cpu_set_t *set, char *buf, size_t len)
-{
-    size_t off = 0;
-    if (!len) return -1;
-    buf[0] = '\0';
-    for (int c = 0; c < CPU_SETSIZE; c++) {
-        if (!CPU_ISSET(c, set)) continue;
-        int hi = c;
-        while (hi + 1 < CPU_SETSIZE && CPU_ISSET(hi + 1, set)) hi++;
-        int n = hi == c ? snprintf(buf + off, len - off, "%s%d", off ? "," : "", c)
-                        : snprintf(buf + off, len - off, "%s%d-%d", off ? "," : "", c, hi);
-        if (n < 0 || (size_t)n >= len - off) {
-            buf[off] = '\0'; /* the entries that fit whole */
-            return -1;
-        }
-        off += (size_t)n;
-        c = hi;
-    }
-    return 0;
-}
-
 void psr_opts_free(psr_opts_t *opts)
 {
     free(opts->apps);
@@ -219,9 +198,51 @@ void psr_opts_free(psr_opts_t *opts)
     opts->napps = 0;
 }
 
-int psr_cpulist_parse(const char *s, cpu_set_t *set, int max)
+int psr_cpuset_init(psr_cpuset_t *s, int ncpus)
 {
-    CPU_ZERO(set);
+    s->set = CPU_ALLOC(ncpus);
+    if (!s->set) return -1;
+    s->size = CPU_ALLOC_SIZE(ncpus);
+    s->ncpus = ncpus;
+    CPU_ZERO_S(s->size, s->set);
+    return 0;
+}
+
+void psr_cpuset_free(psr_cpuset_t *s)
+{
+    CPU_FREE(s->set);
+    s->set = NULL;
+    s->size = 0;
+    s->ncpus = 0;
+}
+
+int psr_cpuset_copy(psr_cpuset_t *dst, const psr_cpuset_t *src)
+{
+    if (psr_cpuset_init(dst, src->ncpus)) return -1;
+    memcpy(dst->set, src->set, src->size);
+    return 0;
+}
+
+bool psr_cpuset_isset(const psr_cpuset_t *s, int cpu)
+{
+    return cpu >= 0 && cpu < s->ncpus && CPU_ISSET_S(cpu, s->size, s->set);
+}
+
+int psr_cpuset_affinity(psr_cpuset_t *s)
+{
+    for (int n = CPU_SETSIZE;; n *= 2) {
+        if (psr_cpuset_init(s, n)) return -1;
+        if (sched_getaffinity(0, s->size, s->set) == 0) return 0;
+        int e = errno;
+        psr_cpuset_free(s);
+        errno = e;
+        if (e != EINVAL || n >= (1 << 22)) return -1;
+    }
+}
+
+int psr_cpulist_parse(const char *s, psr_cpuset_t *set)
+{
+    CPU_ZERO_S(set->size, set->set);
     while (*s && *s != '\n') {
         char *end;
         errno = 0;
@@ -233,13 +254,34 @@ int psr_cpulist_parse(const char *s, cpu_set_t *set, int max)
             if (end == s || errno || hi < lo) return -1;
             s = end;
         }
-        if (hi >= max || hi >= CPU_SETSIZE) return -1;
-        for (long c = lo; c <= hi; c++) CPU_SET((int)c, set);
+        if (hi >= set->ncpus) return -1;
+        for (long c = lo; c <= hi; c++) CPU_SET_S((int)c, set->size, set->set);
         if (*s == ',') {
             if (!*++s || *s == '\n') return -1;
         } else if (*s && *s != '\n') {
             return -1;
         }
+    }
+    return 0;
+}
+
+int psr_cpulist_format(const psr_cpuset_t *set, char *buf, size_t len)
+{
+    size_t off = 0;
+    if (!len) return -1;
+    buf[0] = '\0';
+    for (int c = 0; c < set->ncpus; c++) {
+        if (!psr_cpuset_isset(set, c)) continue;
+        int hi = c;
+        while (psr_cpuset_isset(set, hi + 1)) hi++;
+        int n = hi == c ? snprintf(buf + off, len - off, "%s%d", off ? "," : "", c)
+                        : snprintf(buf + off, len - off, "%s%d-%d", off ? "," : "", c, hi);
+        if (n < 0 || (size_t)n >= len - off) {
+            buf[off] = '\0'; /* the entries that fit whole */
+            return -1;
+        }
+        off += (size_t)n;
+        c = hi;
     }
     return 0;
 }

@@ -48,15 +48,36 @@ int psr_cli_parse(int argc, char **argv, psr_opts_t *opts, char *err, size_t err
 
 void psr_opts_free(psr_opts_t *opts);
 
-/* Parse a Linux CPU list ("0-3,8,10-11", as in sysfs) into the set of the
- * CPUs it names (cleared first): 0, or -1 when it is malformed or names a
- * CPU >= max (at most CPU_SETSIZE). */
-int psr_cpulist_parse(const char *s, cpu_set_t *set, int max);
+/* A set of CPUs of any count (CPU_ALLOC): hosts may have more than the
+ * CPU_SETSIZE (1024) of a cpu_set_t. */
+typedef struct {
+    cpu_set_t *set;
+    size_t size; /* bytes: for the CPU_*_S macros and sched_setaffinity */
+    int ncpus;   /* CPUs 0..ncpus-1 fit */
+} psr_cpuset_t;
+
+/* An empty set that holds CPUs 0..ncpus-1: 0, or -1 without memory. */
+int psr_cpuset_init(psr_cpuset_t *s, int ncpus);
+void psr_cpuset_free(psr_cpuset_t *s);
+int psr_cpuset_copy(psr_cpuset_t *dst, const psr_cpuset_t *src);
+bool psr_cpuset_isset(const psr_cpuset_t *s, int cpu);
+
+/* The CPUs this process may run on, in a set as large as the kernel
+ * needs (it refuses a mask shorter than its CPU count): 0, or -1 with
+ * errno. */
+int psr_cpuset_affinity(psr_cpuset_t *s);
+
+/* Parse a Linux CPU list ("0-3,8,10-11", as in sysfs) into set (cleared
+ * first): 0, or -1 when it is malformed or names a CPU the set cannot
+ * hold. */
+int psr_cpulist_parse(const char *s, psr_cpuset_t *set);
 
 /* The CPUs of set as such a list, ranges joined ("0-3,8,10-11"; "" for
  * none), into buf of len bytes: 0, or -1 when it does not fit (buf then
- * holds the entries that fit whole). */
-int psr_cpulist_format(const cpu_set_t *set, char *buf, size_t len);
+ * holds the entries that fit whole). Every list fits in
+ * PSR_CPULIST_MAX(ncpus) bytes. */
+int psr_cpulist_format(const psr_cpuset_t *set, char *buf, size_t len);
+#define PSR_CPULIST_MAX(ncpus) ((size_t)(ncpus) * 8 + 1)
 
 /* The usage text, for --help and errors. */
 extern const char psr_usage[];

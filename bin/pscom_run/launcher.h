@@ -60,7 +60,7 @@ typedef struct psr_job {
     uid_t uid;
     gid_t gid;
     pmix_proc_t server_id;      /* the launcher's own PMIx identity */
-    cpu_set_t *binds;           /* --bind-to: the CPU sets, nbinds of them */
+    psr_cpuset_t *binds;        /* --bind-to: the CPU sets, nbinds of them */
     int nbinds;
     char tmpdir[4096];          /* removed at exit */
 

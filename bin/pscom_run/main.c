@@ -139,18 +139,25 @@ static void write_stderr(void *arg, const char *text, size_t len)
     write_all(STDERR_FILENO, text, len);
 }
 
-/* The hardware threads of the core of CPU c (sysfs), or just c. */
-static void core_of(int c, cpu_set_t *core)
+/* Into core (as large as mine, cleared): the hardware threads of the
+ * core of CPU c (sysfs) that are in mine, or just c. */
+static void core_of(int c, const psr_cpuset_t *mine, psr_cpuset_t *core)
 {
-    char path[96], line[512];
+    char path[96];
     snprintf(path, sizeof(path), "/sys/devices/system/cpu/cpu%d/topology/thread_siblings_list", c);
     FILE *f = fopen(path, "re");
-    bool ok = f && fgets(line, sizeof(line), f) &&
-              psr_cpulist_parse(line, core, CPU_SETSIZE) == 0 && CPU_ISSET(c, core);
+    char *line = NULL;
+    size_t cap = 0;
+    bool ok = f && getline(&line, &cap, f) > 0 && psr_cpulist_parse(line, core) == 0 &&
+              psr_cpuset_isset(core, c);
+    free(line);
     if (f) fclose(f);
-    if (ok) return;
-    CPU_ZERO(core);
-    CPU_SET(c, core);
+    if (ok) {
+        CPU_AND_S(core->size, core->set, core->set, mine->set);
+        return;
+    }
+    CPU_ZERO_S(core->size, core->set);
+    CPU_SET_S(c, core->size, core->set);
 }
 
 /* --bind-to: process i gets the i-th core (all its hardware threads that
@@ -159,36 +166,42 @@ static void core_of(int c, cpu_set_t *core)
 static int assign_cpus(psr_job_t *job)
 {
     const char *what = job->opts->bind == PSR_BIND_CORE ? "core" : "hwthread";
-    cpu_set_t mine;
-    if (sched_getaffinity(0, sizeof(mine), &mine) != 0) {
-        psr_log(job, 0, "--bind-to %s: cannot read the CPUs pscom_run may use: %s%s", what,
-                strerror(errno), errno == EINVAL ? " (more than 1024 CPUs?)" : "");
+    psr_cpuset_t mine, set;
+    if (psr_cpuset_affinity(&mine) != 0) {
+        psr_log(job, 0, "--bind-to %s: cannot read the CPUs pscom_run may use: %s", what,
+                strerror(errno));
         return -1;
     }
-    job->binds = calloc((size_t)CPU_COUNT(&mine), sizeof(*job->binds));
-    if (!job->binds) {
-        psr_log(job, 0, "--bind-to %s: out of memory", what);
-        return -1;
-    }
-    for (int c = 0; c < CPU_SETSIZE; c++) {
-        if (!CPU_ISSET(c, &mine)) continue;
-        cpu_set_t set;
+    int rc = -1;
+    int count = CPU_COUNT_S(mine.size, mine.set);
+    job->binds = calloc((size_t)count, sizeof(*job->binds));
+    if (!job->binds || psr_cpuset_init(&set, mine.ncpus) != 0) goto out;
+    for (int c = 0; c < mine.ncpus; c++) {
+        if (!psr_cpuset_isset(&mine, c)) continue;
         if (job->opts->bind == PSR_BIND_CORE) {
-            core_of(c, &set);
-            CPU_AND(&set, &set, &mine);
+            core_of(c, &mine, &set);
         } else {
-            CPU_ZERO(&set);
-            CPU_SET(c, &set);
+            CPU_ZERO_S(set.size, set.set);
+            CPU_SET_S(c, set.size, set.set);
         }
         bool seen = false; /* a core met with a lower thread of it */
-        for (int b = 0; b < job->nbinds && !seen; b++) seen = CPU_EQUAL(&set, &job->binds[b]);
-        if (!seen) job->binds[job->nbinds++] = set;
+        for (int b = 0; b < job->nbinds && !seen; b++)
+            seen = CPU_EQUAL_S(set.size, set.set, job->binds[b].set);
+        if (!seen) {
+            if (psr_cpuset_copy(&job->binds[job->nbinds], &set) != 0) goto out;
+            job->nbinds++;
+        }
     }
     if (job->nbinds < job->nprocs)
         psr_log(job, 0, "--bind-to %s: %d processes on %d %s%s: some share one", what,
                 job->nprocs, job->nbinds, what, job->nbinds == 1 ? "" : "s");
     for (int i = 0; i < job->nprocs; i++) job->procs[i].bind = i % job->nbinds;
-    return 0;
+    rc = 0;
+out:
+    if (rc) psr_log(job, 0, "--bind-to %s: out of memory", what);
+    psr_cpuset_free(&set);
+    psr_cpuset_free(&mine);
+    return rc;
 }
 
 /* Build the job from the parsed options: namespaces, processes, tags. */
@@ -361,7 +374,7 @@ static int spawn(psr_job_t *job, psr_proc_t *p)
         }
         if (devnull >= 0) dup2(devnull, STDIN_FILENO);
         if (p->bind >= 0 &&
-            sched_setaffinity(0, sizeof(job->binds[p->bind]), &job->binds[p->bind]) != 0) {
+            sched_setaffinity(0, job->binds[p->bind].size, job->binds[p->bind].set) != 0) {
             const char *why = strerrordesc_np(errno);
             const char *msg[] = { "pscom_run: cannot bind '", app->argv[0],
                                   "' to its CPU: ", why ? why : "unknown error", "\n" };
@@ -390,7 +403,7 @@ static int spawn(psr_job_t *job, psr_proc_t *p)
     p->pid = pid;
     pthread_mutex_unlock(&job->lock);
     free_env(env);
-    char cpus[256] = "";
+    char cpus[256] = ""; /* the first CPUs of a long list */
     if (p->bind >= 0) psr_cpulist_format(&job->binds[p->bind], cpus, sizeof(cpus));
     psr_log(job, 2, "started %s rank %u as pid %ld%s%s", p->id.nspace, p->id.rank, (long)pid,
             p->bind >= 0 ? " on CPUs " : "", cpus);
@@ -682,6 +695,7 @@ static void job_free(psr_job_t *job)
     for (int a = 0; job->apps && a < job->napps; a++) free(job->apps[a].argv);
     free(job->apps);
     free(job->procs);
+    for (int b = 0; b < job->nbinds; b++) psr_cpuset_free(&job->binds[b]);
     free(job->binds);
     if (job->wake_fd[0] >= 0) close(job->wake_fd[0]);
     if (job->wake_fd[1] >= 0) close(job->wake_fd[1]);

@@ -726,14 +726,19 @@ static void rank_list(char *buf, size_t len, int n)
 static int add_locality(psr_job_t *job, const psr_proc_t *p, void *sub)
 {
     if (p->bind < 0) return 0;
-    char list[6 + 8192] = "hwloc:"; /* 1024 CPUs listed singly fit */
-    if (psr_cpulist_format(&job->binds[p->bind], list + 6, sizeof(list) - 6) != 0) return 0;
+    const psr_cpuset_t *set = &job->binds[p->bind];
+    size_t len = 6 + PSR_CPULIST_MAX(set->ncpus);
+    char *list = malloc(len);
+    if (!list) return -1;
+    strcpy(list, "hwloc:");
+    psr_cpulist_format(set, list + 6, len - 6); /* it fits */
     int rc = list_add(sub, PMIX_CPUSET, list, PMIX_STRING);
     /* A writable string: the 4.2 library writes into what it parses. */
     pmix_cpuset_t cs = { 0 };
-    if (PMIx_Parse_cpuset_string(list, &cs) != PMIX_SUCCESS) {
-        psr_log(job, 1, "PMIx cannot read the CPU set %s of %s rank %u", list, p->id.nspace,
-                p->id.rank);
+    bool parsed = PMIx_Parse_cpuset_string(list, &cs) == PMIX_SUCCESS;
+    free(list);
+    if (!parsed) {
+        psr_log(job, 1, "PMIx cannot read the CPU set of %s rank %u", p->id.nspace, p->id.rank);
         return rc;
     }
     char *loc = NULL;

@@ -258,9 +258,13 @@ class Cases:
             core = siblings(c) & set(subset)
             if core not in cores:
                 cores.append(core)
-        for how, units in (("hwthread", [{c} for c in subset]), ("core", cores)):
+        # pscom_run_bigmask: the same where the kernel wants affinity masks
+        # longer than a cpu_set_t (more than 1024 CPUs).
+        for launcher, how, units in [(l, h, u) for l in (self.R, self.c("pscom_run_bigmask"))
+                                     for h, u in (("hwthread", [{c} for c in subset]),
+                                                  ("core", cores))]:
             n = len(units) + 1  # one more than there are: the first is used twice
-            r = launch(taskset + [self.R, "--bind-to", how, "--tag-output", "-n", "1"] + show +
+            r = launch(taskset + [launcher, "--bind-to", how, "--tag-output", "-n", "1"] + show +
                        [":", "-n", str(n - 1)] + show)
             expect(r, 0)
             lines = {l.split(" ", 1)[0]: l for l in r.out.splitlines() if "Cpus_allowed" in l}

@@ -80,32 +80,76 @@ static void test_cli_mpmd_and_options(void **state)
 static void test_cpulist(void **state)
 {
     (void)state;
-    cpu_set_t set;
-    assert_int_equal(psr_cpulist_parse("0-3,8,10-11\n", &set, 128), 0);
+    psr_cpuset_t set, back;
+    assert_int_equal(psr_cpuset_init(&set, 128), 0);
+    assert_int_equal(psr_cpulist_parse("0-3,8,10-11\n", &set), 0);
     for (int c = 0; c < 128; c++)
-        assert_int_equal(!!CPU_ISSET(c, &set), c <= 3 || c == 8 || c == 10 || c == 11);
-    assert_int_equal(psr_cpulist_parse("5", &set, 128), 0);
-    assert_true(CPU_ISSET(5, &set) && !CPU_ISSET(4, &set) && !CPU_ISSET(0, &set));
-    assert_int_equal(psr_cpulist_parse("", &set, 128), 0); /* no CPU */
-    assert_int_equal(CPU_COUNT(&set), 0);
+        assert_int_equal(psr_cpuset_isset(&set, c), c <= 3 || c == 8 || c == 10 || c == 11);
+    assert_false(psr_cpuset_isset(&set, -1));
+    assert_false(psr_cpuset_isset(&set, 128));
+    assert_int_equal(psr_cpulist_parse("5", &set), 0);
+    assert_true(psr_cpuset_isset(&set, 5) && !psr_cpuset_isset(&set, 4) &&
+                !psr_cpuset_isset(&set, 0));
+    assert_int_equal(psr_cpulist_parse("", &set), 0); /* no CPU */
+    assert_int_equal(CPU_COUNT_S(set.size, set.set), 0);
     const char *bad[] = {"x", "1-", "3-1", "1,", "1,,2", "-1", "1 2", "128", "0-128", "1;2"};
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
-        assert_int_equal(psr_cpulist_parse(bad[i], &set, 128), -1);
+        assert_int_equal(psr_cpulist_parse(bad[i], &set), -1);
+    psr_cpuset_free(&set);
 
-    /* Formatting: ranges joined, and back through the parser. */
+    /* Formatting: ranges joined, and back through the parser; also CPUs
+     * beyond the 1024 of a cpu_set_t. */
     char buf[64];
-    const char *lists[] = {"0-3,8,10-11", "5", "", "0,2,4", "1-2,1023"};
+    const char *lists[] = {"0-3,8,10-11", "5", "", "0,2,4", "1-2,1023", "1024",
+                           "0,1023-1025,8191", "4000-8191"};
     for (size_t i = 0; i < sizeof(lists) / sizeof(lists[0]); i++) {
-        cpu_set_t back;
-        assert_int_equal(psr_cpulist_parse(lists[i], &set, CPU_SETSIZE), 0);
+        assert_int_equal(psr_cpuset_init(&set, 8192), 0);
+        assert_int_equal(psr_cpulist_parse(lists[i], &set), 0);
         assert_int_equal(psr_cpulist_format(&set, buf, sizeof(buf)), 0);
         assert_string_equal(buf, lists[i]);
-        assert_int_equal(psr_cpulist_parse(buf, &back, CPU_SETSIZE), 0);
-        assert_true(CPU_EQUAL(&set, &back));
+        assert_int_equal(psr_cpuset_copy(&back, &set), 0);
+        assert_int_equal(psr_cpulist_parse(buf, &back), 0);
+        assert_true(CPU_EQUAL_S(set.size, set.set, back.set));
+        psr_cpuset_free(&back);
+        psr_cpuset_free(&set);
     }
-    assert_int_equal(psr_cpulist_parse("0,2,4,6,8,10", &set, 128), 0);
+    assert_int_equal(psr_cpuset_init(&set, 1024), 0);
+    assert_int_equal(psr_cpulist_parse("1024", &set), -1); /* does not fit */
+    assert_int_equal(psr_cpulist_parse("0,2,4,6,8,10", &set), 0);
     assert_int_equal(psr_cpulist_format(&set, buf, 7), -1); /* "0,2,4,6" */
     assert_string_equal(buf, "0,2,4");
+    psr_cpuset_free(&set);
+
+    /* The longest lists fit in PSR_CPULIST_MAX: every other CPU, and
+     * pairs, of a set of 70000. */
+    int n = 70000;
+    size_t max = PSR_CPULIST_MAX(n);
+    char *big = malloc(max);
+    assert_non_null(big);
+    assert_int_equal(psr_cpuset_init(&set, n), 0);
+    for (int step = 2; step <= 3; step++) {
+        CPU_ZERO_S(set.size, set.set);
+        for (int c = 0; c < n; c += step) {
+            CPU_SET_S(c, set.size, set.set);
+            if (step == 3 && c + 1 < n) CPU_SET_S(c + 1, set.size, set.set);
+        }
+        assert_int_equal(psr_cpulist_format(&set, big, max), 0);
+        assert_int_equal(psr_cpuset_copy(&back, &set), 0);
+        assert_int_equal(psr_cpulist_parse(big, &back), 0);
+        assert_true(CPU_EQUAL_S(set.size, set.set, back.set));
+        psr_cpuset_free(&back);
+    }
+    psr_cpuset_free(&set);
+    free(big);
+
+    /* This process's CPUs, as the kernel reports them. */
+    cpu_set_t small;
+    assert_int_equal(sched_getaffinity(0, sizeof(small), &small), 0);
+    assert_int_equal(psr_cpuset_affinity(&set), 0);
+    assert_true(set.ncpus >= CPU_SETSIZE);
+    for (int c = 0; c < set.ncpus; c++)
+        assert_int_equal(psr_cpuset_isset(&set, c), c < CPU_SETSIZE && CPU_ISSET(c, &small));
+    psr_cpuset_free(&set);
 }
 
 static void test_cli_errors(void **state)
