@@ -236,7 +236,7 @@ int psr_cpuset_affinity(psr_cpuset_t *s)
         int e = errno;
         psr_cpuset_free(s);
         errno = e;
-        if (e != EINVAL || n >= (1 << 22)) return -1;
+        if (e != EINVAL || n >= PSR_CPUSET_MAX) return -1;
     }
 }
 

@@ -56,15 +56,19 @@ typedef struct {
     int ncpus;   /* CPUs 0..ncpus-1 fit */
 } psr_cpuset_t;
 
-/* An empty set that holds CPUs 0..ncpus-1: 0, or -1 without memory. */
+/* An empty set that holds CPUs 0..ncpus-1, the caller's to release with
+ * psr_cpuset_free (also after a failed init: it leaves no memory): 0, or
+ * -1 without memory. */
 int psr_cpuset_init(psr_cpuset_t *s, int ncpus);
 void psr_cpuset_free(psr_cpuset_t *s);
+/* A new set into dst (whatever it held is not freed) equal to src, the
+ * caller's to release: 0, or -1 without memory. */
 int psr_cpuset_copy(psr_cpuset_t *dst, const psr_cpuset_t *src);
 bool psr_cpuset_isset(const psr_cpuset_t *s, int cpu);
 
 /* The CPUs this process may run on, in a set as large as the kernel
- * needs (it refuses a mask shorter than its CPU count): 0, or -1 with
- * errno. */
+ * needs (it refuses a mask shorter than its CPU count; at most
+ * PSR_CPUSET_MAX CPUs): 0, or -1 with errno. */
 int psr_cpuset_affinity(psr_cpuset_t *s);
 
 /* Parse a Linux CPU list ("0-3,8,10-11", as in sysfs) into set (cleared
@@ -77,7 +81,12 @@ int psr_cpulist_parse(const char *s, psr_cpuset_t *set);
  * holds the entries that fit whole). Every list fits in
  * PSR_CPULIST_MAX(ncpus) bytes. */
 int psr_cpulist_format(const psr_cpuset_t *set, char *buf, size_t len);
+/* The costliest list per CPU alternates pairs and gaps ("0-1,3-4,..."):
+ * 2d+2 bytes per 3 CPUs with d digits (single CPUs: d+1 per 2). CPU
+ * numbers below PSR_CPUSET_MAX have at most 7 digits: 16 bytes per 3 CPUs,
+ * well below 8 per CPU; the 1 is the terminating NUL. */
 #define PSR_CPULIST_MAX(ncpus) ((size_t)(ncpus) * 8 + 1)
+#define PSR_CPUSET_MAX (1 << 22)
 
 /* The usage text, for --help and errors. */
 extern const char psr_usage[];

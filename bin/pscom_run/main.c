@@ -139,8 +139,8 @@ static void write_stderr(void *arg, const char *text, size_t len)
     write_all(STDERR_FILENO, text, len);
 }
 
-/* Into core (as large as mine, cleared): the hardware threads of the
- * core of CPU c (sysfs) that are in mine, or just c. */
+/* Into core (a set as large as mine; cleared here): the hardware threads
+ * of the core of CPU c (sysfs) that are in mine, or just c. */
 static void core_of(int c, const psr_cpuset_t *mine, psr_cpuset_t *core)
 {
     char path[96];
@@ -166,7 +166,7 @@ static void core_of(int c, const psr_cpuset_t *mine, psr_cpuset_t *core)
 static int assign_cpus(psr_job_t *job)
 {
     const char *what = job->opts->bind == PSR_BIND_CORE ? "core" : "hwthread";
-    psr_cpuset_t mine, set;
+    psr_cpuset_t mine, set = { 0 };
     if (psr_cpuset_affinity(&mine) != 0) {
         psr_log(job, 0, "--bind-to %s: cannot read the CPUs pscom_run may use: %s", what,
                 strerror(errno));
@@ -175,7 +175,7 @@ static int assign_cpus(psr_job_t *job)
     int rc = -1;
     int count = CPU_COUNT_S(mine.size, mine.set);
     job->binds = calloc((size_t)count, sizeof(*job->binds));
-    if (!job->binds || psr_cpuset_init(&set, mine.ncpus) != 0) goto out;
+    if (!job->binds || psr_cpuset_init(&set, mine.ncpus) != 0) goto free_sets;
     for (int c = 0; c < mine.ncpus; c++) {
         if (!psr_cpuset_isset(&mine, c)) continue;
         if (job->opts->bind == PSR_BIND_CORE) {
@@ -188,7 +188,7 @@ static int assign_cpus(psr_job_t *job)
         for (int b = 0; b < job->nbinds && !seen; b++)
             seen = CPU_EQUAL_S(set.size, set.set, job->binds[b].set);
         if (!seen) {
-            if (psr_cpuset_copy(&job->binds[job->nbinds], &set) != 0) goto out;
+            if (psr_cpuset_copy(&job->binds[job->nbinds], &set) != 0) goto free_sets;
             job->nbinds++;
         }
     }
@@ -197,7 +197,7 @@ static int assign_cpus(psr_job_t *job)
                 job->nprocs, job->nbinds, what, job->nbinds == 1 ? "" : "s");
     for (int i = 0; i < job->nprocs; i++) job->procs[i].bind = i % job->nbinds;
     rc = 0;
-out:
+free_sets:
     if (rc) psr_log(job, 0, "--bind-to %s: out of memory", what);
     psr_cpuset_free(&set);
     psr_cpuset_free(&mine);
@@ -403,8 +403,9 @@ static int spawn(psr_job_t *job, psr_proc_t *p)
     p->pid = pid;
     pthread_mutex_unlock(&job->lock);
     free_env(env);
-    char cpus[256] = ""; /* the first CPUs of a long list */
-    if (p->bind >= 0) psr_cpulist_format(&job->binds[p->bind], cpus, sizeof(cpus));
+    char cpus[256] = "";
+    if (p->bind >= 0 && psr_cpulist_format(&job->binds[p->bind], cpus, sizeof(cpus) - 4) != 0)
+        strcat(cpus, ",..."); /* the first CPUs of a long list */
     psr_log(job, 2, "started %s rank %u as pid %ld%s%s", p->id.nspace, p->id.rank, (long)pid,
             p->bind >= 0 ? " on CPUs " : "", cpus);
     return 0;

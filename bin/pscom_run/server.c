@@ -738,7 +738,10 @@ static int add_locality(psr_job_t *job, const psr_proc_t *p, void *sub)
     bool parsed = PMIx_Parse_cpuset_string(list, &cs) == PMIX_SUCCESS;
     free(list);
     if (!parsed) {
-        psr_log(job, 1, "PMIx cannot read the CPU set of %s rank %u", p->id.nspace, p->id.rank);
+        char head[200];
+        if (psr_cpulist_format(set, head, sizeof(head) - 4) != 0) strcat(head, ",...");
+        psr_log(job, 1, "PMIx cannot read the CPU set hwloc:%s of %s rank %u", head,
+                p->id.nspace, p->id.rank);
         return rc;
     }
     char *loc = NULL;

@@ -10,8 +10,11 @@
  *                       --unconnected: nobody connected to the victim yet,
  *                       so only the PMIx event can fail the receive
  *   events [--peers]    handler precedence, chaining and removal with events
- *                       notified to this process; --peers: rank 0 notifies
- *                       the job, every rank's handler sees it
+ *                       notified to this process; a lookup from a handler
+ *                       waits without pscom progress when pscom progress
+ *                       runs the handler, with it when pscom_pmix_progress
+ *                       does; --peers: rank 0 notifies the job, every
+ *                       rank's handler sees it
  *   pubsub-server SVC RANGE   publish, serve one client, unpublish
  *   pubsub-client SVC RANGE   look up (waiting), connect, exchange
  *   singleton           no launcher: a 1-process job that still works
@@ -622,15 +625,31 @@ static int g_handled;
 static char g_text_seen[64];
 static int g_ranks_seen[4];
 static size_t g_nranks_seen;
-/* fire() runs pscom progress only, so that handlers run from inside it
- * (the event pipe's callback) and not from pscom_pmix_progress(). */
-static bool g_pscom_progress_only;
+/* Who runs the handlers in fire(): both pscom_test_any() and
+ * pscom_pmix_progress() in turn; pscom progress only (the event pipe's
+ * callback); pscom_pmix_progress() only. */
+enum dispatch { BY_BOTH, BY_PSCOM, BY_PMIX_PROGRESS };
+static enum dispatch g_dispatch;
 static bool g_in_pscom_progress;   /* fire() is inside pscom_test_any() */
-/* A readable pipe in pscom's descriptor set: its callback runs on every
- * round of pscom progress until it has drained the pipe. A handler writes
- * to it before its lookup; the callback must not run inside the lookup. */
+/* A pipe in pscom's descriptor set (hot: looked at in every round of
+ * progress), made readable by a lookup handler just before its lookup; the
+ * callback drains it. Run by pscom progress, the handler's lookup must
+ * wait without progress, so the callback must not run inside it. Run by
+ * pscom_pmix_progress(), the lookup progresses pscom: it waits for a
+ * service that the callback publishes (g_probe_service), so it returns
+ * only when the callback ran inside it. */
 static int g_probe[2] = {-1, -1};
 static bool g_in_lookup, g_probe_in_lookup, g_probe_ran;
+static char g_probe_service[64];
+static char *g_probe_ep;        /* what it publishes: this rank's endpoint */
+static pmix_info_t g_probe_info;
+
+static void on_probe_published(pmix_status_t status, void *cbdata)
+{
+    (void)cbdata;
+    /* On PMIx's thread: nothing here that the main thread writes. */
+    CHECK(status == PMIX_SUCCESS, "publish from the probe: %s", PMIx_Error_string(status));
+}
 
 static void on_probe(int fd, uint32_t events, void *arg)
 {
@@ -640,7 +659,14 @@ static void on_probe(int fd, uint32_t events, void *arg)
     while (read(fd, buf, sizeof(buf)) > 0)
         ;
     g_probe_ran = true;
-    if (g_in_lookup) g_probe_in_lookup = true;
+    if (!g_in_lookup) return;
+    g_probe_in_lookup = true;
+    if (g_probe_service[0]) {
+        /* Without a wait: this runs inside pscom progress. */
+        PMIX_INFO_LOAD(&g_probe_info, g_probe_service, g_probe_ep, PMIX_STRING);
+        CHECK(PMIx_Publish_nb(&g_probe_info, 1, on_probe_published, NULL) == PMIX_SUCCESS,
+              "PMIx_Publish_nb %s", g_probe_service);
+    }
 }
 
 static int on_ev(pscom_pmix_job_t *job, const pscom_pmix_event_t *ev,
@@ -668,24 +694,46 @@ static int on_ev(pscom_pmix_job_t *job, const pscom_pmix_event_t *ev,
     if (h->lookup) {
         /* From a handler that pscom progress runs, the lookup waits without
          * progress (pscom_pmix.h): no pscom wait nests inside the round that
-         * runs the handler, so no descriptor callback runs meanwhile. */
-        if (g_pscom_progress_only) {
-            CHECK(g_in_pscom_progress, "%s ran outside pscom progress", h->name);
+         * runs the handler, so no descriptor callback runs meanwhile. From
+         * one that pscom_pmix_progress() runs, it progresses pscom: it
+         * waits for the service that the probe's callback publishes. */
+        bool singleton = pscom_pmix_is_singleton(job);
+        bool probe_publishes = g_dispatch == BY_PMIX_PROGRESS && !singleton;
+        if (g_dispatch != BY_BOTH) {
+            CHECK(g_in_pscom_progress == (g_dispatch == BY_PSCOM),
+                  "%s ran %s pscom progress", h->name,
+                  g_in_pscom_progress ? "inside" : "outside");
             CHECK(write(g_probe[1], "p", 1) == 1, "write to the probe pipe");
+        }
+        const char *service = "pscom-test-from-a-handler";
+        if (probe_publishes) {
+            snprintf(g_probe_service, sizeof(g_probe_service), "pscom-test-probe-%d", g_rank);
+            service = g_probe_service;
+            step("%s: a lookup that only the probe's callback can answer", h->name);
         }
         char *ep = NULL;
         g_in_lookup = true;
-        pscom_err_t rc = pscom_pmix_lookup(job, "pscom-test-from-a-handler",
-                                           PSCOM_PMIX_RANGE_DEFAULT, 0, 0, &ep);
+        g_probe_in_lookup = false;
+        pscom_err_t rc = pscom_pmix_lookup(job, service, PSCOM_PMIX_RANGE_DEFAULT,
+                                           probe_publishes, 0, &ep);
         int e = errno;
         g_in_lookup = false;
-        CHECK(!g_probe_in_lookup, "%s: the lookup's wait ran pscom progress "
-              "(a descriptor callback) from inside pscom progress", h->name);
-        CHECK(rc == PSCOM_ERR_STDERROR &&
-                  (pscom_pmix_is_singleton(job) ? e == ENOTCONN
-                                                : e == ENOENT || e == ETIMEDOUT),
-              "%s: lookup from a handler: %s (%s)", h->name, pscom_err_str(rc),
-              strerror(e));
+        if (g_dispatch == BY_PSCOM)
+            CHECK(!g_probe_in_lookup, "%s: the lookup's wait ran pscom progress "
+                  "(a descriptor callback) from inside pscom progress", h->name);
+        if (probe_publishes) {
+            CHECK(rc == PSCOM_SUCCESS && g_probe_in_lookup && !strcmp(ep, g_probe_ep),
+                  "%s: lookup of %s: %s (%s)", h->name, service, pscom_err_str(rc),
+                  strerror(e));
+            free(ep);
+            g_probe_service[0] = '\0';
+            PMIX_INFO_DESTRUCT(&g_probe_info);
+        } else {
+            CHECK(rc == PSCOM_ERR_STDERROR &&
+                      (singleton ? e == ENOTCONN : e == ENOENT || e == ETIMEDOUT),
+                  "%s: lookup from a handler: %s (%s)", h->name, pscom_err_str(rc),
+                  strerror(e));
+        }
         h->lookup++;
     }
     return h->ret;
@@ -721,10 +769,12 @@ static void fire(pscom_pmix_job_t *job, int code, int rank, const char *text)
     size_t last = (size_t)-1;
     double settled = 0;
     while (now_s() - t0 < 10) {
-        g_in_pscom_progress = true;
-        pscom_test_any();
-        g_in_pscom_progress = false;
-        if (!g_pscom_progress_only) pscom_pmix_progress(job);
+        if (g_dispatch != BY_PMIX_PROGRESS) {
+            g_in_pscom_progress = true;
+            pscom_test_any();
+            g_in_pscom_progress = false;
+        }
+        if (g_dispatch != BY_PSCOM) pscom_pmix_progress(job);
         if (g_handled > before) break;
         if (g_nlog != last) {
             last = g_nlog;
@@ -788,21 +838,26 @@ static int test_events(int peers)
     CHECK(!strcmp(g_text_seen, "x-text"), "text \"%s\"", g_text_seen);
     CHECK(g_nranks_seen == 1 && g_ranks_seen[0] == me, "ranks of the event");
 
-    s3.lookup = 1;
+    CHECK(pscom_socket_get_ep_str(sock, &g_probe_ep) == PSCOM_SUCCESS, "endpoint string");
     CHECK(pipe2(g_probe, O_NONBLOCK | O_CLOEXEC) == 0 &&
               pscom_plugin_fd_add(g_probe[0], EPOLLIN, 1, on_probe, NULL) == 0,
           "probe pipe: %s", strerror(errno));
-    g_pscom_progress_only = true;
-    fire(job, EV_Y, -1, NULL);
-    g_pscom_progress_only = false;
-    /* The probe works: pscom progress after the handler runs its callback. */
-    for (double t0 = now_s(); !g_probe_ran && now_s() - t0 < 10;) pscom_test_any();
-    CHECK(g_probe_ran, "the probe's callback never ran");
+    for (g_dispatch = BY_PSCOM; g_dispatch <= BY_PMIX_PROGRESS; g_dispatch++) {
+        s3.lookup = 1;
+        g_probe_ran = false;
+        fire(job, EV_Y, -1, NULL);
+        expect_log("event Y", "S3 G1 D1 D2 ");
+        CHECK(s3.lookup == 2, "S3 did not look up");
+        /* The probe works: pscom progress after the handler runs its
+         * callback (if the lookup did not). */
+        for (double t0 = now_s(); !g_probe_ran && now_s() - t0 < 10;) pscom_test_any();
+        CHECK(g_probe_ran, "the probe's callback never ran");
+    }
+    g_dispatch = BY_BOTH;
     pscom_plugin_fd_del(g_probe[0]);
     close(g_probe[0]);
     close(g_probe[1]);
-    expect_log("event Y", "S3 G1 D1 D2 ");
-    CHECK(s3.lookup == 2, "S3 did not look up");
+    pscom_socket_free_ep_str(g_probe_ep);
     CHECK(g_nranks_seen == 0, "event Y names no rank");
 
     fire(job, EV_Z, -1, NULL);

@@ -28,14 +28,21 @@ static uint32_t seed(int src, int dst, int round)
     return (uint32_t)(src * 7919 + dst * 131 + round * 1009 + 1);
 }
 
+/* CPU sets of this many CPUs (CPU_ALLOC): more than Linux numbers (8192),
+ * not just the 1024 of a cpu_set_t. */
+#define NCPUS 32768
+#define SETSIZE CPU_ALLOC_SIZE(NCPUS)
+
 static void pin_two_cores(void)
 {
-    cpu_set_t set;
-    CPU_ZERO(&set);
-    CPU_SET(cores[0], &set);
-    CPU_SET(cores[1], &set);
-    ITEST_ASSERT(sched_setaffinity(0, sizeof(set), &set) == 0,
+    cpu_set_t *set = CPU_ALLOC(NCPUS);
+    ITEST_ASSERT(set, "out of memory");
+    CPU_ZERO_S(SETSIZE, set);
+    CPU_SET_S(cores[0], SETSIZE, set);
+    CPU_SET_S(cores[1], SETSIZE, set);
+    ITEST_ASSERT(sched_setaffinity(0, SETSIZE, set) == 0,
                  "sched_setaffinity(cores %d,%d)", cores[0], cores[1]);
+    CPU_FREE(set);
 }
 
 static int rank_of(pscom_connection_t *con)
@@ -151,16 +158,16 @@ int main(void)
     itest_child_t kids[NPROC];
     itest_child_t *list[NPROC];
     char *eps[NPROC];
-    cpu_set_t set;
 
     setenv("PSCOM_TEST_TRANSPORT", "shm", 1);
     itest_watchdog(OVERSUB_TIMEOUT + 10);
     /* The first two cores this process may run on. */
-    ITEST_ASSERT(sched_getaffinity(0, sizeof(set), &set) == 0,
-                 "sched_getaffinity");
+    cpu_set_t *set = CPU_ALLOC(NCPUS);
+    ITEST_ASSERT(set && sched_getaffinity(0, SETSIZE, set) == 0, "sched_getaffinity");
     int n = 0;
-    for (int c = 0; c < CPU_SETSIZE && n < 2; c++)
-        if (CPU_ISSET(c, &set)) cores[n++] = c;
+    for (int c = 0; c < NCPUS && n < 2; c++)
+        if (CPU_ISSET_S(c, SETSIZE, set)) cores[n++] = c;
+    CPU_FREE(set);
     if (n == 1) cores[1] = cores[0];
     itest_note("%d processes on cores %d,%d, %d rounds of all-to-all, "
                "PSP_SCHED_YIELD=%s", NPROC, cores[0], cores[1], ROUNDS,

@@ -15,11 +15,24 @@
 
 #include "tclient.h"
 
+/* CPU sets of this many CPUs (CPU_ALLOC): more than Linux numbers (8192),
+ * not just the 1024 of a cpu_set_t. */
+#define NCPUS 32768
+#define SETSIZE CPU_ALLOC_SIZE(NCPUS)
+
+static cpu_set_t *new_set(void)
+{
+    cpu_set_t *set = CPU_ALLOC(NCPUS);
+    T_CHECK(set, "out of memory");
+    CPU_ZERO_S(SETSIZE, set);
+    return set;
+}
+
 /* "hwloc:0-3,8" (PMIx 4's form) or "0-3,8" (Open MPI 4's mpirun) into the
  * set it names; false when it is neither. */
 static bool parse_cpuset(const char *s, cpu_set_t *set)
 {
-    CPU_ZERO(set);
+    CPU_ZERO_S(SETSIZE, set);
     if (strncmp(s, "hwloc:", 6) == 0) s += 6;
     if (!*s) return false;
     while (*s) {
@@ -31,8 +44,8 @@ static bool parse_cpuset(const char *s, cpu_set_t *set)
             hi = strtol(s, &end, 10);
             if (end == s || hi < lo) return false;
         }
-        if (hi >= CPU_SETSIZE) return false;
-        for (long c = lo; c <= hi; c++) CPU_SET((int)c, set);
+        if (hi >= NCPUS) return false;
+        for (long c = lo; c <= hi; c++) CPU_SET_S((int)c, SETSIZE, set);
         s = end;
         if (*s == ',') s++;
         else if (*s) return false;
@@ -71,12 +84,13 @@ int main(int argc, char **argv)
         PMIx_Finalize(NULL, 0);
         return 0;
     }
-    cpu_set_t mine, told;
-    T_CHECK(sched_getaffinity(0, sizeof(mine), &mine) == 0, "sched_getaffinity failed");
+    cpu_set_t *mine = new_set(), *told = new_set(), *theirs = new_set();
+    T_CHECK(sched_getaffinity(0, SETSIZE, mine) == 0, "sched_getaffinity failed");
     T_CHECK(cpus, "no PMIX_CPUSET for this process");
-    T_CHECK(parse_cpuset(cpus, &told), "PMIX_CPUSET '%s' is no hwloc CPU list", cpus);
-    T_CHECK(CPU_EQUAL(&mine, &told), "PMIX_CPUSET '%s', but this process may run on %d CPUs",
-            cpus, CPU_COUNT(&mine));
+    T_CHECK(parse_cpuset(cpus, told), "PMIX_CPUSET '%s' is no hwloc CPU list", cpus);
+    T_CHECK(CPU_EQUAL_S(SETSIZE, mine, told),
+            "PMIX_CPUSET '%s', but this process may run on %d CPUs", cpus,
+            CPU_COUNT_S(SETSIZE, mine));
     T_CHECK(loc, "no PMIX_LOCALITY_STRING for a process on CPUs %s", cpus);
 
     pmix_proc_t wc = t_me;
@@ -86,10 +100,9 @@ int main(int argc, char **argv)
         if (r == t_me.rank) continue;
         pmix_proc_t peer = t_me;
         peer.rank = r;
-        cpu_set_t theirs;
         char *pcpus = get_string(&peer, PMIX_CPUSET);
         char *ploc = get_string(&peer, PMIX_LOCALITY_STRING);
-        T_CHECK(pcpus && parse_cpuset(pcpus, &theirs), "rank %u: PMIX_CPUSET '%s'", r,
+        T_CHECK(pcpus && parse_cpuset(pcpus, theirs), "rank %u: PMIX_CPUSET '%s'", r,
                 pcpus ? pcpus : "(none)");
         T_CHECK(ploc, "rank %u has no PMIX_LOCALITY_STRING", r);
         pmix_locality_t rel = 0;
@@ -111,7 +124,7 @@ int main(int argc, char **argv)
             free(b);
         }
         T_STATUS(rc, PMIX_SUCCESS, "PMIx_Get_relative_locality");
-        bool same = CPU_EQUAL(&mine, &theirs);
+        bool same = CPU_EQUAL_S(SETSIZE, mine, theirs);
         bool core = (rel & PMIX_LOCALITY_SHARE_CORE) != 0;
         T_CHECK(same == core, "rank %u on %s (%s), this one on %s (%s): relative locality "
                 "0x%x %s a core", r, pcpus, ploc, cpus, loc, rel,
@@ -120,6 +133,9 @@ int main(int argc, char **argv)
         free(ploc);
     }
     printf("locality ok %s %s\n", cpus, loc);
+    CPU_FREE(mine);
+    CPU_FREE(told);
+    CPU_FREE(theirs);
     free(cpus);
     free(loc);
     PMIx_Finalize(NULL, 0);
