@@ -314,8 +314,6 @@ void stats(double *t, unsigned n, double *median, double *p99)
 
 /* A set as large as the CPU number needs: hosts may have more CPUs than
  * the 1024 of a cpu_set_t. */
-#define CPU_LIMIT (1 << 22)
-
 void pin_cpu(int cpu)
 {
     if (cpu < 0)
@@ -344,6 +342,10 @@ void bench_opts_init(struct bench_opts *o)
     o->cpu_client = -1;
 }
 
+/* The largest CPU number --cpu takes (Linux numbers CPUs below 8192): it
+ * bounds the set pin_cpu allocates, 512 KiB. */
+#define CPU_LIMIT (1 << 22)
+
 static void parse_cpus(struct bench_opts *o, const char *arg)
 {
     char *end;
@@ -356,11 +358,9 @@ static void parse_cpus(struct bench_opts *o, const char *arg)
         if (end == s)
             b = -1;
     }
-    /* Linux numbers CPUs below 8192; the limit bounds the set pin_cpu
-     * allocates (512 KiB). */
     if (*end || a < 0 || b < 0 || a >= CPU_LIMIT || b >= CPU_LIMIT) {
-        fprintf(stderr, "%s: --cpu needs two core numbers A,B, not '%s'\n",
-                bench_prog, arg);
+        fprintf(stderr, "%s: --cpu needs two core numbers A,B (below %d), not '%s'\n",
+                bench_prog, CPU_LIMIT, arg);
         exit(1);
     }
     o->cpu_server = (int)a;

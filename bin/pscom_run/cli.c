@@ -191,6 +191,13 @@ int psr_cli_parse(int argc, char **argv, psr_opts_t *opts, char *err, size_t err
     return 0;
 }
 
+void psr_cpulist_head(const psr_cpuset_t *set, char *buf, size_t len)
+{
+    if (psr_cpulist_format(set, buf, len) == 0) return;
+    psr_cpulist_format(set, buf, len - 4);
+    strcat(buf, ",...");
+}
+
 void psr_opts_free(psr_opts_t *opts)
 {
     free(opts->apps);

@@ -88,6 +88,10 @@ int psr_cpulist_format(const psr_cpuset_t *set, char *buf, size_t len);
 #define PSR_CPULIST_MAX(ncpus) ((size_t)(ncpus) * 8 + 1)
 #define PSR_CPUSET_MAX (1 << 22)
 
+/* The head of that list for a log line, into buf of len (at least 5)
+ * bytes: the whole list, or the entries that fit followed by ",...". */
+void psr_cpulist_head(const psr_cpuset_t *set, char *buf, size_t len);
+
 /* The usage text, for --help and errors. */
 extern const char psr_usage[];
 

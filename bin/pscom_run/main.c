@@ -404,8 +404,7 @@ static int spawn(psr_job_t *job, psr_proc_t *p)
     pthread_mutex_unlock(&job->lock);
     free_env(env);
     char cpus[256] = "";
-    if (p->bind >= 0 && psr_cpulist_format(&job->binds[p->bind], cpus, sizeof(cpus) - 4) != 0)
-        strcat(cpus, ",..."); /* the first CPUs of a long list */
+    if (p->bind >= 0) psr_cpulist_head(&job->binds[p->bind], cpus, sizeof(cpus));
     psr_log(job, 2, "started %s rank %u as pid %ld%s%s", p->id.nspace, p->id.rank, (long)pid,
             p->bind >= 0 ? " on CPUs " : "", cpus);
     return 0;

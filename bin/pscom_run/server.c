@@ -739,7 +739,7 @@ static int add_locality(psr_job_t *job, const psr_proc_t *p, void *sub)
     free(list);
     if (!parsed) {
         char head[200];
-        if (psr_cpulist_format(set, head, sizeof(head) - 4) != 0) strcat(head, ",...");
+        psr_cpulist_head(set, head, sizeof(head));
         psr_log(job, 1, "PMIx cannot read the CPU set hwloc:%s of %s rank %u", head,
                 p->id.nspace, p->id.rank);
         return rc;

@@ -640,9 +640,8 @@ static bool g_in_pscom_progress;   /* fire() is inside pscom_test_any() */
  * only when the callback ran inside it. */
 static int g_probe[2] = {-1, -1};
 static bool g_in_lookup, g_probe_in_lookup, g_probe_ran;
-static char g_probe_service[64];
+static char g_probe_service[PMIX_MAX_KEYLEN + 1]; /* unique in the session */
 static char *g_probe_ep;        /* what it publishes: this rank's endpoint */
-static pmix_info_t g_probe_info;
 
 static void on_probe_published(pmix_status_t status, void *cbdata)
 {
@@ -662,10 +661,14 @@ static void on_probe(int fd, uint32_t events, void *arg)
     if (!g_in_lookup) return;
     g_probe_in_lookup = true;
     if (g_probe_service[0]) {
-        /* Without a wait: this runs inside pscom progress. */
-        PMIX_INFO_LOAD(&g_probe_info, g_probe_service, g_probe_ep, PMIX_STRING);
-        CHECK(PMIx_Publish_nb(&g_probe_info, 1, on_probe_published, NULL) == PMIX_SUCCESS,
-              "PMIx_Publish_nb %s", g_probe_service);
+        /* Without a wait: this runs inside pscom progress. PMIx packs the
+         * info before it returns. */
+        pmix_info_t info;
+        PMIX_INFO_LOAD(&info, g_probe_service, g_probe_ep, PMIX_STRING);
+        pmix_status_t rc = PMIx_Publish_nb(&info, 1, on_probe_published, NULL);
+        PMIX_INFO_DESTRUCT(&info);
+        CHECK(rc == PMIX_SUCCESS || rc == PMIX_OPERATION_SUCCEEDED, "PMIx_Publish_nb %s: %s",
+              g_probe_service, PMIx_Error_string(rc));
     }
 }
 
@@ -707,15 +710,21 @@ static int on_ev(pscom_pmix_job_t *job, const pscom_pmix_event_t *ev,
         }
         const char *service = "pscom-test-from-a-handler";
         if (probe_publishes) {
-            snprintf(g_probe_service, sizeof(g_probe_service), "pscom-test-probe-%d", g_rank);
+            /* Every process of a session has its own: one pscom_run may
+             * run several namespaces. */
+            int len = snprintf(g_probe_service, sizeof(g_probe_service), "pscom-test-probe-%s-%d",
+                               pscom_pmix_nspace(job), g_rank);
+            CHECK(len > 0 && (size_t)len < sizeof(g_probe_service), "probe service name");
             service = g_probe_service;
             step("%s: a lookup that only the probe's callback can answer", h->name);
         }
         char *ep = NULL;
         g_in_lookup = true;
         g_probe_in_lookup = false;
+        /* The waiting one bounded: a host that keeps to PMIX_TIMEOUT
+         * (pscom_run) fails it in 10 s, before the watchdog. */
         pscom_err_t rc = pscom_pmix_lookup(job, service, PSCOM_PMIX_RANGE_DEFAULT,
-                                           probe_publishes, 0, &ep);
+                                           probe_publishes, probe_publishes ? 10 : 0, &ep);
         int e = errno;
         g_in_lookup = false;
         if (g_dispatch == BY_PSCOM)
@@ -723,11 +732,10 @@ static int on_ev(pscom_pmix_job_t *job, const pscom_pmix_event_t *ev,
                   "(a descriptor callback) from inside pscom progress", h->name);
         if (probe_publishes) {
             CHECK(rc == PSCOM_SUCCESS && g_probe_in_lookup && !strcmp(ep, g_probe_ep),
-                  "%s: lookup of %s: %s (%s)", h->name, service, pscom_err_str(rc),
-                  strerror(e));
+                  "%s: lookup of %s, which only a callback of pscom progress "
+                  "publishes: %s (%s)", h->name, service, pscom_err_str(rc), strerror(e));
             free(ep);
             g_probe_service[0] = '\0';
-            PMIX_INFO_DESTRUCT(&g_probe_info);
         } else {
             CHECK(rc == PSCOM_ERR_STDERROR &&
                       (singleton ? e == ENOTCONN : e == ENOENT || e == ETIMEDOUT),

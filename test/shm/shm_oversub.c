@@ -163,7 +163,8 @@ int main(void)
     itest_watchdog(OVERSUB_TIMEOUT + 10);
     /* The first two cores this process may run on. */
     cpu_set_t *set = CPU_ALLOC(NCPUS);
-    ITEST_ASSERT(set && sched_getaffinity(0, SETSIZE, set) == 0, "sched_getaffinity");
+    ITEST_ASSERT(set, "out of memory");
+    ITEST_ASSERT(sched_getaffinity(0, SETSIZE, set) == 0, "sched_getaffinity");
     int n = 0;
     for (int c = 0; c < NCPUS && n < 2; c++)
         if (CPU_ISSET_S(c, SETSIZE, set)) cores[n++] = c;
