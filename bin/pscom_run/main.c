@@ -180,17 +180,16 @@ static int assign_cpus(psr_job_t *job)
         if (!psr_cpuset_isset(&mine, c)) continue;
         if (job->opts->bind == PSR_BIND_CORE) {
             core_of(c, &mine, &set);
+            /* A core is taken at its lowest thread in mine. */
+            int lowest = 0;
+            while (!psr_cpuset_isset(&set, lowest)) lowest++;
+            if (lowest < c) continue;
         } else {
             CPU_ZERO_S(set.size, set.set);
             CPU_SET_S(c, set.size, set.set);
         }
-        bool seen = false; /* a core met with a lower thread of it */
-        for (int b = 0; b < job->nbinds && !seen; b++)
-            seen = CPU_EQUAL_S(set.size, set.set, job->binds[b].set);
-        if (!seen) {
-            if (psr_cpuset_copy(&job->binds[job->nbinds], &set) != 0) goto free_sets;
-            job->nbinds++;
-        }
+        if (psr_cpuset_copy(&job->binds[job->nbinds], &set) != 0) goto free_sets;
+        job->nbinds++;
     }
     if (job->nbinds < job->nprocs)
         psr_log(job, 0, "--bind-to %s: %d processes on %d %s%s: some share one", what,
@@ -404,7 +403,8 @@ static int spawn(psr_job_t *job, psr_proc_t *p)
     pthread_mutex_unlock(&job->lock);
     free_env(env);
     char cpus[256] = "";
-    if (p->bind >= 0) psr_cpulist_head(&job->binds[p->bind], cpus, sizeof(cpus));
+    if (p->bind >= 0 && job->opts->verbose >= 2)
+        psr_cpulist_head(&job->binds[p->bind], cpus, sizeof(cpus));
     psr_log(job, 2, "started %s rank %u as pid %ld%s%s", p->id.nspace, p->id.rank, (long)pid,
             p->bind >= 0 ? " on CPUs " : "", cpus);
     return 0;

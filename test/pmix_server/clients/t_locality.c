@@ -13,44 +13,21 @@
 #endif
 #include <sched.h>
 
+#include "cli.h"
 #include "tclient.h"
 
-/* CPU sets of this many CPUs (CPU_ALLOC): more than Linux numbers (8192),
- * not just the 1024 of a cpu_set_t. */
-#define NCPUS 32768
-#define SETSIZE CPU_ALLOC_SIZE(NCPUS)
-
-static cpu_set_t *new_set(void)
+/* "hwloc:0-3,8" (PMIx 4's form) or "0-3,8" (Open MPI 4's mpirun) into set
+ * (pscom_run's parser: cli.c is built into this program); false when it
+ * is neither. */
+static bool parse_cpuset(const char *s, psr_cpuset_t *set)
 {
-    cpu_set_t *set = CPU_ALLOC(NCPUS);
-    T_CHECK(set, "out of memory");
-    CPU_ZERO_S(SETSIZE, set);
-    return set;
+    if (strncmp(s, "hwloc:", 6) == 0) s += 6;
+    return *s && psr_cpulist_parse(s, set) == 0;
 }
 
-/* "hwloc:0-3,8" (PMIx 4's form) or "0-3,8" (Open MPI 4's mpirun) into the
- * set it names; false when it is neither. */
-static bool parse_cpuset(const char *s, cpu_set_t *set)
+static void new_set(psr_cpuset_t *set, int ncpus)
 {
-    CPU_ZERO_S(SETSIZE, set);
-    if (strncmp(s, "hwloc:", 6) == 0) s += 6;
-    if (!*s) return false;
-    while (*s) {
-        char *end;
-        long lo = strtol(s, &end, 10), hi = lo;
-        if (end == s || lo < 0) return false;
-        if (*end == '-') {
-            s = end + 1;
-            hi = strtol(s, &end, 10);
-            if (end == s || hi < lo) return false;
-        }
-        if (hi >= NCPUS) return false;
-        for (long c = lo; c <= hi; c++) CPU_SET_S((int)c, SETSIZE, set);
-        s = end;
-        if (*s == ',') s++;
-        else if (*s) return false;
-    }
-    return true;
+    T_CHECK(psr_cpuset_init(set, ncpus) == 0, "out of memory");
 }
 
 /* The value of a string key of proc, or NULL when the launcher has none
@@ -84,13 +61,16 @@ int main(int argc, char **argv)
         PMIx_Finalize(NULL, 0);
         return 0;
     }
-    cpu_set_t *mine = new_set(), *told = new_set(), *theirs = new_set();
-    T_CHECK(sched_getaffinity(0, SETSIZE, mine) == 0, "sched_getaffinity failed");
+    /* Every set as large as this process's, for CPU_EQUAL_S. */
+    psr_cpuset_t mine, told, theirs;
+    T_CHECK(psr_cpuset_affinity(&mine) == 0, "sched_getaffinity failed");
+    new_set(&told, mine.ncpus);
+    new_set(&theirs, mine.ncpus);
     T_CHECK(cpus, "no PMIX_CPUSET for this process");
-    T_CHECK(parse_cpuset(cpus, told), "PMIX_CPUSET '%s' is no hwloc CPU list", cpus);
-    T_CHECK(CPU_EQUAL_S(SETSIZE, mine, told),
+    T_CHECK(parse_cpuset(cpus, &told), "PMIX_CPUSET '%s' is no hwloc CPU list", cpus);
+    T_CHECK(CPU_EQUAL_S(mine.size, mine.set, told.set),
             "PMIX_CPUSET '%s', but this process may run on %d CPUs", cpus,
-            CPU_COUNT_S(SETSIZE, mine));
+            CPU_COUNT_S(mine.size, mine.set));
     T_CHECK(loc, "no PMIX_LOCALITY_STRING for a process on CPUs %s", cpus);
 
     pmix_proc_t wc = t_me;
@@ -102,7 +82,7 @@ int main(int argc, char **argv)
         peer.rank = r;
         char *pcpus = get_string(&peer, PMIX_CPUSET);
         char *ploc = get_string(&peer, PMIX_LOCALITY_STRING);
-        T_CHECK(pcpus && parse_cpuset(pcpus, theirs), "rank %u: PMIX_CPUSET '%s'", r,
+        T_CHECK(pcpus && parse_cpuset(pcpus, &theirs), "rank %u: PMIX_CPUSET '%s'", r,
                 pcpus ? pcpus : "(none)");
         T_CHECK(ploc, "rank %u has no PMIX_LOCALITY_STRING", r);
         pmix_locality_t rel = 0;
@@ -124,7 +104,7 @@ int main(int argc, char **argv)
             free(b);
         }
         T_STATUS(rc, PMIX_SUCCESS, "PMIx_Get_relative_locality");
-        bool same = CPU_EQUAL_S(SETSIZE, mine, theirs);
+        bool same = CPU_EQUAL_S(mine.size, mine.set, theirs.set);
         bool core = (rel & PMIX_LOCALITY_SHARE_CORE) != 0;
         T_CHECK(same == core, "rank %u on %s (%s), this one on %s (%s): relative locality "
                 "0x%x %s a core", r, pcpus, ploc, cpus, loc, rel,
@@ -133,9 +113,9 @@ int main(int argc, char **argv)
         free(ploc);
     }
     printf("locality ok %s %s\n", cpus, loc);
-    CPU_FREE(mine);
-    CPU_FREE(told);
-    CPU_FREE(theirs);
+    psr_cpuset_free(&mine);
+    psr_cpuset_free(&told);
+    psr_cpuset_free(&theirs);
     free(cpus);
     free(loc);
     PMIx_Finalize(NULL, 0);
