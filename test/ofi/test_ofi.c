@@ -28,7 +28,7 @@
 #include "ofi_proto.h"
 
 static const pscom_plugin_ops_t *ops;
-static char region_name[64], region_path[128]; /* test_region_lock_not_inherited */
+static char region_path[128]; /* test_region_lock_not_inherited's, for teardown */
 
 struct pair {
     struct psc_con a, b;
@@ -1191,8 +1191,8 @@ static int lockable(const char *path)
  * its endpoint while the child lives, and the region must be free. */
 static void test_region_lock_not_inherited(void **state)
 {
-    char c, *name = region_name, *path = region_path;
-    snprintf(name, sizeof(region_name), "pscom-%d-0fa4c0de", (int)getpid());
+    char c, name[64], *path = region_path;
+    snprintf(name, sizeof(name), "pscom-%d-0fa4c0de", (int)getpid());
     snprintf(path, sizeof(region_path), "/dev/shm/%s:test", name);
     int fd = open(path, O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600);
     if (fd < 0) {

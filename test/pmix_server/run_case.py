@@ -7,6 +7,7 @@ Each case starts pscom_run in its own session, with a watchdog that kills
 the whole session, and checks the exit status, the time taken and what the
 processes printed.  Exit 0: pass, 1: fail, 77: skipped.
 """
+import itertools
 import os
 import re
 import signal
@@ -260,9 +261,9 @@ class Cases:
                 cores.append(core)
         # pscom_run_bigmask: the same where the kernel wants affinity masks
         # longer than a cpu_set_t (more than 1024 CPUs).
-        for launcher, how, units in [(l, h, u) for l in (self.R, self.c("pscom_run_bigmask"))
-                                     for h, u in (("hwthread", [{c} for c in subset]),
-                                                  ("core", cores))]:
+        launchers = (self.R, self.c("pscom_run_bigmask"))
+        binds = (("hwthread", [{c} for c in subset]), ("core", cores))
+        for launcher, (how, units) in itertools.product(launchers, binds):
             n = len(units) + 1  # one more than there are: the first is used twice
             r = launch(taskset + [launcher, "--bind-to", how, "--tag-output", "-n", "1"] + show +
                        [":", "-n", str(n - 1)] + show)
