@@ -66,6 +66,7 @@
 #include "../copy_small.h"
 #include "ofi_proto.h"
 #include "ofi_sweep.h"
+#include "ofi_watch.h"
 #include "ofi_wrap.h"
 #include "pscom_plugin.h"
 
@@ -83,7 +84,7 @@ enum { L_ERR = 1, L_WARN = 2, L_INFO = 3, L_DEBUG = 4, L_VERBOSE = 5 };
 
 static char *cfg_provider, *cfg_domain;
 static size_t cfg_rendezvous, cfg_bounce, cfg_max_msg, cfg_split;
-static unsigned cfg_recvq, cfg_sendq, cfg_eof_grace, cfg_linger;
+static unsigned cfg_recvq, cfg_sendq, cfg_eof_grace, cfg_linger, cfg_stall;
 static int cfg_pull, cfg_sweep;
 
 static const pscom_config_row_t ofi_rows[] = {
@@ -131,6 +132,11 @@ static const pscom_config_row_t ofi_rows[] = {
      "regions (16 MiB files in /dev/shm) that killed processes of this user "
      "left behind (process gone, file not locked, older than 5 s); 0: "
      "leave them", "ofi", NULL, &cfg_sweep},
+    {"PSP_OFI_STALL_TIMEOUT", PSCOM_CONFIG_UINT, "30",
+     "seconds after which a libfabric call that has not returned (a spin "
+     "lock in shared memory that a killed process held) ends the process "
+     "with an error naming the call and the peers that are gone; 0: wait "
+     "for ever", "ofi", NULL, &cfg_stall},
 };
 
 /* ---------------------------------------------------------------------- */
@@ -450,6 +456,7 @@ static void ep_close(void)
 {
     ofw_ep_close(ofi.ep); /* the provider removes its region */
     ofi.ep = NULL;
+    owd_stop();
     if (ofi.region_fd >= 0) close(ofi.region_fd);
     ofi.region_fd = -1;
 }
@@ -517,6 +524,62 @@ static void signals_restore(const sigset_t *old)
     pthread_sigmask(SIG_SETMASK, old, NULL);
 }
 
+/* The watchdog (ofi_watch.h) found a provider call that does not return.
+ * The thread in it holds the library lock and cannot be freed: end the
+ * process with _exit, since exit handlers would wait for that lock. */
+static void on_stall(const owd_report_t *r, void *arg)
+{
+    (void)arg;
+    char cpu[96] = "";
+    if (r->cpu >= 0)
+        snprintf(cpu, sizeof(cpu), " (the process used %.1f s of CPU "
+                 "meanwhile)", r->cpu);
+    char peers[96];
+    if (!r->peers)
+        snprintf(peers, sizeof(peers), "no connected peer runs on this node");
+    else
+        snprintf(peers, sizeof(peers), "%u of %u connected peer%s on this "
+                 "node %s ended%s", r->gone, r->peers,
+                 r->peers == 1 ? "" : "s", r->gone == 1 ? "has" : "have",
+                 r->gone ? ": " : "");
+    LOG(0, "%s of provider %s has not returned for %.1f s%s; %s%s. A "
+        "process killed inside libfabric can leave a lock in shared memory "
+        "taken for good (doc/plugins/ofi.md); ending this process "
+        "(PSP_OFI_STALL_TIMEOUT=%u s, 0 waits for ever)", r->call,
+        ofi.info.prov, r->seconds, cpu, peers, r->gone_list, cfg_stall);
+    _exit(EXIT_FAILURE);
+}
+
+static void watch_start(void)
+{
+    if (!cfg_stall) return;
+    unsigned ms = cfg_stall > UINT32_MAX / 1000 ? UINT32_MAX : cfg_stall * 1000;
+    sigset_t old;
+    signals_block(&old);
+    int rc = owd_start(ms, on_stall, NULL);
+    signals_restore(&old);
+    if (rc)
+        LOG(L_WARN, "cannot start the thread that ends a process stuck in a "
+            "libfabric call (PSP_OFI_STALL_TIMEOUT): %s; such a process "
+            "hangs", strerror(-rc));
+}
+
+/* Register oc's peer with the watchdog, named "name(rank)@host:port" (the
+ * far side of the connection's name, without the transport, which the core
+ * sets after this plugin opened the connection). */
+static void watch_peer(struct ofi_con *oc)
+{
+    pid_t pid = pscom_plugin_con_peer_pid(oc->con);
+    if (pid <= 0) return;
+    char name[160];
+    const char *s = pscom_plugin_con_str(oc->con);
+    const char *far = strstr(s, " <-> ");
+    snprintf(name, sizeof(name), "%s", far ? far + 5 : s);
+    char *tr = strrchr(name, '[');
+    if (tr && tr > name && tr[-1] == ' ') tr[-1] = 0;
+    owd_peer_add(oc, pid, name);
+}
+
 static int ep_get(void)
 {
     if (ofi.ep) return 0;
@@ -536,6 +599,7 @@ static int ep_get(void)
     }
     ofi.ep_pid = getpid();
     region_start();
+    watch_start();
     char s[128];
     LOG(L_DEBUG, "endpoint %s open (provider %s, domain %s)",
         ofw_addr_str(ofi.ep, ofi.addr, ofi.addr_len, s, sizeof(s)),
@@ -1765,6 +1829,7 @@ static int ofi_open(pscom_plugin_con_t *con, void *priv, int fd)
     }
     oc->open = true;
     dl_add(&ofi.cons, &oc->link);
+    watch_peer(oc);
 
     int keep = 0;
     if (fd >= 0) {
@@ -1799,6 +1864,7 @@ static void ofi_close(pscom_plugin_con_t *con, void *priv)
     oc->dead = true;
     clear_attn(oc);
     dl_del(&oc->link);
+    owd_peer_del(oc);
 
     if (oc->fd >= 0) {
         uint8_t bye[BYE_LEN] = {'O', 'F', 'I', 'B'};

@@ -2,7 +2,9 @@
  * ofw over libfabric: one thin function per fi_* call the plugin makes
  * (see ofi_wrap.h). No policy lives here beyond the hints that say what the
  * plugin needs: an RDM endpoint with tagged messages, operation contexts
- * supplied by the caller, no memory registration for local buffers.
+ * supplied by the caller, no memory registration for local buffers. Calls
+ * that can meet one of the provider's locks in shared memory are marked
+ * for the watchdog (ofi_watch.h).
  */
 #include <errno.h>
 #include <stdio.h>
@@ -20,6 +22,7 @@
 #include <rdma/fi_errno.h>
 #include <rdma/fi_tagged.h>
 
+#include "ofi_watch.h"
 #include "ofi_wrap.h"
 
 _Static_assert(sizeof(ofw_ctx_t) == sizeof(struct fi_context2),
@@ -275,11 +278,13 @@ void ofw_ep_close(ofw_ep_t *e)
 {
     if (!e) return;
     /* Endpoint before what it is bound to. */
+    owd_enter("fi_close");
     if (e->ep) fi_close(&e->ep->fid);
     if (e->av) fi_close(&e->av->fid);
     if (e->cq) fi_close(&e->cq->fid);
     if (e->domain) fi_close(&e->domain->fid);
     if (e->fabric) fi_close(&e->fabric->fid);
+    owd_leave();
     free(e);
 }
 
@@ -288,7 +293,9 @@ int ofw_av_insert(ofw_ep_t *e, const void *addr, size_t addr_len,
 {
     fi_addr_t a = FI_ADDR_NOTAVAIL;
     (void)addr_len; /* the provider knows the length of its addresses */
+    owd_enter("fi_av_insert");
     int rc = fi_av_insert(e->av, addr, 1, &a, 0, NULL);
+    owd_leave();
     if (rc < 0) return map_err(rc);
     if (rc != 1 || a == FI_ADDR_NOTAVAIL) return -EINVAL;
     *fi_addr = a;
@@ -309,25 +316,37 @@ const char *ofw_addr_str(ofw_ep_t *e, const void *addr, size_t addr_len,
 ssize_t ofw_tinject(ofw_ep_t *e, const void *buf, size_t len, uint64_t dest,
                     uint64_t tag)
 {
-    return map_err(fi_tinject(e->ep, buf, len, dest, tag));
+    owd_enter("fi_tinject");
+    ssize_t rc = fi_tinject(e->ep, buf, len, dest, tag);
+    owd_leave();
+    return map_err(rc);
 }
 
 ssize_t ofw_tsendv(ofw_ep_t *e, const struct iovec *iov, size_t count,
                    uint64_t dest, uint64_t tag, ofw_ctx_t *ctx)
 {
-    return map_err(fi_tsendv(e->ep, iov, NULL, count, dest, tag, ctx));
+    owd_enter("fi_tsendv");
+    ssize_t rc = fi_tsendv(e->ep, iov, NULL, count, dest, tag, ctx);
+    owd_leave();
+    return map_err(rc);
 }
 
 ssize_t ofw_trecv(ofw_ep_t *e, void *buf, size_t len, uint64_t tag,
                   uint64_t ignore, ofw_ctx_t *ctx)
 {
-    return map_err(
-        fi_trecv(e->ep, buf, len, NULL, FI_ADDR_UNSPEC, tag, ignore, ctx));
+    owd_enter("fi_trecv");
+    ssize_t rc =
+        fi_trecv(e->ep, buf, len, NULL, FI_ADDR_UNSPEC, tag, ignore, ctx);
+    owd_leave();
+    return map_err(rc);
 }
 
 int ofw_cancel(ofw_ep_t *e, ofw_ctx_t *ctx)
 {
-    return map_err(fi_cancel(&e->ep->fid, ctx));
+    owd_enter("fi_cancel");
+    int rc = fi_cancel(&e->ep->fid, ctx);
+    owd_leave();
+    return map_err(rc);
 }
 
 #define CQ_BATCH 16
@@ -336,7 +355,9 @@ ssize_t ofw_cq_read(ofw_ep_t *e, ofw_comp_t *comp, size_t max)
 {
     struct fi_cq_tagged_entry ent[CQ_BATCH];
     if (max > CQ_BATCH) max = CQ_BATCH;
+    owd_enter("fi_cq_read");
     ssize_t n = fi_cq_read(e->cq, ent, max);
+    owd_leave();
     if (n == -FI_EAGAIN) return 0;
     if (n < 0) return map_err(n);
     for (ssize_t i = 0; i < n; i++) {
@@ -351,7 +372,9 @@ int ofw_cq_readerr(ofw_ep_t *e, ofw_cqerr_t *err)
 {
     struct fi_cq_err_entry ent;
     memset(&ent, 0, sizeof(ent));
+    owd_enter("fi_cq_readerr");
     ssize_t rc = fi_cq_readerr(e->cq, &ent, 0);
+    owd_leave();
     if (rc == -FI_EAGAIN || rc == 0) return -EAGAIN;
     if (rc < 0) return map_err(rc);
     err->ctx = ent.op_context;

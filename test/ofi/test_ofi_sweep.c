@@ -19,23 +19,10 @@
 
 #include <cmocka.h>
 
+#include "dead_pid.h"
 #include "ofi_sweep.h"
 
 static char dir[64];
-
-/* A process id that no process has (a child that ended). */
-static pid_t dead_pid(void)
-{
-    for (int tries = 0; tries < 100; tries++) {
-        pid_t c = fork();
-        if (c == 0) _exit(0);
-        assert_true(c > 0);
-        assert_int_equal(waitpid(c, NULL, 0), c);
-        if (kill(c, 0) < 0 && errno == ESRCH) return c;
-    }
-    fail_msg("no dead process id found");
-    return 0;
-}
 
 static void make_file(const char *name)
 {
