@@ -174,9 +174,10 @@ static void *watch(void *unused)
             ;
         if (w.stop) break;
 
+        int busy = atomic_load_explicit(&owd_mark.busy, memory_order_acquire);
         unsigned long s =
-            atomic_load_explicit(&owd_mark.seq, memory_order_acquire);
-        if (!(s & 1) || s == reported) {
+            atomic_load_explicit(&owd_mark.seq, memory_order_relaxed);
+        if (!busy || s == reported) {
             looks = 0;
             continue;
         }
@@ -191,7 +192,8 @@ static void *watch(void *unused)
 
         const char *call =
             atomic_load_explicit(&owd_mark.call, memory_order_relaxed);
-        if (atomic_load_explicit(&owd_mark.seq, memory_order_acquire) != s)
+        if (!atomic_load_explicit(&owd_mark.busy, memory_order_acquire) ||
+            atomic_load_explicit(&owd_mark.seq, memory_order_relaxed) != s)
             continue; /* it returned just now */
         reported = s;
         owd_stalled_cb_t cb = w.cb;

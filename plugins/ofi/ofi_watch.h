@@ -17,10 +17,11 @@
  * meanwhile, which registered peers have ended) to the owner's callback,
  * which in the plugin logs it and ends the process.
  *
- * Cost on the message path: owd_enter and owd_leave are a few plain stores
- * each (no lock, no system call, no read-modify-write). They expect one
- * thread at a time, which the library lock gives: the plugin calls the
- * wrapper with it held.
+ * Cost on the message path: owd_enter is three plain stores, owd_leave one
+ * (no lock, no system call, no read-modify-write). The plugin calls the
+ * wrapper with the library lock held, one thread at a time. Were two calls
+ * ever to overlap, the watchdog could miss one, but never report a call
+ * that returned: every thread's last store is owd_leave's.
  *
  * Fork: a child has no watchdog thread. owd_stop does nothing there, and
  * owd_start starts one of its own.
@@ -32,9 +33,10 @@
 #include <stddef.h>
 #include <sys/types.h>
 
-/* The call in progress, for the watchdog thread: seq is odd while a call
- * runs and changes with every start and end; call names it. */
+/* The call in progress, for the watchdog thread: busy while one runs, seq
+ * counts the calls started, call names the latest. */
 typedef struct owd_mark {
+    _Atomic int busy;
     _Atomic unsigned long seq;
     _Atomic(const char *) call;
 } owd_mark_t;
@@ -46,14 +48,14 @@ static inline void owd_enter(const char *call)
 {
     unsigned long s = atomic_load_explicit(&owd_mark.seq, memory_order_relaxed);
     atomic_store_explicit(&owd_mark.call, call, memory_order_relaxed);
-    atomic_store_explicit(&owd_mark.seq, s + 1, memory_order_release);
+    atomic_store_explicit(&owd_mark.seq, s + 1, memory_order_relaxed);
+    atomic_store_explicit(&owd_mark.busy, 1, memory_order_release);
 }
 
 /* After it returned. */
 static inline void owd_leave(void)
 {
-    unsigned long s = atomic_load_explicit(&owd_mark.seq, memory_order_relaxed);
-    atomic_store_explicit(&owd_mark.seq, s + 1, memory_order_relaxed);
+    atomic_store_explicit(&owd_mark.busy, 0, memory_order_release);
 }
 
 /* What the watchdog saw. The strings belong to the watchdog and are valid
