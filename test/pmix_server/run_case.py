@@ -259,13 +259,11 @@ class Cases:
             core = siblings(c) & set(subset)
             if core not in cores:
                 cores.append(core)
-        # pscom_run_bigmask: the same where the kernel wants affinity masks
-        # longer than a cpu_set_t (more than 1024 CPUs).
-        launchers = (self.R, self.c("pscom_run_bigmask"))
-        binds = (("hwthread", [{c} for c in subset]), ("core", cores))
-        for launcher, (how, units) in itertools.product(launchers, binds):
-            n = len(units) + 1  # one more than there are: the first is used twice
-            r = launch(taskset + [launcher, "--bind-to", how, "--tag-output", "-n", "1"] + show +
+        # One process more than there are units, in two applications: the
+        # first unit is used twice.
+        def run_bound(prefix, launcher, how, units):
+            n = len(units) + 1
+            r = launch(prefix + [launcher, "--bind-to", how, "--tag-output", "-n", "1"] + show +
                        [":", "-n", str(n - 1)] + show)
             expect(r, 0)
             lines = {l.split(" ", 1)[0]: l for l in r.out.splitlines() if "Cpus_allowed" in l}
@@ -276,6 +274,22 @@ class Cases:
                 check(got == units[i % len(units)], "--bind-to %s: %s has CPUs %s, expected %s"
                       % (how, tag, sorted(got), sorted(units[i % len(units)])), r)
             check("some share one" in r.err, "no warning about shared %ss" % how, r)
+
+        # pscom_run_bigmask: the same where the kernel wants affinity masks
+        # longer than a cpu_set_t (more than 1024 CPUs).
+        launchers = (self.R, self.c("pscom_run_bigmask"))
+        binds = (("hwthread", [{c} for c in subset]), ("core", cores))
+        for launcher, (how, units) in itertools.product(launchers, binds):
+            run_bound(taskset, launcher, how, units)
+        # pscom_run_smt: where CPUs 2k and 2k+1 are the threads of one core,
+        # in pscom_run's whole set, so that (with two CPUs or more) a core
+        # has two threads in it.
+        smt_cores = []
+        for c in mine:
+            core = {c & ~1, c | 1} & set(mine)
+            if core not in smt_cores:
+                smt_cores.append(core)
+        run_bound([], self.c("pscom_run_smt"), "core", smt_cores)
         r = launch(taskset + [self.R, "--tag-output", "-n", "2"] + show)
         expect(r, 0)
         lines = [l for l in r.out.splitlines() if "Cpus_allowed_list" in l]
