@@ -23,12 +23,23 @@ bench=$1 info=$2 shim=$3
 export PSP_OFI_PROVIDER=shm PSP_SHM=0
 dir=$(mktemp -d) || exit 1
 pid= child=
+
+# The shm provider's regions of the given processes (16 MiB each in
+# /dev/shm): neither process of a run closes its endpoint.
+drop_regions() {
+    for p in "$@"; do
+        rm -f /dev/shm/pscom-"$p"-*
+    done
+}
+
 cleanup() {
-    [ -n "$pid" ] && kill -9 $pid 2>/dev/null
-    [ -n "$child" ] && kill -9 $child 2>/dev/null
+    for p in $pid $child; do kill -9 "$p" 2>/dev/null; done
+    [ -n "$pid" ] && wait "$pid" 2>/dev/null
+    drop_regions $pid $child
     rm -rf "$dir"
 }
 trap cleanup EXIT
+trap 'exit 1' INT TERM HUP
 fail() {
     echo "check-ofi-stall: $*" >&2
     for f in "$dir"/*; do echo "--- $f" >&2; cat "$f" >&2; done
@@ -51,24 +62,17 @@ run() {
             --transport ofi --sizes 8 --iters 100000000 --timeout 300' \
         >"$dir/$1" 2>&1 &
     pid=$!
+    child=
     i=0
-    until [ -e "$dir/spins" ]; do
+    # The client's id is taken while it is surely the server's child.
+    until [ -n "$child" ] && [ -e "$dir/spins" ]; do
+        [ -n "$child" ] || child=$(pgrep -P "$pid" | head -n 1)
         i=$((i + 1))
         [ $i -lt 300 ] || fail "$1: the server did not start spinning in 30 s"
         kill -0 "$pid" 2>/dev/null || fail "$1: pscom_bench ended early"
         sleep 0.1
     done
-    child=$(pgrep -P "$pid" | head -n 1)
-    [ -n "$child" ] || fail "$1: no client process of $pid"
     kill -9 "$child"
-}
-
-# The shm provider's regions of the processes of one run (16 MiB each in
-# /dev/shm): neither process closes its endpoint.
-drop_regions() {
-    for p in "$@"; do
-        rm -f /dev/shm/pscom-"$p"-*
-    done
 }
 
 run hang 0
@@ -79,6 +83,7 @@ kill -9 "$pid"
 wait "$pid" 2>/dev/null
 drop_regions "$pid" "$child"
 echo "PSP_OFI_STALL_TIMEOUT=0: process $pid still spinning after 5 s"
+pid= child=
 
 run stall 2
 i=0
@@ -96,8 +101,12 @@ drop_regions "$pid" "$child"
 server=$pid killed=$child
 pid= child=
 [ $rc -eq 1 ] || fail "stall: exit status $rc, not 1"
-grep -Eq "ofi: fi_[a-z_]+ of provider shm has not returned for [0-9.]+ s \(the process used [0-9.]+ s of CPU meanwhile\); 1 of 1 connected peer on this node has ended: .* \(pid $killed\)\..*ending this process \(PSP_OFI_STALL_TIMEOUT=2 s" \
-    "$dir/stall" || fail "stall: no line names the call, the provider and the killed client $killed"
-grep -E "has not returned" "$dir/stall"
+line=$(grep -E "ofi: fi_[a-z_]+ of provider shm has not returned for [0-9.]+ s \(the process used [0-9.]+ s of CPU meanwhile\); of the 1 connected peer on this node, 1 has ended: .* \(pid $killed\)\..*ending this process \(PSP_OFI_STALL_TIMEOUT=2 s" \
+    "$dir/stall") ||
+    fail "stall: no line names the call, the provider and the killed client $killed"
+echo "$line"
+secs=$(echo "$line" | sed -E 's/.* has not returned for ([0-9.]+) s .*/\1/')
+awk -v s="$secs" 'BEGIN { exit !(s >= 2.0) }' ||
+    fail "stall: reported after $secs s, before the timeout of 2 s"
 echo "PSP_OFI_STALL_TIMEOUT=2: process $server ended with status 1"
 exit 0

@@ -71,7 +71,8 @@
 #include "pscom_plugin.h"
 
 #define LOG(level, ...) pscom_plugin_log((level), "ofi: " __VA_ARGS__)
-enum { L_ERR = 1, L_WARN = 2, L_INFO = 3, L_DEBUG = 4, L_VERBOSE = 5 };
+enum { L_FATAL = 0, L_ERR = 1, L_WARN = 2, L_INFO = 3, L_DEBUG = 4,
+       L_VERBOSE = 5 };
 
 #define INJECT_MAX 4096 /* largest frame copied to the stack for fi_tinject */
 #define COPY_SMALL_MAX 256 /* frames up to this size copied without memcpy */
@@ -135,8 +136,8 @@ static const pscom_config_row_t ofi_rows[] = {
     {"PSP_OFI_STALL_TIMEOUT", PSCOM_CONFIG_UINT, "30",
      "seconds after which a libfabric call that has not returned (a spin "
      "lock in shared memory that a killed process held) ends the process "
-     "with an error naming the call and the peers that are gone; 0: wait "
-     "for ever", "ofi", NULL, &cfg_stall},
+     "with an error naming the call and the peers that are gone; 0 or inf: "
+     "wait for ever", "ofi", NULL, &cfg_stall},
 };
 
 /* ---------------------------------------------------------------------- */
@@ -463,6 +464,12 @@ static void ep_close(void)
 
 __attribute__((destructor)) static void ep_close_at_exit(void)
 {
+    /* Without the library lock here: another thread may still be inside
+     * the provider (the core's exit handler does not wait for one that
+     * holds the lock). Closing the endpoint under it could crash it, or
+     * spin on the lock it waits for; the process ends anyway, and the
+     * region is left for the next process's sweep. */
+    if (owd_busy()) return;
     if (ofi.ep && ofi.ep_pid == getpid()) ep_close();
 }
 
@@ -538,11 +545,10 @@ static void on_stall(const owd_report_t *r, void *arg)
     if (!r->peers)
         snprintf(peers, sizeof(peers), "no connected peer runs on this node");
     else
-        snprintf(peers, sizeof(peers), "%u of %u connected peer%s on this "
-                 "node %s ended%s", r->gone, r->peers,
-                 r->peers == 1 ? "" : "s", r->gone == 1 ? "has" : "have",
-                 r->gone ? ": " : "");
-    LOG(0, "%s of provider %s has not returned for %.1f s%s; %s%s. A "
+        snprintf(peers, sizeof(peers), "of the %u connected peer%s on this "
+                 "node, %u ha%s ended%s", r->peers, r->peers == 1 ? "" : "s",
+                 r->gone, r->gone == 1 ? "s" : "ve", r->gone ? ": " : "");
+    LOG(L_FATAL, "%s of provider %s has not returned for %.1f s%s; %s%s. A "
         "process killed inside libfabric can leave a lock in shared memory "
         "taken for good (doc/plugins/ofi.md); ending this process "
         "(PSP_OFI_STALL_TIMEOUT=%u s, 0 waits for ever)", r->call,
@@ -552,11 +558,12 @@ static void on_stall(const owd_report_t *r, void *arg)
 
 static void watch_start(void)
 {
-    if (!cfg_stall) return;
-    unsigned ms = cfg_stall > UINT32_MAX / 1000 ? UINT32_MAX : cfg_stall * 1000;
+    /* 0, and also inf (or any count of milliseconds beyond 32 bits, 49
+     * days): wait for ever. */
+    if (!cfg_stall || cfg_stall > UINT32_MAX / 1000) return;
     sigset_t old;
     signals_block(&old);
-    int rc = owd_start(ms, on_stall, NULL);
+    int rc = owd_start(cfg_stall * 1000, on_stall, NULL);
     signals_restore(&old);
     if (rc)
         LOG(L_WARN, "cannot start the thread that ends a process stuck in a "

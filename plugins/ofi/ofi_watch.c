@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -26,15 +27,22 @@ struct peer {
     char name[128];
 };
 
-static struct {
-    pthread_mutex_t mu;  /* guards the thread's fields below */
-    pthread_cond_t cond; /* owd_stop wakes the thread */
-    pthread_t thread;
-    bool running, stop;
-    pid_t pid; /* the process the thread runs in */
+/* One watchdog thread's settings and its own stop flag: a thread that
+ * owd_stop has let go keeps seeing its flag set, also when owd_start
+ * starts the next one before it has ended. */
+struct run {
+    bool stop; /* guarded by w.mu */
     unsigned timeout_ms;
     owd_stalled_cb_t cb;
     void *arg;
+};
+
+static struct {
+    pthread_mutex_t mu;  /* guards the fields below up to peers_mu */
+    pthread_cond_t cond; /* owd_stop wakes the threads */
+    pthread_t thread;
+    struct run *cur; /* the running thread's, or NULL */
+    pid_t pid;       /* the process cur runs in */
 
     pthread_mutex_t peers_mu; /* guards the peer table */
     struct peer *peers;
@@ -68,7 +76,10 @@ static void fork_child(void)
     pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
     pthread_cond_init(&w.cond, &ca);
     pthread_condattr_destroy(&ca);
-    w.running = false;
+    w.cur = NULL; /* the parent's, which no thread here runs */
+    /* Another thread of the parent may have been inside a call: none is
+     * here. */
+    atomic_store_explicit(&owd_mark.busy, 0, memory_order_relaxed);
 }
 
 static void init_once(void)
@@ -109,7 +120,8 @@ static bool process_ended(pid_t pid)
     char path[32], buf[128];
     snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
     int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return errno == ENOENT;
+    /* Not in /proc: gone, unless /proc hides it (hidepid). */
+    if (fd < 0) return kill(pid, 0) < 0 && errno == ESRCH;
     ssize_t n = read(fd, buf, sizeof(buf) - 1);
     close(fd);
     if (n <= 0) return false;
@@ -148,18 +160,18 @@ static void peers_look(owd_report_t *r, char *list, size_t cap)
     r->gone_list = list;
 }
 
-static void *watch(void *unused)
+static void *watch(void *arg)
 {
-    (void)unused;
+    struct run *run = arg;
     unsigned long seen = 0, reported = 0;
     unsigned looks = 0;
     struct timespec t0 = {0, 0};
     double cpu0 = -1;
 
     pthread_mutex_lock(&w.mu);
-    unsigned tick_ms = w.timeout_ms / (LOOKS - 1);
+    unsigned tick_ms = run->timeout_ms / (LOOKS - 1);
     if (!tick_ms) tick_ms = 1;
-    while (!w.stop) {
+    while (!run->stop) {
         /* From now, not from the last deadline: a process stopped for an
          * hour (SIGSTOP, a debugger) wakes up to one look, not to many. */
         struct timespec next = mono_now();
@@ -169,10 +181,10 @@ static void *watch(void *unused)
             next.tv_sec++;
             next.tv_nsec -= 1000000000L;
         }
-        while (!w.stop &&
+        while (!run->stop &&
                pthread_cond_timedwait(&w.cond, &w.mu, &next) != ETIMEDOUT)
             ;
-        if (w.stop) break;
+        if (run->stop) break;
 
         int busy = atomic_load_explicit(&owd_mark.busy, memory_order_acquire);
         unsigned long s =
@@ -190,14 +202,15 @@ static void *watch(void *unused)
         }
         if (++looks < LOOKS) continue;
 
+        /* The name is stored after the count (owd_enter): the count read
+         * after it is at least the name's, so an unchanged count means
+         * the name is this call's. */
         const char *call =
-            atomic_load_explicit(&owd_mark.call, memory_order_relaxed);
+            atomic_load_explicit(&owd_mark.call, memory_order_acquire);
         if (!atomic_load_explicit(&owd_mark.busy, memory_order_acquire) ||
             atomic_load_explicit(&owd_mark.seq, memory_order_relaxed) != s)
             continue; /* it returned just now */
         reported = s;
-        owd_stalled_cb_t cb = w.cb;
-        void *arg = w.arg;
         pthread_mutex_unlock(&w.mu);
 
         char list[GONE_LIST_MAX];
@@ -206,7 +219,7 @@ static void *watch(void *unused)
                           .seconds = seconds_between(t0, mono_now()),
                           .cpu = cpu0 >= 0 && cpu1 >= 0 ? cpu1 - cpu0 : -1};
         peers_look(&r, list, sizeof(list));
-        cb(&r, arg);
+        run->cb(&r, run->arg);
 
         pthread_mutex_lock(&w.mu);
     }
@@ -222,14 +235,20 @@ int owd_start(unsigned timeout_ms, owd_stalled_cb_t cb, void *arg)
 
     pthread_mutex_lock(&w.mu);
     int rc = 0;
-    if (!w.running) {
-        w.stop = false;
-        w.timeout_ms = timeout_ms;
-        w.cb = cb;
-        w.arg = arg;
-        w.pid = getpid();
-        rc = -pthread_create(&w.thread, NULL, watch, NULL);
-        w.running = rc == 0;
+    if (!w.cur) {
+        struct run *run = calloc(1, sizeof(*run));
+        if (!run) {
+            rc = -ENOMEM;
+        } else {
+            *run = (struct run){.timeout_ms = timeout_ms, .cb = cb, .arg = arg};
+            rc = -pthread_create(&w.thread, NULL, watch, run);
+            if (rc) {
+                free(run);
+            } else {
+                w.cur = run;
+                w.pid = getpid();
+            }
+        }
     }
     pthread_mutex_unlock(&w.mu);
     return rc;
@@ -238,16 +257,31 @@ int owd_start(unsigned timeout_ms, owd_stalled_cb_t cb, void *arg)
 void owd_stop(void)
 {
     pthread_mutex_lock(&w.mu);
-    if (!w.running || w.pid != getpid()) {
+    struct run *run = w.cur;
+    if (!run || w.pid != getpid()) {
         pthread_mutex_unlock(&w.mu);
         return;
     }
-    w.stop = true;
-    pthread_cond_signal(&w.cond);
+    run->stop = true;
+    w.cur = NULL;
     pthread_t t = w.thread;
-    w.running = false;
+    pthread_cond_broadcast(&w.cond);
     pthread_mutex_unlock(&w.mu);
     pthread_join(t, NULL);
+    free(run);
+}
+
+bool owd_busy(void)
+{
+    return atomic_load_explicit(&owd_mark.busy, memory_order_acquire);
+}
+
+unsigned owd_peer_count(void)
+{
+    pthread_mutex_lock(&w.peers_mu);
+    unsigned n = w.n_peers;
+    pthread_mutex_unlock(&w.peers_mu);
+    return n;
 }
 
 int owd_peer_add(const void *key, pid_t pid, const char *name)

@@ -19,17 +19,19 @@
  *
  * Cost on the message path: owd_enter is three plain stores, owd_leave one
  * (no lock, no system call, no read-modify-write). The plugin calls the
- * wrapper with the library lock held, one thread at a time. Were two calls
- * ever to overlap, the watchdog could miss one, but never report a call
- * that returned: every thread's last store is owd_leave's.
+ * wrapper with the library lock held, one thread at a time, except from
+ * its exit destructor, which closes nothing while owd_busy(). Were two
+ * calls ever to overlap, the watchdog could miss one, but never report a
+ * call that returned: every thread's last store is owd_leave's.
  *
- * Fork: a child has no watchdog thread. owd_stop does nothing there, and
- * owd_start starts one of its own.
+ * Fork: a child has no watchdog thread and is in no call. owd_stop does
+ * nothing there, and owd_start starts a thread of its own.
  */
 #ifndef OFI_WATCH_H_
 #define OFI_WATCH_H_
 
 #include <stdatomic.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <sys/types.h>
 
@@ -47,8 +49,8 @@ extern owd_mark_t owd_mark;
 static inline void owd_enter(const char *call)
 {
     unsigned long s = atomic_load_explicit(&owd_mark.seq, memory_order_relaxed);
-    atomic_store_explicit(&owd_mark.call, call, memory_order_relaxed);
     atomic_store_explicit(&owd_mark.seq, s + 1, memory_order_relaxed);
+    atomic_store_explicit(&owd_mark.call, call, memory_order_release);
     atomic_store_explicit(&owd_mark.busy, 1, memory_order_release);
 }
 
@@ -63,10 +65,11 @@ static inline void owd_leave(void)
 typedef struct owd_report {
     const char *call;  /* the call that has not returned */
     double seconds;    /* it has run for at least this long */
-    double cpu;        /* CPU seconds the process used meanwhile; -1: unknown */
+    double cpu;        /* CPU seconds the process (all its threads) used
+                          meanwhile; -1: unknown */
     unsigned peers;    /* registered peers */
     unsigned gone;     /* of them, those whose process has ended */
-    const char *gone_list; /* "name (pid N), ..." of those, or "" */
+    const char *gone_list; /* "name (pid N); ..." of those, or "" */
 } owd_report_t;
 
 typedef void (*owd_stalled_cb_t)(const owd_report_t *r, void *arg);
@@ -83,12 +86,18 @@ int owd_start(unsigned timeout_ms, owd_stalled_cb_t cb, void *arg);
  * except while cb runs). Registered peers stay registered. */
 void owd_stop(void);
 
+/* Whether a provider call is marked as running (in any thread). */
+bool owd_busy(void);
+
 /* Register a peer on this node for reports: key identifies the entry (the
  * caller's connection), name is copied (shortened to 127 bytes). Peers
  * with pid <= 0 are not registered. 0, or -ENOMEM (then the peer is
  * missing from reports, nothing else). */
 int owd_peer_add(const void *key, pid_t pid, const char *name);
-/* Forget the entry of key, if there is one. */
+/* Forget the entry of key, if there is one. The report names only peers
+ * registered at that time: one whose connection closed before is not. */
 void owd_peer_del(const void *key);
+/* Registered peers, for tests. */
+unsigned owd_peer_count(void);
 
 #endif /* OFI_WATCH_H_ */

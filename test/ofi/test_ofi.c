@@ -26,6 +26,7 @@
 
 #include "fake.h"
 #include "ofi_proto.h"
+#include "ofi_watch.h"
 
 static const pscom_plugin_ops_t *ops;
 static char region_path[128]; /* test_region_lock_not_inherited's, for teardown */
@@ -768,6 +769,44 @@ static void test_stop_after_closing(void **state)
 
 /* Closing with receives posted cancels them; messages to the closed
  * connection are drained by a sink for PSP_OFI_LINGER ms. */
+/* Each open connection's peer on this node is known to the watchdog (for
+ * its report of ended peers) until the connection closes; a peer without
+ * a process id (another node) is not. */
+static void test_peers_known_to_watchdog(void **state)
+{
+    (void)state;
+    struct pair p, q;
+    pair_open(&p);
+    assert_int_equal(owd_peer_count(), 2);
+    ops->close(&p.b, p.pb);
+    assert_int_equal(owd_peer_count(), 1);
+
+    q.pa = calloc(1, pscom_plugin_ofi.con_priv_size);
+    q.pb = calloc(1, pscom_plugin_ofi.con_priv_size);
+    fake_con_init(&q.a, "C", q.pa);
+    fake_con_init(&q.b, "D", q.pb);
+    q.b.peer_pid = 0;
+    uint8_t ba[4096], bb[4096];
+    size_t la = sizeof(ba), lb = sizeof(bb);
+    assert_int_equal(ops->hs_start(&q.a, q.pa, ba, &la), 0);
+    assert_int_equal(ops->hs_start(&q.b, q.pb, bb, &lb), 0);
+    assert_int_equal(ops->hs_connect(&q.b, q.pb, ba, la), 0);
+    assert_int_equal(ops->hs_connect(&q.a, q.pa, bb, lb), 0);
+    assert_int_equal(ops->open(&q.a, q.pa, -1), 0);
+    assert_int_equal(ops->open(&q.b, q.pb, -1), 0);
+    assert_int_equal(owd_peer_count(), 2);
+
+    ops->close(&p.a, p.pa);
+    pair_drop(&q);
+    assert_int_equal(owd_peer_count(), 0);
+    progress(4);
+    ops->destroy();
+    free(p.pa);
+    free(p.pb);
+    fake_con_free(&p.a);
+    fake_con_free(&p.b);
+}
+
 static void test_close_cancels_and_drains(void **state)
 {
     setenv("PSP_OFI_RECVQ", "8", 1);
@@ -1239,6 +1278,8 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_blob_roundtrip, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_peers_known_to_watchdog, setup,
+                                        teardown),
         cmocka_unit_test_setup_teardown(test_blob_malformed, setup, teardown),
         cmocka_unit_test_setup_teardown(test_blob_fuzz, setup, teardown),
         cmocka_unit_test_setup_teardown(test_hs_connect_rejects, setup, teardown),

@@ -3,9 +3,11 @@
  * a call that does not return is reported once, after the timeout, with
  * its name and the registered peers whose processes ended (gone or
  * zombie), and not the live ones; calls that return in time are never
- * reported, also back to back; a forked child stops nothing of its parent's and can watch its
- * own calls. The end-to-end check with libfabric's shm provider is
- * test/check-ofi-stall.sh.
+ * reported, also back to back and in a process stopped and continued
+ * (SIGSTOP, SIGCONT) inside them; a forked child stops nothing of its
+ * parent's, is in no call, and can watch its own; starts and stops racing
+ * in two threads end. The end-to-end check with libfabric's shm provider
+ * is test/check-ofi-stall.sh.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -161,8 +163,8 @@ static void stalled_call_reported_once(void **state)
     assert_int_equal(waitpid(zombie, NULL, 0), zombie);
 }
 
-/* Calls far shorter than the timeout, back to back and with pauses
- * between them, for ten timeouts: none is reported. */
+/* Calls far shorter than the timeout, in bursts and with pauses between
+ * them, for ten timeouts: none is reported. */
 static void calls_in_time_not_reported(void **state)
 {
     (void)state;
@@ -172,13 +174,94 @@ static void calls_in_time_not_reported(void **state)
     unsigned calls = 0;
     do {
         owd_enter(calls % 2 ? "fi_short" : "fi_shorter");
-        if (calls % 100 == 0) sleep_ms(20);
+        if (calls % 1000 == 0) sleep_ms(20);
         owd_leave();
-        if (calls % 50 == 0) sleep_ms(30);
+        if (calls % 100 == 0) sleep_ms(5);
         calls++;
         clock_gettime(CLOCK_MONOTONIC, &t);
     } while (t.tv_sec - t0.tv_sec < 5);
     owd_stop();
+    assert_int_equal(reports(), 0);
+}
+
+/* Spin until this thread has used ms of CPU time: time while the process
+ * is stopped does not count. */
+static void spin_cpu_ms(unsigned ms)
+{
+    struct timespec t0, t;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t0);
+    do {
+        clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+    } while ((t.tv_sec - t0.tv_sec) * 1000.0 + (t.tv_nsec - t0.tv_nsec) / 1e6 <
+             ms);
+}
+
+/* A child stopped for 2 s (SIGSTOP) inside a call that needs 50 ms of CPU,
+ * twice; the timeout is 1 s. After SIGCONT the watchdog looks once, not
+ * once for each of the eight looks it missed, and the call returns long
+ * before four more: nothing is reported. */
+static void stopped_process_not_reported(void **state)
+{
+    (void)state;
+    int in_call[2], go_on[2];
+    assert_int_equal(pipe(in_call), 0);
+    assert_int_equal(pipe(go_on), 0);
+    pid_t c = fork();
+    assert_true(c >= 0);
+    if (c == 0) {
+        char b = 0;
+        if (owd_start(1000, record, &seen)) _exit(2);
+        for (int i = 0; i < 2; i++) {
+            owd_enter("fi_stopped");
+            if (write(in_call[1], "x", 1) != 1) _exit(5);
+            spin_cpu_ms(50);
+            owd_leave();
+            if (read(go_on[0], &b, 1) != 1) _exit(6);
+        }
+        owd_stop();
+        _exit(reports() ? 3 : 0);
+    }
+    for (int i = 0; i < 2; i++) {
+        char b;
+        assert_int_equal(read(in_call[0], &b, 1), 1);
+        assert_int_equal(kill(c, SIGSTOP), 0);
+        sleep_ms(2000);
+        assert_int_equal(kill(c, SIGCONT), 0);
+        assert_int_equal(write(go_on[1], "x", 1), 1);
+    }
+    int status;
+    assert_int_equal(waitpid(c, &status, 0), c);
+    for (int i = 0; i < 2; i++) {
+        close(in_call[i]);
+        close(go_on[i]);
+    }
+    assert_true(WIFEXITED(status));
+    assert_int_equal(WEXITSTATUS(status), 0);
+}
+
+/* owd_start and owd_stop from two threads at once, many times: each stop
+ * ends the thread it let go, also when a start came in between. */
+static void *start_stop(void *arg)
+{
+    (void)arg;
+    for (int i = 0; i < 500; i++) {
+        if (owd_start(1000, record, &seen)) return (void *)1;
+        owd_stop();
+    }
+    return NULL;
+}
+
+static void start_stop_race_ends(void **state)
+{
+    (void)state;
+    pthread_t t[2];
+    void *rc[2];
+    for (int i = 0; i < 2; i++)
+        assert_int_equal(pthread_create(&t[i], NULL, start_stop, NULL), 0);
+    for (int i = 0; i < 2; i++) {
+        assert_int_equal(pthread_join(t[i], &rc[i]), 0);
+        assert_null(rc[i]);
+    }
     assert_int_equal(reports(), 0);
 }
 
@@ -197,8 +280,8 @@ static void back_to_back_calls_not_reported(void **state)
     assert_int_equal(reports(), 0);
 }
 
-/* A call that runs while the watchdog starts, and one after a long idle
- * time, are measured from when the watchdog sees them. */
+/* A call after a long idle time is measured from when the watchdog sees
+ * it, and reported without peers. */
 static void late_call_reported(void **state)
 {
     (void)state;
@@ -221,9 +304,12 @@ static void forked_child_watches_its_own(void **state)
 {
     (void)state;
     assert_int_equal(owd_start(200, record, &seen), 0);
+    owd_enter("fi_at_fork"); /* as if another thread were in a call */
     pid_t c = fork();
     assert_true(c >= 0);
+    if (c > 0) owd_leave(); /* long before the timeout */
     if (c == 0) {
+        if (owd_busy()) _exit(4);
         owd_stop();
 #ifdef UNDER_TSAN
         /* TSan ends a process that starts threads after a fork of a
@@ -242,6 +328,7 @@ static void forked_child_watches_its_own(void **state)
     assert_int_equal(waitpid(c, &status, 0), c);
     assert_true(WIFEXITED(status));
     assert_int_equal(WEXITSTATUS(status), 0);
+    assert_int_equal(reports(), 0); /* the parent left its call */
 
     owd_enter("fi_in_parent");
     assert_int_equal(wait_reports(1), 1);
@@ -282,6 +369,8 @@ int main(void)
         T(stalled_call_reported_once),
         T(calls_in_time_not_reported),
         T(back_to_back_calls_not_reported),
+        T(stopped_process_not_reported),
+        T(start_stop_race_ends),
         T(late_call_reported),
         T(forked_child_watches_its_own),
         T(long_gone_list_cut),
