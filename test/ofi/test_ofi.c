@@ -95,15 +95,21 @@ static void pair_open(struct pair *p)
     pair_connect(p, "A", "B", 0);
 }
 
+/* Free both connections (closed already). */
+static void pair_free(struct pair *p)
+{
+    free(p->pa);
+    free(p->pb);
+    fake_con_free(&p->a);
+    fake_con_free(&p->b);
+}
+
 /* Close both connections and free them (the plugin stays). */
 static void pair_drop(struct pair *p)
 {
     ops->close(&p->a, p->pa);
     ops->close(&p->b, p->pb);
-    free(p->pa);
-    free(p->pb);
-    fake_con_free(&p->a);
-    fake_con_free(&p->b);
+    pair_free(p);
 }
 
 static void pair_close(struct pair *p)
@@ -801,10 +807,7 @@ static void test_peers_known_to_watchdog(void **state)
     assert_int_equal(owd_peer_count(), 0);
     progress(4);
     ops->destroy();
-    free(p.pa);
-    free(p.pb);
-    fake_con_free(&p.a);
-    fake_con_free(&p.b);
+    pair_free(&p);
 }
 
 static void test_close_cancels_and_drains(void **state)
@@ -828,10 +831,7 @@ static void test_close_cancels_and_drains(void **state)
     ops->close(&p.a, p.pa);
     progress(5);
     ops->destroy();
-    free(p.pa);
-    free(p.pb);
-    fake_con_free(&p.a);
-    fake_con_free(&p.b);
+    pair_free(&p);
 }
 
 /* A connection that failed because its peer died posts no sink when it
@@ -857,10 +857,7 @@ static void test_close_after_peer_died(void **state)
     progress(5);
     assert_int_equal(fake_posted_count(), 1); /* B's sink: A is alive */
     ops->destroy();
-    free(p.pa);
-    free(p.pb);
-    fake_con_free(&p.a);
-    fake_con_free(&p.b);
+    pair_free(&p);
 }
 
 
@@ -1152,10 +1149,7 @@ static void test_pull_needs_the_peers_pid(void **state)
     assert_non_null(strstr(fake_core_reason, "process id"));
     ops->hs_abort(&p.a, p.pa);
     ops->hs_abort(&p.b, p.pb);
-    free(p.pa);
-    free(p.pb);
-    fake_con_free(&p.a);
-    fake_con_free(&p.b);
+    pair_free(&p);
     ops->destroy();
 }
 
