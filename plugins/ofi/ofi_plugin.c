@@ -443,16 +443,14 @@ static void fail_proto(struct ofi_con *oc, const char *why)
 /* Endpoint and peers                                                     */
 /* ---------------------------------------------------------------------- */
 
-/* At exit, close the endpoint if the core has not: providers free what
- * outlives the process otherwise (the shm provider leaves its region in
- * /dev/shm). Only in the process that opened it: a forked child must not
- * remove its parent's region. A destructor, not an atexit handler: the
- * core's own exit handler (registered by pscom_init, before this plugin
- * opened its endpoint) closes the sockets and flushes their sends through
- * this endpoint, and atexit handlers run last registered first, while
- * destructors run after all of them (and before libfabric's own, which
- * this module depends on). An atexit handler closed the endpoint first,
- * and the flush then sent on a closed one. */
+/* Close the endpoint (the core's teardown, ops.destroy, at exit too): the
+ * shm provider then removes its region from /dev/shm. Where the core's
+ * exit handler does not tear down (another thread holds the library lock,
+ * or exit() was called from a callback of the library), nothing closes
+ * it: that thread may be inside the provider, or about to be, and closing
+ * the endpoint under it crashed it (SIGSEGV in fi_cq_read, forced with a
+ * debugger). The process ends anyway; its region is left to the next
+ * process's sweep (ofi_sweep.h). */
 static void ep_close(void)
 {
     ofw_ep_close(ofi.ep); /* the provider removes its region */
@@ -460,17 +458,6 @@ static void ep_close(void)
     owd_stop();
     if (ofi.region_fd >= 0) close(ofi.region_fd);
     ofi.region_fd = -1;
-}
-
-__attribute__((destructor)) static void ep_close_at_exit(void)
-{
-    /* Without the library lock here: another thread may still be inside
-     * the provider (the core's exit handler does not wait for one that
-     * holds the lock). Closing the endpoint under it could crash it, or
-     * spin on the lock it waits for; the process ends anyway, and the
-     * region is left for the next process's sweep. */
-    if (owd_busy()) return;
-    if (ofi.ep && ofi.ep_pid == getpid()) ep_close();
 }
 
 static void region_swept(const char *name, void *arg)

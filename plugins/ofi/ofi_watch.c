@@ -204,7 +204,9 @@ static void *watch(void *arg)
 
         /* The name is stored after the count (owd_enter): the count read
          * after it is at least the name's, so an unchanged count means
-         * the name is this call's. */
+         * the name is no later call's. (That it is not an earlier one's
+         * holds on x86; on weakly ordered CPUs a stale name would need
+         * stores unseen for the whole timeout.) */
         const char *call =
             atomic_load_explicit(&owd_mark.call, memory_order_acquire);
         if (!atomic_load_explicit(&owd_mark.busy, memory_order_acquire) ||

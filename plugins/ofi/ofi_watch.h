@@ -19,8 +19,7 @@
  *
  * Cost on the message path: owd_enter is three plain stores, owd_leave one
  * (no lock, no system call, no read-modify-write). The plugin calls the
- * wrapper with the library lock held, one thread at a time, except from
- * its exit destructor, which closes nothing while owd_busy(). Were two
+ * wrapper with the library lock held, one thread at a time. Were two
  * calls ever to overlap, the watchdog could miss one, but never report a
  * call that returned: every thread's last store is owd_leave's.
  *
@@ -86,7 +85,7 @@ int owd_start(unsigned timeout_ms, owd_stalled_cb_t cb, void *arg);
  * except while cb runs). Registered peers stay registered. */
 void owd_stop(void);
 
-/* Whether a provider call is marked as running (in any thread). */
+/* Whether a provider call is marked as running (in any thread), for tests. */
 bool owd_busy(void);
 
 /* Register a peer on this node for reports: key identifies the entry (the

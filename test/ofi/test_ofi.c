@@ -773,8 +773,6 @@ static void test_stop_after_closing(void **state)
     pair_close(&p);
 }
 
-/* Closing with receives posted cancels them; messages to the closed
- * connection are drained by a sink for PSP_OFI_LINGER ms. */
 /* Each open connection's peer on this node is known to the watchdog (for
  * its report of ended peers) until the connection closes; a peer without
  * a process id (another node) is not. */
@@ -810,6 +808,8 @@ static void test_peers_known_to_watchdog(void **state)
     pair_free(&p);
 }
 
+/* Closing with receives posted cancels them; messages to the closed
+ * connection are drained by a sink for PSP_OFI_LINGER ms. */
 static void test_close_cancels_and_drains(void **state)
 {
     setenv("PSP_OFI_RECVQ", "8", 1);
