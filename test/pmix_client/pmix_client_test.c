@@ -455,6 +455,10 @@ static int test_barrier_progress(int lookup)
         CHECK(pscom_pmix_unpublish(job, svc, PSCOM_PMIX_RANGE_DEFAULT) ==
                   PSCOM_SUCCESS, "unpublish of %s", svc);
     }
+    /* A peer that ends closes its connections, which is a con_error (EOF)
+     * here: none ends before every rank has counted its own. */
+    step("barrier before the end");
+    CHECK(pscom_pmix_barrier(job) == PSCOM_SUCCESS, "barrier before the end");
     result_ok("rank %d of %d: %u bytes across the %s over %s", me, n, BIG_MSG,
               lookup ? "lookup" : "barrier", type);
     free(buf);
