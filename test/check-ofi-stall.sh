@@ -19,8 +19,7 @@ if [ $# -ne 3 ]; then
     echo "usage: $0 PSCOM_BENCH PSCOM_INFO STALL_SPIN_SO" >&2
     exit 2
 fi
-bench=$1 info=$2 shim=$3
-export PSP_OFI_PROVIDER=shm PSP_SHM=0
+bench=$1 info=$2 shim=$3 me=check-ofi-stall
 dir=$(mktemp -d) || exit 1
 pid= child=
 
@@ -40,16 +39,7 @@ cleanup() {
 }
 trap cleanup EXIT
 trap 'exit 1' INT TERM HUP
-fail() {
-    echo "check-ofi-stall: $*" >&2
-    for f in "$dir"/*; do echo "--- $f" >&2; cat "$f" >&2; done
-    exit 1
-}
-"$info" >"$dir/info" 2>&1
-if ! grep -Eq '^  ofi +loaded ' "$dir/info"; then
-    echo "SKIP: the ofi plugin does not start here with PSP_OFI_PROVIDER=shm"
-    exit 77
-fi
+. "${0%/*}/ofi-shm-setup.sh"
 
 # run NAME TIMEOUT: start the ping-pong with the stand-in armed in the
 # server, wait until it spins, kill the client. Sets pid and child.

@@ -16,21 +16,11 @@ if [ $# -ne 2 ]; then
     echo "usage: $0 PSCOM_BENCH PSCOM_INFO" >&2
     exit 2
 fi
-bench=$1 info=$2
-export PSP_OFI_PROVIDER=shm PSP_SHM=0
+bench=$1 info=$2 me=check-ofi-sweep
 dir=$(mktemp -d) || exit 1
 pid= child=
 trap '[ -n "$pid" ] && kill -9 $pid $child 2>/dev/null; rm -rf "$dir"' EXIT
-fail() {
-    echo "check-ofi-sweep: $*" >&2
-    for f in "$dir"/*; do echo "--- $f" >&2; cat "$f" >&2; done
-    exit 1
-}
-"$info" >"$dir/info" 2>&1
-if ! grep -Eq '^  ofi +loaded ' "$dir/info"; then
-    echo "SKIP: the ofi plugin does not start here with PSP_OFI_PROVIDER=shm"
-    exit 77
-fi
+. "${0%/*}/ofi-shm-setup.sh"
 
 # regions PID: the names of the regions of process PID in /dev/shm.
 regions() {

@@ -41,8 +41,7 @@ static struct {
     pthread_mutex_t mu;  /* guards the fields below up to peers_mu */
     pthread_cond_t cond; /* owd_stop wakes the threads */
     pthread_t thread;
-    struct run *cur; /* the running thread's, or NULL */
-    pid_t pid;       /* the process cur runs in */
+    struct run *cur; /* the running thread's, or NULL (fork_child) */
 
     pthread_mutex_t peers_mu; /* guards the peer table */
     struct peer *peers;
@@ -248,7 +247,6 @@ int owd_start(unsigned timeout_ms, owd_stalled_cb_t cb, void *arg)
                 free(run);
             } else {
                 w.cur = run;
-                w.pid = getpid();
             }
         }
     }
@@ -260,7 +258,7 @@ void owd_stop(void)
 {
     pthread_mutex_lock(&w.mu);
     struct run *run = w.cur;
-    if (!run || w.pid != getpid()) {
+    if (!run) {
         pthread_mutex_unlock(&w.mu);
         return;
     }

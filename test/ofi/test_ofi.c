@@ -64,19 +64,23 @@ static int teardown(void **state)
     return 0;
 }
 
-/* Two new connections na and nb of the plugin, connected to each other;
- * no_flags: as if neither blob had flags. */
-static void pair_connect(struct pair *p, const char *na, const char *nb,
-                         int no_flags)
+/* Two new connections na and nb of the plugin, not yet connected. */
+static void pair_init(struct pair *p, const char *na, const char *nb)
+{
+    p->pa = calloc(1, pscom_plugin_ofi.con_priv_size);
+    p->pb = calloc(1, pscom_plugin_ofi.con_priv_size);
+    fake_con_init(&p->a, na, p->pa);
+    fake_con_init(&p->b, nb, p->pb);
+}
+
+/* Connect p's connections to each other and open them; no_flags: as if
+ * neither blob had flags. */
+static void pair_handshake(struct pair *p, int no_flags)
 {
     uint8_t ba[4096], bb[4096];
     size_t la = sizeof(ba), lb = sizeof(bb);
     const char *why;
 
-    p->pa = calloc(1, pscom_plugin_ofi.con_priv_size);
-    p->pb = calloc(1, pscom_plugin_ofi.con_priv_size);
-    fake_con_init(&p->a, na, p->pa);
-    fake_con_init(&p->b, nb, p->pb);
     assert_int_equal(ops->hs_start(&p->a, p->pa, ba, &la), 0);
     assert_int_equal(ops->hs_start(&p->b, p->pb, bb, &lb), 0);
     if (no_flags) ba[4] = ba[5] = bb[4] = bb[5] = 0;
@@ -87,6 +91,14 @@ static void pair_connect(struct pair *p, const char *na, const char *nb,
     assert_int_equal(ops->hs_connect(&p->a, p->pa, bb, lb), 0);
     assert_int_equal(ops->open(&p->a, p->pa, -1), 0);
     assert_int_equal(ops->open(&p->b, p->pb, -1), 0);
+}
+
+/* Two new connections na and nb of the plugin, connected to each other. */
+static void pair_connect(struct pair *p, const char *na, const char *nb,
+                         int no_flags)
+{
+    pair_init(p, na, nb);
+    pair_handshake(p, no_flags);
 }
 
 static void pair_open(struct pair *p)
@@ -785,19 +797,9 @@ static void test_peers_known_to_watchdog(void **state)
     ops->close(&p.b, p.pb);
     assert_int_equal(owd_peer_count(), 1);
 
-    q.pa = calloc(1, pscom_plugin_ofi.con_priv_size);
-    q.pb = calloc(1, pscom_plugin_ofi.con_priv_size);
-    fake_con_init(&q.a, "C", q.pa);
-    fake_con_init(&q.b, "D", q.pb);
+    pair_init(&q, "C", "D");
     q.b.peer_pid = 0;
-    uint8_t ba[4096], bb[4096];
-    size_t la = sizeof(ba), lb = sizeof(bb);
-    assert_int_equal(ops->hs_start(&q.a, q.pa, ba, &la), 0);
-    assert_int_equal(ops->hs_start(&q.b, q.pb, bb, &lb), 0);
-    assert_int_equal(ops->hs_connect(&q.b, q.pb, ba, la), 0);
-    assert_int_equal(ops->hs_connect(&q.a, q.pa, bb, lb), 0);
-    assert_int_equal(ops->open(&q.a, q.pa, -1), 0);
-    assert_int_equal(ops->open(&q.b, q.pb, -1), 0);
+    pair_handshake(&q, 0);
     assert_int_equal(owd_peer_count(), 2);
 
     ops->close(&p.a, p.pa);
@@ -1138,10 +1140,7 @@ static void test_pull_needs_the_peers_pid(void **state)
     struct pair p;
     uint8_t ba[4096], bb[4096];
     size_t la = sizeof(ba), lb = sizeof(bb);
-    p.pa = calloc(1, pscom_plugin_ofi.con_priv_size);
-    p.pb = calloc(1, pscom_plugin_ofi.con_priv_size);
-    fake_con_init(&p.a, "A", p.pa);
-    fake_con_init(&p.b, "B", p.pb);
+    pair_init(&p, "A", "B");
     p.b.peer_pid = 0;
     assert_int_equal(ops->hs_start(&p.a, p.pa, ba, &la), 0);
     assert_int_equal(ops->hs_start(&p.b, p.pb, bb, &lb), 0);
