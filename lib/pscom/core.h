@@ -136,6 +136,8 @@ struct psc_req {
                      * neither it nor the frames behind it are written */
     bool rndv_pulling; /* in con->rx_deferq: the plugin pulls its body
                         * (rndv_pull_start); a FIN follows */
+    bool held;      /* on psc_ctx.held: finished, callbacks not yet run;
+                     * cancelling it is too late */
 
     /* The one queue the request is in: con->sendq, con->recvq_user,
      * sock->recvq_any, psc_ctx.recvq_any, con->net_recvq, con->rndv_sendq,
@@ -530,6 +532,27 @@ static inline void psc_unhold(void)
 {
     if (--psc_ctx.hold == 0 && !psc_list_empty(&psc_ctx.held))
         psc_req_run_held();
+}
+
+/* Around the API calls that post a send (pscom_post_send, hence
+ * pscom_send_inplace, and the root's pscom_post_bcast): a request the call
+ * completes keeps its callbacks on psc_ctx.held until the next round of
+ * progress, or until the run of held callbacks that made the call goes on;
+ * never inside the call. ParaStation pscom writes sends from its progress
+ * engine, so there a send's io_done never runs before its post returned,
+ * and ParaStation MPI relies on it: it tells a sub-request's completion
+ * which counter to decrement only after posting it (partitioned
+ * communication), and a callback that ran inside the post would miss the
+ * counter. One-sided posts that a plugin finishes at once still complete
+ * inside the call (doc/rma.md). */
+static inline void psc_defer_begin(void)
+{
+    psc_ctx.hold++;
+}
+
+static inline void psc_defer_end(void)
+{
+    psc_ctx.hold--;
 }
 
 static inline void psc_lock(void)

@@ -142,6 +142,7 @@ void psc_req_finish(struct psc_req *req, pscom_req_state_t extra)
         /* Inside a plugin: the request stays unfinished (not DONE, so its
          * owner keeps off it) until psc_req_run_held. */
         req->held_extra = extra;
+        req->held = true;
         psc_list_add_tail(&req->next_held, &psc_ctx.held);
         return;
     }
@@ -172,6 +173,7 @@ void psc_req_run_held(void)
         struct psc_req *req =
             psc_list_first(&psc_ctx.held, struct psc_req, next_held);
         psc_list_del(&req->next_held);
+        req->held = false;
         psc_req_done(req, req->held_extra);
     }
 }
@@ -202,6 +204,7 @@ void pscom_post_send(pscom_request_t *request)
         psc_unlock();
         return;
     }
+    psc_defer_begin();
     request->state = PSCOM_REQ_STATE_SEND_REQUEST | PSCOM_REQ_STATE_POSTED;
     if (request->xheader_len > request->max_xheader_len ||
         request->data_len > PSCOM_DATA_LEN_MASK ||
@@ -215,12 +218,14 @@ void pscom_post_send(pscom_request_t *request)
                     "message (%llu bytes)",
                     request->data_len, (unsigned long long)PSCOM_DATA_LEN_MASK);
         psc_req_done(req, PSCOM_REQ_STATE_ERROR);
+        psc_defer_end();
         psc_unlock();
         return;
     }
     psc_enter();
     psc_proto_send(con_of(request->connection), req);
     psc_leave();
+    psc_defer_end();
     psc_unlock();
 }
 
@@ -391,7 +396,7 @@ static int cancel_recv_locked(struct psc_req *req)
 {
     pscom_req_state_t st = req->pub.state;
     if (!(st & PSCOM_REQ_STATE_RECV_REQUEST) || !(st & PSCOM_REQ_STATE_POSTED) ||
-        (st & (PSCOM_REQ_STATE_IO_STARTED | PSCOM_REQ_STATE_DONE)))
+        (st & (PSCOM_REQ_STATE_IO_STARTED | PSCOM_REQ_STATE_DONE)) || req->held)
         return 0;
     psc_list_del(&req->next);
     psc_req_done(req, PSCOM_REQ_STATE_CANCELED);
@@ -403,7 +408,7 @@ static int cancel_send_locked(struct psc_req *req)
 {
     pscom_req_state_t st = req->pub.state;
     if (!(st & PSCOM_REQ_STATE_SEND_REQUEST) || !(st & PSCOM_REQ_STATE_POSTED) ||
-        (st & (PSCOM_REQ_STATE_IO_STARTED | PSCOM_REQ_STATE_DONE)))
+        (st & (PSCOM_REQ_STATE_IO_STARTED | PSCOM_REQ_STATE_DONE)) || req->held)
         return 0;
     psc_list_del(&req->next);
     psc_req_done(req, PSCOM_REQ_STATE_CANCELED);

@@ -32,6 +32,16 @@
  *   (spawn/disconnect_reconnect, spawnmanyarg and spawnminfo1 hung over
  *   tcp.)
  *
+ * send_done_after_post: a send's io_done runs in a later round of
+ *   progress, never inside pscom_post_send, also when the transport takes
+ *   the message at once; and a send posted from a receive's io_done
+ *   completes after that callback returned. ParaStation MPI's partitioned
+ *   communication posts a sub-request's send and only then tells it which
+ *   counter its completion decrements (in the receive callback of the
+ *   clear-to-send message); a completion inside the post missed the
+ *   counter and MPI_Start/MPI_Pready tests hung or crashed (its part
+ *   tests, 34 of 35).
+ *
  * ondemand_suspend, ondemand_stop: both sides connect on demand, then
  *   suspend (ParaStation MPI's connection setup) or stop listening (its
  *   spawn and connect/accept). The first send must still connect: pending
@@ -46,6 +56,18 @@ static const char *test_case(void)
 {
     const char *c = getenv("COMPAT_CASE");
     return c ? c : "";
+}
+
+/* A socket of the given name that sends its endpoint over link; its first
+ * accepted connection. */
+static pscom_connection_t *accept_one(itest_link_t *link, const char *name,
+                                      pscom_socket_t **sock)
+{
+    *sock = itest_open_socket(name, 1);
+    char *ep = itest_ep_str(*sock);
+    itest_link_send_str(link, ep);
+    free(ep);
+    return itest_wait_accept(1);
 }
 
 /* ---------------------------------------------------------------------- */
@@ -69,11 +91,8 @@ static int eof_sender(itest_link_t *link, void *arg)
 static int eof_receiver(itest_link_t *link, void *arg)
 {
     itest_pscom_init();
-    pscom_socket_t *s = itest_open_socket("rcv", 1);
-    char *ep = itest_ep_str(s);
-    itest_link_send_str(link, ep);
-    free(ep);
-    pscom_connection_t *c = itest_wait_accept(1);
+    pscom_socket_t *s;
+    pscom_connection_t *c = accept_one(link, "rcv", &s);
     char byte = 0;
     pscom_request_t *r = itest_request(0);
     r->connection = c;
@@ -230,19 +249,27 @@ static void arm(struct pinger *p, pscom_connection_t *con, uint32_t first)
     pscom_post_recv(p->req);
 }
 
-static int reentrant_main(itest_link_t *link, void *arg)
+/* Two sockets of this process, connected (the loop transport): *ca on the
+ * first, *cb the second's accepted end. */
+static void loop_pair(pscom_connection_t **ca, pscom_connection_t **cb)
 {
-    itest_pscom_init();
     pscom_socket_t *a = pscom_open_socket(0, 0, 0, 0);
     pscom_socket_t *b = pscom_open_socket(0, 0, 1, 0);
     b->ops.con_accept = itest_on_con_accept;
     ITEST_ASSERT_EQ(pscom_listen(b, PSCOM_ANYPORT), PSCOM_SUCCESS, "listen");
     char *ep = itest_ep_str(b);
-    pscom_connection_t *ca = pscom_open_connection(a);
-    ITEST_ASSERT_EQ(pscom_connect(ca, ep, 1, PSCOM_CON_FLAG_DIRECT),
+    *ca = pscom_open_connection(a);
+    ITEST_ASSERT_EQ(pscom_connect(*ca, ep, 1, PSCOM_CON_FLAG_DIRECT),
                     PSCOM_SUCCESS, "connect");
     free(ep);
-    pscom_connection_t *cb = itest_wait_accept(1);
+    *cb = itest_wait_accept(1);
+}
+
+static int reentrant_main(itest_link_t *link, void *arg)
+{
+    itest_pscom_init();
+    pscom_connection_t *ca, *cb;
+    loop_pair(&ca, &cb);
     ITEST_ASSERT(ca->type == PSCOM_CON_TYPE_LOOP, "on loop, not %s",
                  pscom_con_type_str(ca->type));
     static struct pinger pa, pb;
@@ -256,6 +283,150 @@ static int reentrant_main(itest_link_t *link, void *arg)
     ITEST_ASSERT_EQ(pa.got + pb.got, PINGS, "pings delivered");
     pscom_close_socket(NULL);
     return 0;
+}
+
+/* ---------------------------------------------------------------------- */
+
+/* A send whose completion counter is named after the post, as ParaStation
+ * MPI names a sub-request's (completion_notification). */
+struct late_send {
+    pscom_request_t *req;
+    int *counter; /* set after pscom_post_send returned */
+    int missed;   /* completions that found no counter yet */
+};
+
+static void late_send_done(pscom_request_t *r)
+{
+    struct late_send *ls = *(struct late_send **)r->user;
+    ITEST_ASSERT_REQ_OK(r, "late send");
+    if (ls->counter)
+        (*ls->counter)++;
+    else
+        ls->missed++;
+}
+
+static void late_send_post(struct late_send *ls, pscom_connection_t *con,
+                           int *counter)
+{
+    ls->req = pscom_request_create(0, sizeof(ls));
+    memcpy(ls->req->user, &ls, sizeof(ls));
+    ls->req->connection = con;
+    ls->req->data = "partition";
+    ls->req->data_len = 10;
+    ls->req->ops.io_done = late_send_done;
+    ls->counter = NULL;
+    pscom_post_send(ls->req);
+    ITEST_ASSERT(!(ls->req->state & PSCOM_REQ_STATE_DONE),
+                 "the send is done before pscom_post_send returned");
+    ls->counter = counter; /* as mpid_part.c, after the post */
+}
+
+static struct late_send from_cb;
+static int from_cb_count;
+
+/* The receive callback of a clear-to-send message: send the partition. */
+static void on_cts(pscom_request_t *r)
+{
+    ITEST_ASSERT_REQ_OK(r, "clear to send");
+    late_send_post(&from_cb, r->connection, &from_cb_count);
+}
+
+static int late_main(itest_link_t *link, void *arg)
+{
+    itest_pscom_init();
+    pscom_connection_t *ca, *cb;
+    loop_pair(&ca, &cb);
+    char buf[16];
+
+    itest_step("a send posted by the program");
+    pscom_request_t *rb = itest_request(0);
+    rb->connection = cb;
+    rb->data = buf;
+    rb->data_len = sizeof(buf);
+    pscom_post_recv(rb);
+    int count = 0;
+    struct late_send top;
+    late_send_post(&top, ca, &count);
+    /* The loop transport took it: too late to cancel, though not DONE. */
+    ITEST_ASSERT_EQ(pscom_cancel(top.req), 0, "cancelling a sent message");
+    ITEST_PROGRESS_UNTIL(pscom_req_is_done(top.req) &&
+                         pscom_req_is_done(rb));
+    ITEST_ASSERT_EQ(top.missed, 0, "completions before the counter was set");
+    ITEST_ASSERT_EQ(count, 1, "completions counted");
+    pscom_request_free(top.req);
+
+    itest_step("a send posted from a receive's io_done");
+    pscom_request_t *cts = itest_request(0);
+    cts->connection = cb;
+    cts->ops.io_done = on_cts;
+    pscom_post_recv(cts);
+    rb->connection = ca;
+    pscom_post_recv(rb);
+    pscom_send(ca, NULL, 0, NULL, 0); /* the clear-to-send message */
+    ITEST_PROGRESS_UNTIL(from_cb.req && pscom_req_is_done(from_cb.req) &&
+                         pscom_req_is_done(rb));
+    ITEST_ASSERT_EQ(from_cb.missed, 0,
+                    "completions before the callback set the counter");
+    ITEST_ASSERT_EQ(from_cb_count, 1, "completions counted");
+    ITEST_ASSERT_EQ(memcmp(buf, "partition", 10), 0, "the partition");
+    pscom_request_free(from_cb.req);
+    pscom_close_socket(NULL);
+    return 0;
+}
+
+/* The same between two processes, over shm or tcp, whose plugins take a
+ * small message at once (tx_now): the request is then finished inside the
+ * post, and only the held list keeps its callback, and a cancel, off. */
+static int late_peer(itest_link_t *link, void *arg)
+{
+    itest_pscom_init();
+    pscom_socket_t *s;
+    pscom_connection_t *c = accept_one(link, "peer", &s);
+    char buf[16] = "";
+    ITEST_ASSERT_EQ(pscom_recv_from(c, NULL, 0, buf, sizeof(buf)),
+                    PSCOM_SUCCESS, "receive");
+    ITEST_ASSERT_EQ(memcmp(buf, "partition", 10), 0, "the partition");
+    itest_link_send_u64(link, 1);
+    itest_link_recv_u64(link);
+    pscom_close_socket(s);
+    return 0;
+}
+
+static int late_origin(itest_link_t *link, void *arg)
+{
+    itest_pscom_init();
+    char *ep = itest_link_recv_str(link);
+    pscom_socket_t *s = itest_open_socket("origin", 0);
+    pscom_connection_t *c = itest_connect(s, ep);
+    free(ep);
+    itest_step("a send over %s", pscom_con_type_str(c->type));
+    int count = 0;
+    struct late_send ls;
+    late_send_post(&ls, c, &count);
+    ITEST_ASSERT_EQ(pscom_cancel(ls.req), 0, "cancelling a sent message");
+    ITEST_PROGRESS_UNTIL(pscom_req_is_done(ls.req));
+    ITEST_ASSERT_EQ(ls.missed, 0, "completions before the counter was set");
+    ITEST_ASSERT_EQ(count, 1, "completions counted");
+    ITEST_ASSERT(!(ls.req->state & PSCOM_REQ_STATE_CANCELED), "cancelled");
+    pscom_request_free(ls.req);
+    itest_link_send_u64(link, 1);
+    itest_link_recv_u64(link);
+    pscom_close_socket(s);
+    return 0;
+}
+
+static int case_send_done_after_post(void)
+{
+    itest_child_t loop, peer, origin;
+    itest_spawn(&loop, "late", late_main, NULL);
+    if (itest_child_check(&loop)) return 1;
+    itest_spawn(&peer, "peer", late_peer, NULL);
+    itest_spawn(&origin, "origin", late_origin, NULL);
+    itest_link_relay(&peer.link, &origin.link); /* the endpoint */
+    itest_link_send_u64(&origin.link, itest_link_recv_u64(&peer.link));
+    itest_link_send_u64(&peer.link, itest_link_recv_u64(&origin.link));
+    itest_child_t *list[2] = {&peer, &origin};
+    return itest_children_check(list, 2);
 }
 
 /* ---------------------------------------------------------------------- */
@@ -332,13 +503,14 @@ int main(void)
         itest_spawn(&k, "loop", reentrant_main, NULL);
         return itest_child_check(&k);
     }
+    if (!strcmp(c, "send_done_after_post")) return case_send_done_after_post();
     if (!strcmp(c, "loopback")) {
         itest_child_t k;
         itest_spawn(&k, "loopback", loopback_main, NULL);
         return itest_child_check(&k);
     }
     fprintf(stderr, "COMPAT_CASE must be wait_any_eof, accept_wait_any, "
-                    "loopback, loop_reentrant, ondemand_suspend or "
-                    "ondemand_stop\n");
+                    "loopback, loop_reentrant, send_done_after_post, "
+                    "ondemand_suspend or ondemand_stop\n");
     return 1;
 }
