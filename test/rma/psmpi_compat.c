@@ -370,6 +370,8 @@ static int late_main(itest_link_t *link, void *arg)
     ITEST_ASSERT_EQ(from_cb_count, 1, "completions counted");
     ITEST_ASSERT_EQ(memcmp(buf, "partition", 10), 0, "the partition");
     pscom_request_free(from_cb.req);
+    pscom_request_free(cts);
+    pscom_request_free(rb);
     pscom_close_socket(NULL);
     return 0;
 }
