@@ -537,14 +537,16 @@ static inline void psc_unhold(void)
 /* Around the API calls that post a send (pscom_post_send, hence
  * pscom_send_inplace, and the root's pscom_post_bcast): a request the call
  * completes keeps its callbacks on psc_ctx.held until the next round of
- * progress, or until the run of held callbacks that made the call goes on;
- * never inside the call. ParaStation pscom writes sends from its progress
- * engine, so there a send's io_done never runs before its post returned,
- * and ParaStation MPI relies on it: it tells a sub-request's completion
- * which counter to decrement only after posting it (partitioned
- * communication), and a callback that ran inside the post would miss the
- * counter. One-sided posts that a plugin finishes at once still complete
- * inside the call (doc/rma.md). */
+ * progress or close (psc_run_deferred), or until the run of held callbacks
+ * that made the call goes on; never inside the call. ParaStation pscom
+ * writes sends over shared memory from its progress engine, so there such
+ * a send's io_done never runs before its post returned, and ParaStation
+ * MPI relies on it: it tells a sub-request's completion which counter to
+ * decrement only after posting it (partitioned communication), and a
+ * callback that ran inside the post would miss the counter. (Over tcp
+ * ParaStation pscom writes at once and runs io_done inside the post; here
+ * every transport defers.) One-sided posts that a plugin finishes at once
+ * still complete inside the call (doc/rma.md). */
 static inline void psc_defer_begin(void)
 {
     psc_ctx.hold++;
@@ -553,6 +555,17 @@ static inline void psc_defer_begin(void)
 static inline void psc_defer_end(void)
 {
     psc_ctx.hold--;
+}
+
+/* Run what a post left held, outside any call into a plugin: the first
+ * thing a round of progress does, and what closing does before it may free
+ * connections (their held callbacks and con_error reports name them).
+ * 1 when there was something. */
+static inline int psc_run_deferred(void)
+{
+    if (psc_ctx.hold || psc_list_empty(&psc_ctx.held)) return 0;
+    psc_req_run_held();
+    return 1;
 }
 
 static inline void psc_lock(void)

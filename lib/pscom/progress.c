@@ -158,15 +158,6 @@ static int dispatch_fds(int timeout_ms)
     return n > 0;
 }
 
-/* Finish the requests a post completed (psc_defer_begin): their callbacks
- * run in the first round of progress after it. 1 when there were some. */
-static inline int run_deferred(void)
-{
-    if (psc_ctx.hold || psc_list_empty(&psc_ctx.held)) return 0;
-    psc_req_run_held();
-    return 1;
-}
-
 /* Call the progress op of every plugin with open connections (in line:
  * this runs on every round and poll of every wait); 1 when one made
  * progress. */
@@ -185,7 +176,7 @@ int psc_progress(void)
 
     psc_enter();
     psc_ctx.round++;
-    did = run_deferred();
+    did = psc_run_deferred(); /* what a post completed (psc_defer_begin) */
     did |= poll_plugins();
     if (epfd >= 0 && (hot_count || (psc_ctx.round & (COLD_ROUNDS - 1)) == 0))
         did |= dispatch_fds(0);

@@ -143,6 +143,9 @@ void psc_req_finish(struct psc_req *req, pscom_req_state_t extra)
          * owner keeps off it) until psc_req_run_held. */
         req->held_extra = extra;
         req->held = true;
+        /* What it did shows (a written send: IO_STARTED), not yet DONE. */
+        if (extra & PSCOM_REQ_STATE_IO_STARTED)
+            psc_req_state_add(req, PSCOM_REQ_STATE_IO_STARTED);
         psc_list_add_tail(&req->next_held, &psc_ctx.held);
         return;
     }

@@ -40,7 +40,10 @@
  *   counter its completion decrements (in the receive callback of the
  *   clear-to-send message); a completion inside the post missed the
  *   counter and MPI_Start/MPI_Pready tests hung or crashed (its part
- *   tests, 34 of 35).
+ *   tests, 34 of 35). Closing at once after posting runs the held
+ *   callbacks first: after sends, and, over tcp, after a send that a
+ *   reset connection failed (its con_error report names the connection
+ *   the close frees; a use after free before).
  *
  * ondemand_suspend, ondemand_stop: both sides connect on demand, then
  *   suspend (ParaStation MPI's connection setup) or stop listening (its
@@ -51,23 +54,12 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 static const char *test_case(void)
 {
     const char *c = getenv("COMPAT_CASE");
     return c ? c : "";
-}
-
-/* A socket of the given name that sends its endpoint over link; its first
- * accepted connection. */
-static pscom_connection_t *accept_one(itest_link_t *link, const char *name,
-                                      pscom_socket_t **sock)
-{
-    *sock = itest_open_socket(name, 1);
-    char *ep = itest_ep_str(*sock);
-    itest_link_send_str(link, ep);
-    free(ep);
-    return itest_wait_accept(1);
 }
 
 /* ---------------------------------------------------------------------- */
@@ -90,9 +82,8 @@ static int eof_sender(itest_link_t *link, void *arg)
 
 static int eof_receiver(itest_link_t *link, void *arg)
 {
-    itest_pscom_init();
     pscom_socket_t *s;
-    pscom_connection_t *c = accept_one(link, "rcv", &s);
+    pscom_connection_t *c = itest_accept_peer(link, "rcv", &s);
     char byte = 0;
     pscom_request_t *r = itest_request(0);
     r->connection = c;
@@ -381,9 +372,8 @@ static int late_main(itest_link_t *link, void *arg)
  * post, and only the held list keeps its callback, and a cancel, off. */
 static int late_peer(itest_link_t *link, void *arg)
 {
-    itest_pscom_init();
     pscom_socket_t *s;
-    pscom_connection_t *c = accept_one(link, "peer", &s);
+    pscom_connection_t *c = itest_accept_peer(link, "peer", &s);
     char buf[16] = "";
     ITEST_ASSERT_EQ(pscom_recv_from(c, NULL, 0, buf, sizeof(buf)),
                     PSCOM_SUCCESS, "receive");
@@ -394,13 +384,28 @@ static int late_peer(itest_link_t *link, void *arg)
     return 0;
 }
 
+/* A send that fails: counted like late_send_done, failure expected. */
+static void failed_send_done(pscom_request_t *r)
+{
+    struct late_send *ls = *(struct late_send **)r->user;
+    ITEST_ASSERT(r->state & PSCOM_REQ_STATE_ERROR, "the send did not fail "
+                 "(state %s)", pscom_req_state_str(r->state));
+    if (ls->counter)
+        (*ls->counter)++;
+    else
+        ls->missed++;
+}
+
+static void on_inplace_done(pscom_req_state_t state, void *priv)
+{
+    ITEST_ASSERT(pscom_req_state_successful(state), "send_inplace failed");
+    (*(int *)priv)++;
+}
+
 static int late_origin(itest_link_t *link, void *arg)
 {
-    itest_pscom_init();
-    char *ep = itest_link_recv_str(link);
-    pscom_socket_t *s = itest_open_socket("origin", 0);
-    pscom_connection_t *c = itest_connect(s, ep);
-    free(ep);
+    pscom_socket_t *s;
+    pscom_connection_t *c = itest_connect_to_peer(link, "origin", &s);
     itest_step("a send over %s", pscom_con_type_str(c->type));
     int count = 0;
     struct late_send ls;
@@ -411,8 +416,77 @@ static int late_origin(itest_link_t *link, void *arg)
     ITEST_ASSERT_EQ(count, 1, "completions counted");
     ITEST_ASSERT(!(ls.req->state & PSCOM_REQ_STATE_CANCELED), "cancelled");
     pscom_request_free(ls.req);
+
+    itest_step("sends, then close at once");
+    late_send_post(&ls, c, &count);
+    int inplace_calls = 0;
+    pscom_send_inplace(c, NULL, 0, "x", 1, on_inplace_done, &inplace_calls);
+    pscom_close_connection(c); /* frees c: the callbacks run before */
+    ITEST_ASSERT(pscom_req_is_done(ls.req), "the send is not done after "
+                 "its connection was closed");
+    ITEST_ASSERT_EQ(ls.missed, 0, "completions before the counter was set");
+    ITEST_ASSERT_EQ(count, 2, "completions counted");
+    ITEST_ASSERT_EQ(inplace_calls, 1, "pscom_send_inplace callbacks");
+    pscom_request_free(ls.req);
     itest_link_send_u64(link, 1);
     itest_link_recv_u64(link);
+    pscom_close_socket(s);
+    return 0;
+}
+
+/* Over tcp: a peer that ends with our message unread resets the
+ * connection, so the next post fails it inside the call; the report of
+ * the failure and the send's io_done are held. Closing the connection at
+ * once must run them before it frees the connection they name. */
+static int reset_peer(itest_link_t *link, void *arg)
+{
+    pscom_socket_t *s;
+    itest_accept_peer(link, "peer", &s);
+    itest_link_send_u64(link, 1);
+    itest_link_recv_u64(link); /* the origin's message is here, unread */
+    itest_sleep_ms(100);
+    _exit(0); /* unread data: the kernel answers with a reset */
+}
+
+static int reset_origin(itest_link_t *link, void *arg)
+{
+    pscom_socket_t *s;
+    pscom_connection_t *c = itest_connect_to_peer(link, "origin", &s);
+    if (c->type != PSCOM_CON_TYPE_TCP) { /* a reset is a tcp thing */
+        itest_link_recv_u64(link);
+        itest_link_send_u64(link, 1);
+        itest_link_recv_u64(link);
+        pscom_close_socket(s);
+        return 0;
+    }
+    s->ops.con_error = itest_on_con_error;
+    static char msg[1000];
+    itest_link_recv_u64(link);
+    pscom_send(c, NULL, 0, msg, sizeof(msg));
+    pscom_flush(c);
+    itest_link_send_u64(link, 1);
+    itest_link_recv_u64(link); /* the peer has ended */
+    itest_sleep_ms(100);
+    itest_step("a send on a reset connection, then close at once");
+    int count = 0;
+    struct late_send ls;
+    ls.req = pscom_request_create(0, sizeof(struct late_send *));
+    struct late_send *lp = &ls;
+    memcpy(ls.req->user, &lp, sizeof(lp));
+    ls.req->connection = c;
+    ls.req->data = msg;
+    ls.req->data_len = 100;
+    ls.req->ops.io_done = failed_send_done;
+    ls.counter = NULL;
+    ls.missed = 0;
+    pscom_post_send(ls.req);
+    ls.counter = &count;
+    pscom_close_connection(c); /* ASan: no use of the freed connection */
+    ITEST_ASSERT(pscom_req_is_done(ls.req), "the send is not done");
+    ITEST_ASSERT_EQ(count, 1, "completions counted");
+    ITEST_ASSERT_EQ(ls.missed, 0, "completions before the counter was set");
+    pscom_request_free(ls.req);
+    itest_progress_ms(10);
     pscom_close_socket(s);
     return 0;
 }
@@ -428,7 +502,17 @@ static int case_send_done_after_post(void)
     itest_link_send_u64(&origin.link, itest_link_recv_u64(&peer.link));
     itest_link_send_u64(&peer.link, itest_link_recv_u64(&origin.link));
     itest_child_t *list[2] = {&peer, &origin};
-    return itest_children_check(list, 2);
+    if (itest_children_check(list, 2)) return 1;
+
+    itest_spawn(&peer, "reset peer", reset_peer, NULL);
+    itest_spawn(&origin, "reset origin", reset_origin, NULL);
+    itest_link_relay(&peer.link, &origin.link); /* the endpoint */
+    itest_link_send_u64(&origin.link, itest_link_recv_u64(&peer.link));
+    itest_link_recv_u64(&origin.link); /* the message was sent */
+    itest_link_send_u64(&peer.link, 1);
+    itest_child_wait(&peer);
+    itest_link_send_u64(&origin.link, 1);
+    return itest_child_check(&origin);
 }
 
 /* ---------------------------------------------------------------------- */
