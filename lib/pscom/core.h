@@ -136,8 +136,6 @@ struct psc_req {
                      * neither it nor the frames behind it are written */
     bool rndv_pulling; /* in con->rx_deferq: the plugin pulls its body
                         * (rndv_pull_start); a FIN follows */
-    bool held;      /* on psc_ctx.held: finished, callbacks not yet run;
-                     * cancelling it is too late */
 
     /* The one queue the request is in: con->sendq, con->recvq_user,
      * sock->recvq_any, psc_ctx.recvq_any, con->net_recvq, con->rndv_sendq,
@@ -168,8 +166,9 @@ struct psc_req {
     struct psc_con *gcon;       /* generated: where it arrived */
     struct psc_req *merged_into; /* generated, still arriving: its receive */
 
-    /* Done inside a plugin, callbacks not yet run: psc_ctx.held (its own
-     * link: `next` may still be in use, by group.c for one), and the extra
+    /* Done inside a plugin or a send's post, callbacks not yet run:
+     * psc_ctx.held (its own link, unlinked otherwise: `next` may still be
+     * in use, by group.c for one; cancelling it is too late), and the extra
      * state psc_req_done will add. */
     struct psc_list next_held;
     pscom_req_state_t held_extra;
@@ -534,11 +533,11 @@ static inline void psc_unhold(void)
         psc_req_run_held();
 }
 
-/* Around the API calls that post a send (pscom_post_send, hence
- * pscom_send_inplace, and the root's pscom_post_bcast): a request the call
- * completes keeps its callbacks on psc_ctx.held until the next round of
- * progress or close (psc_run_deferred), or until the run of held callbacks
- * that made the call goes on; never inside the call. ParaStation pscom
+/* Ends a psc_hold without running what is held: it waits for the next
+ * round of progress or close (psc_run_deferred), or for the run of held
+ * callbacks that made the call to go on. Around the API calls that post a
+ * send (pscom_post_send, hence pscom_send_inplace, and the root's
+ * pscom_post_bcast), so that a send's callbacks never run inside the call. ParaStation pscom
  * writes sends over shared memory from its progress engine, so there such
  * a send's io_done never runs before its post returned, and ParaStation
  * MPI relies on it: it tells a sub-request's completion which counter to
@@ -547,12 +546,7 @@ static inline void psc_unhold(void)
  * ParaStation pscom writes at once and runs io_done inside the post; here
  * every transport defers.) One-sided posts that a plugin finishes at once
  * still complete inside the call (doc/rma.md). */
-static inline void psc_defer_begin(void)
-{
-    psc_ctx.hold++;
-}
-
-static inline void psc_defer_end(void)
+static inline void psc_unhold_later(void)
 {
     psc_ctx.hold--;
 }

@@ -508,9 +508,9 @@ void pscom_post_bcast(pscom_request_t *request)
         r->header.xheader_len = (uint16_t)xlen;
         r->header.msg_type = PSC_MSG_BCAST;
         r->header.data_len = r->data_len;
-        psc_defer_begin(); /* the root sends: as pscom_post_send */
+        psc_hold(); /* the root sends: as pscom_post_send */
         bcast_forward(op, r->data_len);
-        psc_defer_end();
+        psc_unhold_later();
         psc_unlock();
         return;
     }

@@ -176,7 +176,7 @@ int psc_progress(void)
 
     psc_enter();
     psc_ctx.round++;
-    did = psc_run_deferred(); /* what a post completed (psc_defer_begin) */
+    did = psc_run_deferred(); /* what a post completed (psc_unhold_later) */
     did |= poll_plugins();
     if (epfd >= 0 && (hot_count || (psc_ctx.round & (COLD_ROUNDS - 1)) == 0))
         did |= dispatch_fds(0);

@@ -839,9 +839,9 @@ int pscom_plugin_rx_now(pscom_plugin_con_t *con, const void *head,
     /* A matched receive: no allocation, nothing that can fail the
      * connection; only its callbacks must wait — also should a plugin call
      * this outside the core's call into it (then they wait for the next). */
-    psc_ctx.hold++;
+    psc_hold();
     rx_user_whole(con, &h, hdr + 1, body, req);
-    psc_ctx.hold--;
+    psc_unhold_later();
     return 1;
 }
 

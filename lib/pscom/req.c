@@ -78,6 +78,7 @@ struct psc_req *psc_req_alloc(size_t xlen, size_t user_size)
     req->alloc_size = (uint32_t)size;
     psc_list_init(&req->next);
     psc_list_init(&req->next_any);
+    psc_list_init(&req->next_held);
     req->pub.max_xheader_len = xlen;
     req->pub.user_size = user_size;
     req->pub.user = user_size ? (struct PSCOM_req_user *)((char *)req + user_off)
@@ -139,10 +140,9 @@ void psc_req_finish(struct psc_req *req, pscom_req_state_t extra)
 {
     if (psc_ctx.hold && (req->pub.ops.io_done || req->inplace_done) &&
         req->kind != PSC_REQ_CONTROL) {
-        /* Inside a plugin: the request stays unfinished (not DONE, so its
-         * owner keeps off it) until psc_req_run_held. */
+        /* Inside a plugin or a send's post: the request stays unfinished
+         * (not DONE, so its owner keeps off it) until psc_req_run_held. */
         req->held_extra = extra;
-        req->held = true;
         /* What it did shows (a written send: IO_STARTED), not yet DONE. */
         if (extra & PSCOM_REQ_STATE_IO_STARTED)
             psc_req_state_add(req, PSCOM_REQ_STATE_IO_STARTED);
@@ -176,7 +176,6 @@ void psc_req_run_held(void)
         struct psc_req *req =
             psc_list_first(&psc_ctx.held, struct psc_req, next_held);
         psc_list_del(&req->next_held);
-        req->held = false;
         psc_req_done(req, req->held_extra);
     }
 }
@@ -207,7 +206,7 @@ void pscom_post_send(pscom_request_t *request)
         psc_unlock();
         return;
     }
-    psc_defer_begin();
+    psc_hold();
     request->state = PSCOM_REQ_STATE_SEND_REQUEST | PSCOM_REQ_STATE_POSTED;
     if (request->xheader_len > request->max_xheader_len ||
         request->data_len > PSCOM_DATA_LEN_MASK ||
@@ -221,14 +220,14 @@ void pscom_post_send(pscom_request_t *request)
                     "message (%llu bytes)",
                     request->data_len, (unsigned long long)PSCOM_DATA_LEN_MASK);
         psc_req_done(req, PSCOM_REQ_STATE_ERROR);
-        psc_defer_end();
+        psc_unhold_later();
         psc_unlock();
         return;
     }
     psc_enter();
     psc_proto_send(con_of(request->connection), req);
     psc_leave();
-    psc_defer_end();
+    psc_unhold_later();
     psc_unlock();
 }
 
@@ -394,24 +393,15 @@ void pscom_wait_any(void)
     psc_unlock();
 }
 
-/* Unlink a receive that no message has matched yet. */
-static int cancel_recv_locked(struct psc_req *req)
+/* Unlink a send whose first byte has not been written yet, or a receive
+ * that no message has matched yet (kind: PSCOM_REQ_STATE_SEND_REQUEST or
+ * _RECV_REQUEST). */
+static int cancel_locked(struct psc_req *req, pscom_req_state_t kind)
 {
     pscom_req_state_t st = req->pub.state;
-    if (!(st & PSCOM_REQ_STATE_RECV_REQUEST) || !(st & PSCOM_REQ_STATE_POSTED) ||
-        (st & (PSCOM_REQ_STATE_IO_STARTED | PSCOM_REQ_STATE_DONE)) || req->held)
-        return 0;
-    psc_list_del(&req->next);
-    psc_req_done(req, PSCOM_REQ_STATE_CANCELED);
-    return 1;
-}
-
-/* Unlink a send whose first byte has not been written yet. */
-static int cancel_send_locked(struct psc_req *req)
-{
-    pscom_req_state_t st = req->pub.state;
-    if (!(st & PSCOM_REQ_STATE_SEND_REQUEST) || !(st & PSCOM_REQ_STATE_POSTED) ||
-        (st & (PSCOM_REQ_STATE_IO_STARTED | PSCOM_REQ_STATE_DONE)) || req->held)
+    if (!(st & kind) || !(st & PSCOM_REQ_STATE_POSTED) ||
+        (st & (PSCOM_REQ_STATE_IO_STARTED | PSCOM_REQ_STATE_DONE)) ||
+        !psc_list_unlinked(&req->next_held))
         return 0;
     psc_list_del(&req->next);
     psc_req_done(req, PSCOM_REQ_STATE_CANCELED);
@@ -421,7 +411,7 @@ static int cancel_send_locked(struct psc_req *req)
 int pscom_cancel_send(pscom_request_t *request)
 {
     psc_lock();
-    int ret = cancel_send_locked(req_of(request));
+    int ret = cancel_locked(req_of(request), PSCOM_REQ_STATE_SEND_REQUEST);
     psc_unlock();
     return ret;
 }
@@ -429,7 +419,7 @@ int pscom_cancel_send(pscom_request_t *request)
 int pscom_cancel_recv(pscom_request_t *request)
 {
     psc_lock();
-    int ret = cancel_recv_locked(req_of(request));
+    int ret = cancel_locked(req_of(request), PSCOM_REQ_STATE_RECV_REQUEST);
     psc_unlock();
     return ret;
 }

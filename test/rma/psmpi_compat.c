@@ -52,6 +52,7 @@
  */
 #include "itest.h"
 
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -104,16 +105,25 @@ static int eof_receiver(itest_link_t *link, void *arg)
     return 0;
 }
 
+/* A listener and a connector: the listener's endpoint goes to the
+ * connector, then one word each way between them (each tells the other it
+ * is ready); both must succeed. */
+static int run_pair(const char *lname, itest_child_fn_t lfn,
+                    const char *cname, itest_child_fn_t cfn)
+{
+    itest_child_t lst, con;
+    itest_spawn(&lst, lname, lfn, NULL);
+    itest_spawn(&con, cname, cfn, NULL);
+    itest_link_relay(&lst.link, &con.link); /* the endpoint */
+    itest_link_send_u64(&con.link, itest_link_recv_u64(&lst.link));
+    itest_link_send_u64(&lst.link, itest_link_recv_u64(&con.link));
+    itest_child_t *list[2] = {&lst, &con};
+    return itest_children_check(list, 2);
+}
+
 static int case_wait_any_eof(void)
 {
-    itest_child_t rcv, snd;
-    itest_spawn(&rcv, "receiver", eof_receiver, NULL);
-    itest_spawn(&snd, "sender", eof_sender, NULL);
-    itest_link_relay(&rcv.link, &snd.link); /* the endpoint */
-    itest_link_send_u64(&snd.link, itest_link_recv_u64(&rcv.link));
-    itest_link_send_u64(&rcv.link, itest_link_recv_u64(&snd.link));
-    itest_child_t *list[2] = {&rcv, &snd};
-    return itest_children_check(list, 2);
+    return run_pair("receiver", eof_receiver, "sender", eof_sender);
 }
 
 /* ---------------------------------------------------------------------- */
@@ -284,12 +294,17 @@ struct late_send {
     pscom_request_t *req;
     int *counter; /* set after pscom_post_send returned */
     int missed;   /* completions that found no counter yet */
+    bool fails;   /* the send is to fail (a reset connection) */
 };
 
 static void late_send_done(pscom_request_t *r)
 {
     struct late_send *ls = *(struct late_send **)r->user;
-    ITEST_ASSERT_REQ_OK(r, "late send");
+    if (ls->fails)
+        ITEST_ASSERT(r->state & PSCOM_REQ_STATE_ERROR, "the send did not "
+                     "fail (state %s)", pscom_req_state_str(r->state));
+    else
+        ITEST_ASSERT_REQ_OK(r, "late send");
     if (ls->counter)
         (*ls->counter)++;
     else
@@ -297,8 +312,10 @@ static void late_send_done(pscom_request_t *r)
 }
 
 static void late_send_post(struct late_send *ls, pscom_connection_t *con,
-                           int *counter)
+                           int *counter, bool fails)
 {
+    ls->fails = fails;
+    ls->missed = 0;
     ls->req = pscom_request_create(0, sizeof(ls));
     memcpy(ls->req->user, &ls, sizeof(ls));
     ls->req->connection = con;
@@ -319,7 +336,7 @@ static int from_cb_count;
 static void on_cts(pscom_request_t *r)
 {
     ITEST_ASSERT_REQ_OK(r, "clear to send");
-    late_send_post(&from_cb, r->connection, &from_cb_count);
+    late_send_post(&from_cb, r->connection, &from_cb_count, false);
 }
 
 static int late_main(itest_link_t *link, void *arg)
@@ -337,7 +354,7 @@ static int late_main(itest_link_t *link, void *arg)
     pscom_post_recv(rb);
     int count = 0;
     struct late_send top;
-    late_send_post(&top, ca, &count);
+    late_send_post(&top, ca, &count, false);
     /* The loop transport took it: too late to cancel, though not DONE. */
     ITEST_ASSERT_EQ(pscom_cancel(top.req), 0, "cancelling a sent message");
     ITEST_PROGRESS_UNTIL(pscom_req_is_done(top.req) &&
@@ -384,18 +401,6 @@ static int late_peer(itest_link_t *link, void *arg)
     return 0;
 }
 
-/* A send that fails: counted like late_send_done, failure expected. */
-static void failed_send_done(pscom_request_t *r)
-{
-    struct late_send *ls = *(struct late_send **)r->user;
-    ITEST_ASSERT(r->state & PSCOM_REQ_STATE_ERROR, "the send did not fail "
-                 "(state %s)", pscom_req_state_str(r->state));
-    if (ls->counter)
-        (*ls->counter)++;
-    else
-        ls->missed++;
-}
-
 static void on_inplace_done(pscom_req_state_t state, void *priv)
 {
     ITEST_ASSERT(pscom_req_state_successful(state), "send_inplace failed");
@@ -409,7 +414,7 @@ static int late_origin(itest_link_t *link, void *arg)
     itest_step("a send over %s", pscom_con_type_str(c->type));
     int count = 0;
     struct late_send ls;
-    late_send_post(&ls, c, &count);
+    late_send_post(&ls, c, &count, false);
     ITEST_ASSERT_EQ(pscom_cancel(ls.req), 0, "cancelling a sent message");
     ITEST_PROGRESS_UNTIL(pscom_req_is_done(ls.req));
     ITEST_ASSERT_EQ(ls.missed, 0, "completions before the counter was set");
@@ -418,7 +423,7 @@ static int late_origin(itest_link_t *link, void *arg)
     pscom_request_free(ls.req);
 
     itest_step("sends, then close at once");
-    late_send_post(&ls, c, &count);
+    late_send_post(&ls, c, &count, false);
     int inplace_calls = 0;
     pscom_send_inplace(c, NULL, 0, "x", 1, on_inplace_done, &inplace_calls);
     pscom_close_connection(c); /* frees c: the callbacks run before */
@@ -470,17 +475,7 @@ static int reset_origin(itest_link_t *link, void *arg)
     itest_step("a send on a reset connection, then close at once");
     int count = 0;
     struct late_send ls;
-    ls.req = pscom_request_create(0, sizeof(struct late_send *));
-    struct late_send *lp = &ls;
-    memcpy(ls.req->user, &lp, sizeof(lp));
-    ls.req->connection = c;
-    ls.req->data = msg;
-    ls.req->data_len = 100;
-    ls.req->ops.io_done = failed_send_done;
-    ls.counter = NULL;
-    ls.missed = 0;
-    pscom_post_send(ls.req);
-    ls.counter = &count;
+    late_send_post(&ls, c, &count, true);
     pscom_close_connection(c); /* ASan: no use of the freed connection */
     ITEST_ASSERT(pscom_req_is_done(ls.req), "the send is not done");
     ITEST_ASSERT_EQ(count, 1, "completions counted");
@@ -496,13 +491,7 @@ static int case_send_done_after_post(void)
     itest_child_t loop, peer, origin;
     itest_spawn(&loop, "late", late_main, NULL);
     if (itest_child_check(&loop)) return 1;
-    itest_spawn(&peer, "peer", late_peer, NULL);
-    itest_spawn(&origin, "origin", late_origin, NULL);
-    itest_link_relay(&peer.link, &origin.link); /* the endpoint */
-    itest_link_send_u64(&origin.link, itest_link_recv_u64(&peer.link));
-    itest_link_send_u64(&peer.link, itest_link_recv_u64(&origin.link));
-    itest_child_t *list[2] = {&peer, &origin};
-    if (itest_children_check(list, 2)) return 1;
+    if (run_pair("peer", late_peer, "origin", late_origin)) return 1;
 
     itest_spawn(&peer, "reset peer", reset_peer, NULL);
     itest_spawn(&origin, "reset origin", reset_origin, NULL);
