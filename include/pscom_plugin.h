@@ -52,8 +52,9 @@ extern "C" {
  * pscom_plugin_rx_now; 1.5 rndv_pull_start, and the flag
  * PSCOM_PLUGIN_SPIN_RELAX, which older cores ignore; 1.6 added no op, only
  * the upcall pscom_plugin_con_peer_pid; 1.7 no op, only the service
- * pscom_plugin_wait_until). */
-#define PSCOM_PLUGIN_API_VERSION 0x0107
+ * pscom_plugin_wait_until; 1.8 no op, only the service
+ * pscom_plugin_config_ranges). */
+#define PSCOM_PLUGIN_API_VERSION 0x0108
 #define PSCOM_PLUGIN_API_MAJOR(v) (((v) >> 8) & 0xff)
 #define PSCOM_PLUGIN_API_MINOR(v) ((v) & 0xff)
 
@@ -88,6 +89,20 @@ typedef struct pscom_config_row {
  * then from the environment (or its parent). A value that does not parse is
  * reported and the default kept. */
 void pscom_plugin_config_register(const pscom_config_row_t *rows, size_t count);
+
+/* The values a numeric row (int, uint, size) accepts: min..max, both
+ * included. */
+typedef struct pscom_config_range {
+    const char *name; /* the row's name */
+    long long min, max;
+} pscom_config_range_t;
+
+/* Declare ranges for rows registered afterwards (1.8; the table is static
+ * and lives as long as the program). A value from the environment outside
+ * its row's range is reported and the nearer bound used; `pscom_info -c`
+ * and the docs show the range. */
+void pscom_plugin_config_ranges(const pscom_config_range_t *ranges,
+                                size_t count);
 
 /* ---------------------------------------------------------------------- */
 /* The plugin descriptor                                                  */

@@ -16,6 +16,7 @@ if [ $# -ne 2 ]; then
     exit 2
 fi
 bench=$1 info=$2
+. "$(dirname "$0")/bench-server.sh"
 dir=$(mktemp -d) || exit 1
 srv_pid=
 trap '[ -n "$srv_pid" ] && kill "$srv_pid" 2>/dev/null; rm -rf "$dir"' EXIT
@@ -38,26 +39,8 @@ done
 run() {
     expected=$1
     shift
-    # A port below Linux's ephemeral range; another if it is taken.
-    listening=
-    for try in 1 2 3 4 5; do
-        port=$((20000 + ($$ * 7 + try * 1009) % 10000))
-        : >"$dir/srv"
-        env "$@" PSP_SHM=0 PSP_VERBS=0 UCX_TLS=tcp PSP_DEBUG=4 "$bench" -l "$port" \
-            --timeout 60 >"$dir/srv" 2>&1 &
-        srv_pid=$!
-        for _ in $(seq 100); do
-            grep -q '^pscom_bench: listening on port' "$dir/srv" && listening=1
-            [ -n "$listening" ] && break
-            kill -0 "$srv_pid" 2>/dev/null || break
-            sleep 0.1
-        done
-        [ -n "$listening" ] && break
-        kill "$srv_pid" 2>/dev/null
-        wait "$srv_pid"
-        srv_pid=
-    done
-    [ -n "$listening" ] || fail "the server did not listen"
+    start_bench_server "$dir/srv" "$@" PSP_SHM=0 PSP_VERBS=0 UCX_TLS=tcp \
+        PSP_DEBUG=4 -- "$bench" --timeout 60
     env "$@" PSP_SHM=0 PSP_VERBS=0 UCX_TLS=posix PSP_DEBUG=4 "$bench" -c "127.0.0.1:$port" \
         --sizes 8,100k --iters 20 --verify --timeout 60 >"$dir/cli" 2>&1 ||
         fail "the client failed ($*)"

@@ -36,6 +36,10 @@ struct entry {
     bool printed; /* already shown for PSP_DEBUG_PARAM */
 };
 
+/* Declared ranges (pscom_plugin_config_ranges), looked up by name. */
+static const pscom_config_range_t **ranges;
+static size_t n_ranges, cap_ranges;
+
 /* Registered rows in registration order; duplicates are never added. */
 static struct entry *entries;
 static size_t n_entries, cap_entries;
@@ -397,6 +401,93 @@ void psc_config_value_str(const pscom_config_row_t *row, char *buf,
     }
 }
 
+static const pscom_config_range_t *range_of(const char *name)
+{
+    for (size_t i = n_ranges; i-- > 0;)
+        if (strcmp(ranges[i]->name, name) == 0) return ranges[i];
+    return NULL;
+}
+
+/* A bound as it is written: UINT_MAX of an unsigned row as "inf", sizes
+ * with the largest exact k/M/G suffix. */
+static void bound_str(pscom_config_type_t type, long long v, char *buf,
+                      size_t len)
+{
+    static const char suffix[] = "GMk";
+
+    if (type == PSCOM_CONFIG_UINT && v == UINT_MAX) {
+        snprintf(buf, len, "inf");
+        return;
+    }
+    if (type == PSCOM_CONFIG_SIZE && v > 0) {
+        for (int i = 0; i < 3; i++) {
+            long long unit = 1LL << (10 * (3 - i));
+
+            if (v % unit == 0) {
+                snprintf(buf, len, "%lld%c", v / unit, suffix[i]);
+                return;
+            }
+        }
+    }
+    snprintf(buf, len, "%lld", v);
+}
+
+/* "min..max" of a row's range, or "" without one. */
+static void range_str(const pscom_config_row_t *row, char *buf, size_t len)
+{
+    const pscom_config_range_t *r = range_of(row->name);
+    char lo[32], hi[32];
+
+    if (!r) {
+        snprintf(buf, len, "%s", "");
+        return;
+    }
+    bound_str(row->type, r->min, lo, sizeof(lo));
+    bound_str(row->type, r->max, hi, sizeof(hi));
+    snprintf(buf, len, "%s..%s", lo, hi);
+}
+
+/* Move a value from the environment into its row's range, saying so. */
+static void entry_clamp(struct entry *e, const char *from, const char *text)
+{
+    const pscom_config_row_t *row = e->row;
+    const pscom_config_range_t *r = range_of(row->name);
+    long long v, to;
+    bool above;
+    char span[72], now[64];
+
+    if (!r) return;
+    switch (row->type) {
+    case PSCOM_CONFIG_INT: v = *(int *)row->var; break;
+    case PSCOM_CONFIG_UINT: v = *(unsigned *)row->var; break;
+    case PSCOM_CONFIG_SIZE: {
+        size_t z = *(size_t *)row->var;
+
+        v = z > (size_t)LLONG_MAX ? LLONG_MAX : (long long)z;
+        break;
+    }
+    default: return;
+    }
+    if (v >= r->min && v <= r->max) return;
+
+    above = v > r->max;
+    to = above ? r->max : r->min;
+    switch (row->type) {
+    case PSCOM_CONFIG_INT: *(int *)row->var = (int)to; break;
+    case PSCOM_CONFIG_UINT: *(unsigned *)row->var = (unsigned)to; break;
+    default: *(size_t *)row->var = (size_t)to; break;
+    }
+    range_str(row, span, sizeof(span));
+    psc_config_value_str(row, now, sizeof(now));
+    if (strcmp(from, row->name) != 0)
+        psc_err("%s=\"%s\" (read for %s) is %s the range %s of %s; using %s",
+                from, text, row->name, above ? "above" : "below", span,
+                row->name, now);
+    else
+        psc_err("%s=\"%s\" is %s its range %s; using %s", from, text,
+                above ? "above" : "below", span, now);
+}
+
 /* Default, then the row's own variable, else its parent. */
 static void entry_load(struct entry *e)
 {
@@ -417,6 +508,7 @@ static void entry_load(struct entry *e)
 
     if (entry_set(e, text) == 0) {
         e->src = src;
+        entry_clamp(e, from, text);
     } else {
         char def[128];
 
@@ -528,6 +620,35 @@ void pscom_plugin_config_register(const pscom_config_row_t *rows,
     psc_config_register(rows, count);
 }
 
+void pscom_plugin_config_ranges(const pscom_config_range_t *list,
+                                size_t count)
+{
+    for (size_t i = 0; i < count; i++) {
+        const pscom_config_range_t *r = &list[i];
+
+        if (!r->name || r->min > r->max) {
+            psc_err("bug: configuration range %zu%s%s is incomplete or "
+                    "empty; ignored", i, r->name ? " of " : "",
+                    r->name ? r->name : "");
+            continue;
+        }
+        if (n_ranges == cap_ranges) {
+            size_t cap = cap_ranges ? cap_ranges * 2 : 32;
+            const pscom_config_range_t **n =
+                realloc(ranges, cap * sizeof(*n));
+
+            if (!n) {
+                psc_err("out of memory declaring the range of %s; it is "
+                        "not checked", r->name);
+                continue;
+            }
+            ranges = n;
+            cap_ranges = cap;
+        }
+        ranges[n_ranges++] = r;
+    }
+}
+
 void psc_config_reload(void)
 {
     for (size_t i = 0; i < n_entries; i++) entry_load(&entries[i]);
@@ -557,6 +678,9 @@ void psc_config_cleanup(void)
     free(entries);
     entries = NULL;
     n_entries = cap_entries = 0;
+    free(ranges);
+    ranges = NULL;
+    n_ranges = cap_ranges = 0;
     params_level = 0;
 
     pthread_mutex_lock(&env_dirs_lock);
@@ -725,7 +849,7 @@ static int maxi(int a, size_t b)
 static void print_text(FILE *out, struct entry **v)
 {
     int wn = 8, wt = 4, wd = 7, wv = 5, ws = 6, wo = 5;
-    char val[256];
+    char val[256], span[72];
 
     for (size_t i = 0; i < n_entries; i++) {
         const pscom_config_row_t *row = v[i]->row;
@@ -750,6 +874,8 @@ static void print_text(FILE *out, struct entry **v)
                 wt, type_name(row->type), wd, default_text(row), wv, val, ws,
                 psc_config_source(row), wo, owner_of(row),
                 row->help ? row->help : "");
+        range_str(row, span, sizeof(span));
+        if (*span) fprintf(out, " (range %s)", span);
         if (row->parent) fprintf(out, " (falls back to %s)", row->parent);
         fputc('\n', out);
     }
@@ -787,6 +913,7 @@ static void md_section_title(FILE *out, const char *owner)
 static void print_markdown(FILE *out, struct entry **v)
 {
     const char *section = NULL;
+    char span[72];
 
     fprintf(out,
             "# Configuration reference\n"
@@ -800,7 +927,8 @@ static void print_markdown(FILE *out, struct entry **v)
             "sizes accept the suffixes `k`, `M` and `G` (powers of 1024). "
             "Booleans accept `0`/`1`, `yes`/`no`, `true`/`false` and "
             "`on`/`off`. A value that does not parse is reported and the "
-            "default is kept. A set `PSP_*` variable that no row below "
+            "default is kept; a value outside the range a row gives is "
+            "reported and the nearer end of the range used. A set `PSP_*` variable that no row below "
             "knows is reported with the closest known name. `pscom_info -c` "
             "shows the current values and where they came from.\n");
 
@@ -822,12 +950,15 @@ static void print_markdown(FILE *out, struct entry **v)
             fprintf(out, "unset");
         fprintf(out, " | ");
         md_cell(out, row->help);
-        if (row->parent) {
+        range_str(row, span, sizeof(span));
+        if (*span || row->parent) {
             size_t n = row->help ? strlen(row->help) : 0;
 
             if (n && row->help[n - 1] != '.') fputc('.', out);
-            fprintf(out, " When unset, `%s` is used.", row->parent);
         }
+        if (*span) fprintf(out, " Range: %s.", span);
+        if (row->parent)
+            fprintf(out, " When unset, `%s` is used.", row->parent);
         fprintf(out, " |\n");
     }
 }

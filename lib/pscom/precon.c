@@ -797,6 +797,20 @@ static int header_arrived(struct psc_precon *pc)
         send_error(pc, PSCOM_ERR_UNSUPPORTED_VERSION, text);
         return pc_fail(pc, PSCOM_ERR_UNSUPPORTED_VERSION);
     }
+    if (rc == PSC_PRECON_E_TOOBIG) {
+        /* A setting that differs between the two sides: say so to both,
+         * and the connecting side does not try again. */
+        char text[200];
+        snprintf(text, sizeof(text),
+                 "a handshake record of %u bytes is larger than the %u bytes "
+                 "this side accepts (PSP_PRECON_MAX_RECORD)",
+                 (unsigned)pc->h.len, psc_settings.precon_max_payload);
+        psc_err("%s %s: %s; dropping the connection",
+                pc->connector ? "connect to" : "handshake from", pc_peer(pc),
+                text);
+        send_error(pc, PSCOM_ERR_IOERROR, text);
+        return pc_fail(pc, PSCOM_ERR_IOERROR);
+    }
     if (rc) {
         psc_err("%s %s: %s; dropping the connection",
                 pc->connector ? "connect to" : "handshake from", pc_peer(pc),

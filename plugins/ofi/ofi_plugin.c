@@ -101,14 +101,13 @@ static const pscom_config_row_t ofi_rows[] = {
      "receive and go straight into its buffer", "ofi", "PSP_RENDEZVOUS",
      &cfg_rendezvous},
     {"PSP_OFI_BOUNCE", PSCOM_CONFIG_SIZE, "16k",
-     "size of each posted receive buffer (64..1G); larger frames are sent as "
-     "a head and a body", "ofi", NULL, &cfg_bounce},
+     "size of each posted receive buffer; larger frames are sent as a head "
+     "and a body", "ofi", NULL, &cfg_bounce},
     {"PSP_OFI_RECVQ", PSCOM_CONFIG_UINT, "8",
-     "receive buffers posted per ofi connection (1..1024); memory per "
-     "connection is PSP_OFI_RECVQ * PSP_OFI_BOUNCE", "ofi", NULL, &cfg_recvq},
+     "receive buffers posted per ofi connection; memory per connection is "
+     "PSP_OFI_RECVQ * PSP_OFI_BOUNCE", "ofi", NULL, &cfg_recvq},
     {"PSP_OFI_SENDQ", PSCOM_CONFIG_UINT, "64",
-     "frames in flight per ofi connection (1..4096)", "ofi", NULL,
-     &cfg_sendq},
+     "frames in flight per ofi connection", "ofi", NULL, &cfg_sendq},
     {"PSP_OFI_MAX_MSG", PSCOM_CONFIG_SIZE, "inf",
      "largest libfabric message; longer bodies go in chunks (at most the "
      "provider's max_msg_size)", "ofi", NULL, &cfg_max_msg},
@@ -138,6 +137,13 @@ static const pscom_config_row_t ofi_rows[] = {
      "lock in shared memory that a killed process held) ends the process "
      "with an error naming the call and the peers that are gone; 0 or inf: "
      "wait for ever", "ofi", NULL, &cfg_stall},
+};
+
+static const pscom_config_range_t ofi_ranges[] = {
+    {"PSP_OFI_BOUNCE", OFI_BOUNCE_MIN, OFI_BOUNCE_MAX},
+    {"PSP_OFI_RECVQ", 1, 1024},
+    {"PSP_OFI_SENDQ", 1, 4096},
+    {"PSP_OFI_PULL", -1, 1},
 };
 
 /* ---------------------------------------------------------------------- */
@@ -1580,13 +1586,9 @@ static void on_fd(int fd, uint32_t events, void *arg)
 
 static int ofi_init(void)
 {
+    pscom_plugin_config_ranges(ofi_ranges,
+                               sizeof(ofi_ranges) / sizeof(ofi_ranges[0]));
     pscom_plugin_config_register(ofi_rows, sizeof(ofi_rows) / sizeof(ofi_rows[0]));
-    if (cfg_bounce < OFI_BOUNCE_MIN) cfg_bounce = OFI_BOUNCE_MIN;
-    if (cfg_bounce > OFI_BOUNCE_MAX) cfg_bounce = OFI_BOUNCE_MAX;
-    if (cfg_recvq < 1) cfg_recvq = 1;
-    if (cfg_recvq > 1024) cfg_recvq = 1024;
-    if (cfg_sendq < 1) cfg_sendq = 1;
-    if (cfg_sendq > 4096) cfg_sendq = 4096;
 
     memset(&ofi, 0, sizeof(ofi));
     ofi.region_fd = -1;

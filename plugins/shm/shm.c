@@ -147,14 +147,15 @@ static bool rma_denied; /* CMA for one-sided operations returned EPERM once */
 static const pscom_config_row_t shm_rows[] = {
     {"PSP_SHM_RING_SIZE", PSCOM_CONFIG_SIZE, "256k",
      "data bytes of the ring of each direction of an shm connection, rounded "
-     "up to a power of two (4k..1G)", "shm", NULL, &cfg_ring_size},
+     "up to a power of two", "shm", NULL, &cfg_ring_size},
     {"PSP_SHM_SLOTS", PSCOM_CONFIG_UINT, "256",
      "slots (128-byte message headers with up to 120 inline bytes) of the "
-     "ring of each direction, rounded up to a power of two (8..1M)", "shm",
+     "ring of each direction, rounded up to a power of two", "shm",
      NULL, &cfg_slots},
     {"PSP_SHM_CHUNK", PSCOM_CONFIG_SIZE, "16k",
-     "largest piece a long message is split into in the ring: smaller "
-     "pieces let the receiver start copying sooner", "shm", NULL, &cfg_chunk},
+     "largest piece a long message is split into in the ring (at most half "
+     "the ring): smaller pieces let the receiver start copying sooner",
+     "shm", NULL, &cfg_chunk},
     {"PSP_SHM_RENDEZVOUS", PSCOM_CONFIG_SIZE, "512k",
      "rendezvous threshold on shm connections: bodies of at least this size "
      "wait until the receive is posted (pulled with CMA when PSP_SHM_CMA "
@@ -174,6 +175,12 @@ static const pscom_config_row_t shm_rows[] = {
      NULL, &cfg_segment},
 };
 
+static const pscom_config_range_t shm_ranges[] = {
+    {"PSP_SHM_RING_SIZE", SHM_DATA_MIN, SHM_DATA_MAX},
+    {"PSP_SHM_SLOTS", SHM_SLOTS_MIN, SHM_SLOTS_MAX},
+    {"PSP_SHM_CHUNK", SHM_DATA_ALIGN, SHM_DATA_MAX / 2},
+};
+
 static uint64_t round_pow2(uint64_t v, uint64_t lo, uint64_t hi)
 {
     if (v < lo) v = lo;
@@ -185,6 +192,8 @@ static uint64_t round_pow2(uint64_t v, uint64_t lo, uint64_t hi)
 
 static int shm_init(void)
 {
+    pscom_plugin_config_ranges(shm_ranges,
+                               sizeof(shm_ranges) / sizeof(shm_ranges[0]));
     pscom_plugin_config_register(shm_rows, sizeof(shm_rows) / sizeof(shm_rows[0]));
     seg_kind = shm_seg_kind_parse(cfg_segment);
     if (seg_kind == SHM_SEG_NONE) {
@@ -194,7 +203,6 @@ static int shm_init(void)
     }
     ring_slots = (uint32_t)round_pow2(cfg_slots, SHM_SLOTS_MIN, SHM_SLOTS_MAX);
     ring_dsize = round_pow2(cfg_ring_size, SHM_DATA_MIN, SHM_DATA_MAX);
-    if (cfg_chunk < SHM_DATA_ALIGN) cfg_chunk = SHM_DATA_ALIGN;
     if (cfg_chunk > ring_dsize / 2) cfg_chunk = ring_dsize / 2;
     return 0;
 }

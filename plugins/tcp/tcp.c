@@ -61,6 +61,10 @@ static const pscom_config_row_t tcp_rows[] = {
      &cfg_direct_poll},
 };
 
+static const pscom_config_range_t tcp_ranges[] = {
+    {"PSP_READAHEAD", 64, 1LL << 30},
+};
+
 static struct tcp_con *tcp_cons;
 static unsigned tcp_count;
 
@@ -68,8 +72,9 @@ static void update_epoll(void);
 
 static int tcp_init(void)
 {
+    pscom_plugin_config_ranges(tcp_ranges,
+                               sizeof(tcp_ranges) / sizeof(tcp_ranges[0]));
     pscom_plugin_config_register(tcp_rows, sizeof(tcp_rows) / sizeof(tcp_rows[0]));
-    if (cfg_readahead < 64) cfg_readahead = 64;
     return 0;
 }
 

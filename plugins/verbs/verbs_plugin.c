@@ -108,22 +108,22 @@ static const pscom_config_row_t vb_rows[] = {
      "size are fetched by RDMA read", "verbs", "PSP_RENDEZVOUS",
      &cfg_rendezvous},
     {"PSP_VERBS_RECVQ_SIZE", PSCOM_CONFIG_UINT, "16",
-     "receive slots per verbs connection (the peer's send credits), 3..65535",
-     "verbs", NULL, &cfg_recvq},
+     "receive slots per verbs connection (the peer's send credits)", "verbs",
+     NULL, &cfg_recvq},
     {"PSP_VERBS_SENDQ_SIZE", PSCOM_CONFIG_UINT, "16",
      "send slots per verbs connection", "verbs", NULL, &cfg_sendq},
     {"PSP_VERBS_BUFSIZE", PSCOM_CONFIG_SIZE, "16384",
      "bytes per send and receive slot of verbs connections, header "
-     "included (64..16M)", "verbs", NULL, &cfg_bufsize},
+     "included", "verbs", NULL, &cfg_bufsize},
     {"PSP_VERBS_CQ_SIZE", PSCOM_CONFIG_UINT, "16384",
      "entries of the completion queue shared by all verbs connections; a "
      "connection needs RECVQ_SIZE + SENDQ_SIZE + 12", "verbs", NULL,
      &cfg_cq_size},
     {"PSP_VERBS_TIMEOUT", PSCOM_CONFIG_UINT, "14",
-     "ACK timeout of verbs queue pairs: 4.096 us * 2^value (1..31)", "verbs",
+     "ACK timeout of verbs queue pairs: 4.096 us * 2^value", "verbs",
      NULL, &cfg_timeout},
     {"PSP_VERBS_RETRY", PSCOM_CONFIG_UINT, "7",
-     "transport retries before a verbs connection fails (0..7)", "verbs",
+     "transport retries before a verbs connection fails", "verbs",
      NULL, &cfg_retry},
     {"PSP_VERBS_FORK", PSCOM_CONFIG_BOOL, "0",
      "call ibv_fork_init() so that fork() is safe with registered memory "
@@ -135,6 +135,17 @@ static const pscom_config_row_t vb_rows[] = {
      "the core; inf: never (queue pairs then allow no remote write)",
      "verbs", NULL, &cfg_rma},
 };
+/* What the queue pair attributes and the credit ring can hold. */
+static const pscom_config_range_t vb_ranges[] = {
+    {"PSP_VERBS_RECVQ_SIZE", VB_CREDIT_RING_MIN, VB_CREDIT_RING_MAX},
+    {"PSP_VERBS_SENDQ_SIZE", 1, VB_CREDIT_RING_MAX},
+    {"PSP_VERBS_BUFSIZE", VB_SLOT_MIN, VB_SLOT_MAX},
+    {"PSP_VERBS_CQ_SIZE", 64, UINT32_MAX},
+    {"PSP_VERBS_TIMEOUT", 1, 31},
+    {"PSP_VERBS_RETRY", 0, 7},
+    {"PSP_VERBS_SL", 0, 15},
+};
+
 
 /* A buffer lent to the peer by rndv_describe. */
 struct lent {
@@ -454,21 +465,6 @@ static void fork_policy(void)
                          "(ibv_fork_init)");
 }
 
-static void clamp_settings(void)
-{
-    if (cfg_recvq < VB_CREDIT_RING_MIN) cfg_recvq = VB_CREDIT_RING_MIN;
-    if (cfg_recvq > VB_CREDIT_RING_MAX) cfg_recvq = VB_CREDIT_RING_MAX;
-    if (cfg_sendq < 1) cfg_sendq = 1;
-    if (cfg_sendq > VB_CREDIT_RING_MAX) cfg_sendq = VB_CREDIT_RING_MAX;
-    if (cfg_bufsize < VB_SLOT_MIN) cfg_bufsize = VB_SLOT_MIN;
-    if (cfg_bufsize > VB_SLOT_MAX) cfg_bufsize = VB_SLOT_MAX;
-    if (cfg_cq_size < 64) cfg_cq_size = 64;
-    if (cfg_timeout < 1) cfg_timeout = 1;
-    if (cfg_timeout > 31) cfg_timeout = 31;
-    if (cfg_retry > 7) cfg_retry = 7;
-    if (cfg_sl > 15) cfg_sl = 15;
-}
-
 /* Find an active port on dev (PSP_VERBS_PORT, or the first). Fills vb. */
 static int try_device(struct ibv_device *dev)
 {
@@ -542,8 +538,9 @@ static int try_device(struct ibv_device *dev)
 
 static int vb_init(void)
 {
+    pscom_plugin_config_ranges(vb_ranges,
+                               sizeof(vb_ranges) / sizeof(vb_ranges[0]));
     pscom_plugin_config_register(vb_rows, sizeof(vb_rows) / sizeof(vb_rows[0]));
-    clamp_settings();
     fork_policy();
 
     int n = 0;

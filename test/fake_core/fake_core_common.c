@@ -5,6 +5,7 @@
 #include "fake_core_common.h"
 
 #include <ctype.h>
+#include <limits.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -38,6 +39,38 @@ size_t fake_core_size(const char *v)
     return (size_t)n;
 }
 
+/* Ranges the plugin declared; values are moved into them as the core
+ * does (without its message). */
+static const pscom_config_range_t *fake_ranges[64];
+static size_t fake_n_ranges;
+
+void pscom_plugin_config_ranges(const pscom_config_range_t *ranges,
+                                size_t count)
+{
+    for (size_t i = 0; i < count && fake_n_ranges < 64; i++)
+        fake_ranges[fake_n_ranges++] = &ranges[i];
+}
+
+static long long fake_clamp(const char *name, long long v)
+{
+    for (size_t i = 0; i < fake_n_ranges; i++) {
+        const pscom_config_range_t *r = fake_ranges[i];
+
+        if (strcmp(r->name, name) != 0) continue;
+        return v < r->min ? r->min : v > r->max ? r->max : v;
+    }
+    return v;
+}
+
+/* A size: "inf" stays SIZE_MAX unless a range caps it. */
+static size_t fake_clamp_size(const char *name, size_t z)
+{
+    long long v = z > (size_t)LLONG_MAX ? LLONG_MAX : (long long)z;
+    long long c = fake_clamp(name, v);
+
+    return c == v ? z : (size_t)c;
+}
+
 void pscom_plugin_config_register(const pscom_config_row_t *rows, size_t count)
 {
     for (size_t i = 0; i < count; i++) {
@@ -48,14 +81,17 @@ void pscom_plugin_config_register(const pscom_config_row_t *rows, size_t count)
         if (fake_core_row_hook) fake_core_row_hook(r);
         switch (r->type) {
         case PSCOM_CONFIG_INT:
+            *(int *)r->var = (int)fake_clamp(r->name, v ? atoi(v) : 0);
+            break;
         case PSCOM_CONFIG_BOOL:
             *(int *)r->var = v ? atoi(v) : 0;
             break;
         case PSCOM_CONFIG_UINT:
-            *(unsigned *)r->var = (unsigned)fake_core_size(v);
+            *(unsigned *)r->var =
+                (unsigned)fake_clamp(r->name, (long long)fake_core_size(v));
             break;
         case PSCOM_CONFIG_SIZE:
-            *(size_t *)r->var = fake_core_size(v);
+            *(size_t *)r->var = fake_clamp_size(r->name, fake_core_size(v));
             break;
         case PSCOM_CONFIG_STR:
         case PSCOM_CONFIG_DIR:

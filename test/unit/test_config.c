@@ -369,6 +369,113 @@ static void test_register_bad_value_keeps_default(void **state)
     free(log);
 }
 
+static char *print_to_string(int markdown);
+
+static int r_int;
+static unsigned r_uint;
+static size_t r_size;
+static unsigned r_child;
+
+static const pscom_config_row_t ranged_rows[] = {
+    {"PSP_RTEST_INT", PSCOM_CONFIG_INT, "0", "an int", "rtest", NULL, &r_int},
+    {"PSP_RTEST_UINT", PSCOM_CONFIG_UINT, "8", "an unsigned", "rtest", NULL,
+     &r_uint},
+    {"PSP_RTEST_SIZE", PSCOM_CONFIG_SIZE, "16k", "a size", "rtest", NULL,
+     &r_size},
+    {"PSP_RTEST_CHILD", PSCOM_CONFIG_UINT, "2", "a child", "rtest",
+     "PSP_RTEST_PARENT", &r_child},
+};
+
+static const pscom_config_range_t test_ranges[] = {
+    {"PSP_RTEST_INT", -1, 1},
+    {"PSP_RTEST_UINT", 1, 1024},
+    {"PSP_RTEST_SIZE", 64, 1LL << 30},
+    {"PSP_RTEST_CHILD", 1, 4},
+};
+
+static void register_ranged(void)
+{
+    pscom_plugin_config_ranges(test_ranges,
+                               sizeof(test_ranges) / sizeof(test_ranges[0]));
+    psc_config_register(ranged_rows,
+                        sizeof(ranged_rows) / sizeof(ranged_rows[0]));
+}
+
+static void test_range_clamps_and_reports(void **state)
+{
+    char *log;
+
+    setenv("PSP_RTEST_INT", "-7", 1);
+    setenv("PSP_RTEST_UINT", "0", 1);
+    setenv("PSP_RTEST_SIZE", "inf", 1);
+    setenv("PSP_RTEST_PARENT", "9", 1);
+    log_capture_start();
+    register_ranged();
+    log = log_capture_end();
+
+    /* The nearer end of the range, the source still the environment. */
+    assert_int_equal(r_int, -1);
+    assert_int_equal(r_uint, 1);
+    assert_int_equal(r_size, 1 << 30);
+    assert_int_equal(r_child, 4);
+    assert_string_equal(psc_config_source(&ranged_rows[1]), "environment");
+
+    /* Reported at the default PSP_DEBUG=1: what was set, the range and the
+     * value used; a parent's value names the row it was read for. */
+    assert_non_null(strstr(log, "PSP_RTEST_INT=\"-7\" is below its range "
+                                "-1..1; using -1"));
+    assert_non_null(strstr(log, "PSP_RTEST_UINT=\"0\" is below its range "
+                                "1..1024; using 1"));
+    assert_non_null(strstr(log, "PSP_RTEST_SIZE=\"inf\" is above its range "
+                                "64..1G; using 1073741824"));
+    assert_non_null(strstr(log, "PSP_RTEST_PARENT=\"9\" (read for "
+                                "PSP_RTEST_CHILD) is above the range 1..4"));
+    free(log);
+
+    /* Values inside, the bounds included, pass untouched and silently. */
+    setenv("PSP_RTEST_INT", "1", 1);
+    setenv("PSP_RTEST_UINT", "1024", 1);
+    setenv("PSP_RTEST_SIZE", "64", 1);
+    setenv("PSP_RTEST_PARENT", "3", 1);
+    log_capture_start();
+    psc_config_reload();
+    log = log_capture_end();
+    assert_int_equal(r_int, 1);
+    assert_int_equal(r_uint, 1024);
+    assert_int_equal(r_size, 64);
+    assert_int_equal(r_child, 3);
+    assert_null(strstr(log, "range"));
+    free(log);
+}
+
+static void test_range_printed(void **state)
+{
+    char *txt, *md, *line, *end;
+
+    register_ranged();
+    txt = print_to_string(0);
+    line = strstr(txt, "PSP_RTEST_SIZE ");
+    assert_non_null(line);
+    end = strchr(line, '\n');
+    assert_non_null(end);
+    *end = '\0';
+    assert_non_null(strstr(line, "a size (range 64..1G)"));
+    free(txt);
+
+    md = print_to_string(1);
+    assert_non_null(strstr(md, "| `PSP_RTEST_UINT` | uint | `8` | an "
+                               "unsigned. Range: 1..1024. |"));
+    assert_non_null(strstr(md, "a child. Range: 1..4. When unset, "
+                               "`PSP_RTEST_PARENT` is used. |"));
+    free(md);
+
+    /* Rows without a range say nothing of one. */
+    psc_config_register(test_rows, N_TEST_ROWS);
+    md = print_to_string(1);
+    assert_non_null(strstr(md, "| `PSP_TEST_SIZE` | size | `64k` | a size |"));
+    free(md);
+}
+
 static void test_parent_fallback(void **state)
 {
     setenv("PSP_TEST_PARENT", "77", 1);
@@ -795,6 +902,9 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_register_bad_value_keeps_default,
                                         setup, teardown),
         cmocka_unit_test_setup_teardown(test_parent_fallback, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_range_clamps_and_reports, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_range_printed, setup, teardown),
         cmocka_unit_test_setup_teardown(test_duplicate_ignored, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_unknown_variables, setup,
