@@ -176,8 +176,18 @@ int psc_progress(void)
 
     psc_enter();
     psc_ctx.round++;
-    did = psc_run_deferred(); /* what a post completed (psc_unhold_later) */
-    did |= poll_plugins();
+    /* What a post completed (psc_unhold_later) makes a round of its own:
+     * the caller sees those completions before anything new arrives, as
+     * when they had run at the end of the post. ParaStation MPI needs
+     * that: its MPI_Test and MPI_Wait look at a request before they call
+     * pscom, and a partitioned send's next clear-to-send message, handled
+     * in the same round as the sends that end the current round, would
+     * find no MPI_Start for it yet. */
+    if (psc_run_deferred()) {
+        psc_leave();
+        return 1;
+    }
+    did = poll_plugins();
     if (epfd >= 0 && (hot_count || (psc_ctx.round & (COLD_ROUNDS - 1)) == 0))
         did |= dispatch_fds(0);
     if ((psc_ctx.round & 1023) == 0) psc_precon_check_timeouts();

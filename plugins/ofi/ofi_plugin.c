@@ -17,7 +17,8 @@
  * frames are in flight per connection; a FIFO of them reports finished
  * frames to the core in queue order (pscom_plugin_tx_done), and only once
  * libfabric is done with their buffers. Frames that fit the provider's
- * inject size are copied and finished at once.
+ * inject size are copied and finished at once, and so, outside pull mode,
+ * are those up to PSP_OFI_COPY (sent from a copy of our own).
  *
  * Receiving: each connection keeps PSP_OFI_RECVQ receives posted, one per
  * frame sequence number (the tag carries it), each into a buffer of
@@ -84,7 +85,7 @@ enum { L_FATAL = 0, L_ERR = 1, L_WARN = 2, L_INFO = 3, L_DEBUG = 4,
 /* ---------------------------------------------------------------------- */
 
 static char *cfg_provider, *cfg_domain;
-static size_t cfg_rendezvous, cfg_bounce, cfg_max_msg, cfg_split;
+static size_t cfg_rendezvous, cfg_bounce, cfg_max_msg, cfg_split, cfg_copy;
 static unsigned cfg_recvq, cfg_sendq, cfg_eof_grace, cfg_linger, cfg_stall;
 static int cfg_pull, cfg_sweep;
 
@@ -127,6 +128,12 @@ static const pscom_config_row_t ofi_rows[] = {
      "sent as injected messages of the inject size instead of being copied "
      "by the receiver (providers with an inject size of 1k or more); 0: "
      "never", "ofi", NULL, &cfg_split},
+    {"PSP_OFI_COPY", PSCOM_CONFIG_SIZE, "16k",
+     "frames too large to inject and at most this size (and the peer's "
+     "PSP_OFI_BOUNCE) are copied, sent as one message and finished at once, "
+     "as injected frames are, instead of when libfabric completes the send "
+     "(not in pull mode, see PSP_OFI_SPLIT); 0: never", "ofi", NULL,
+     &cfg_copy},
     {"PSP_OFI_SWEEP", PSCOM_CONFIG_BOOL, "1",
      "shm provider: when this process opens its endpoint, remove the "
      "regions (16 MiB files in /dev/shm) that killed processes of this user "
@@ -195,6 +202,7 @@ enum op_kind {
     OP_SLOT, /* a posted receive of the ring: first messages of frames */
     OP_BODY, /* a chunk of the rest of a frame */
     OP_TX,   /* a send */
+    OP_COPY, /* a send of a copy of a frame, reported done when posted */
     OP_SINK, /* drains messages to a closed connection */
 };
 
@@ -1320,6 +1328,44 @@ static int skip_in_flight(struct ofi_con *oc, const struct iovec *iov, int cnt)
     return i;
 }
 
+/* A frame too large to inject but within PSP_OFI_COPY: a copy of it goes
+ * as one message and the frame is finished at once, as an injected one.
+ * A small send is then done before anything the peer sends after
+ * receiving it can arrive, as on the other transports (ParaStation MPI's
+ * partitioned sends rely on it: tcp;ofi_rxm injects only 64 bytes). The
+ * copy lives until libfabric completes it, also past the connection's
+ * close; a send that fails then fails the connection. 1 when sent, 0 when
+ * the provider's queue is full, -1 when the connection failed. */
+static int tx_copy(struct ofi_con *oc, uint64_t frame, const uint8_t *head,
+                   size_t hl, const uint8_t *body, size_t bl)
+{
+    struct op *op = op_new(OP_COPY, hl + bl);
+    if (!op) {
+        fail_send(oc, "malloc", ENOMEM);
+        return -1;
+    }
+    memcpy(op->buf, head, hl);
+    if (bl) memcpy(op->buf + hl, body, bl);
+    op->oc = oc;
+    op->frame = frame;
+    op->iov[0] = (struct iovec){op->buf, hl + bl};
+    ssize_t rc = ofw_tsendv(ofi.ep, op->iov, 1, oc->dest,
+                            ofi_tag(oc->peer_conid, (uint32_t)frame,
+                                    OFI_PART_FIRST),
+                            &op->ctx);
+    int sent = send_result(oc, rc, "fi_tsendv");
+    if (sent <= 0) {
+        op_free(op);
+        return sent;
+    }
+    op->posted = true;
+    dl_add(&oc->ops, &op->link);
+    oc->fifo[frame % oc->nfifo] =
+        (struct txe){.head = head, .hl = hl, .bytes = hl + bl};
+    oc->tx_tail++;
+    return 1;
+}
+
 /* Post queued frames while the window has room. No upcalls except
  * con_error. 0, or -1 when the connection failed. */
 static int tx_post(struct ofi_con *oc)
@@ -1368,6 +1414,11 @@ static int tx_post(struct ofi_con *oc)
             oc->fifo[frame % oc->nfifo] =
                 (struct txe){.head = head, .hl = hl, .bytes = ftotal};
             oc->tx_tail++;
+            continue;
+        }
+        if (!oc->pull && ftotal <= cfg_copy && ftotal <= oc->peer_bounce) {
+            int rc = tx_copy(oc, frame, head, hl, body, bl);
+            if (rc <= 0) return rc;
             continue;
         }
         if (oc->pull) {
@@ -1469,6 +1520,9 @@ static void on_comp(const ofw_comp_t *c)
         }
         tx_done_op(oc, op);
         return;
+    case OP_COPY: /* its frame was reported when it was posted */
+        op_free(op);
+        return;
     case OP_SINK:
         LOG(L_VERBOSE, "drained a message of %zu bytes to closed connection "
             "id %u", c->len, (unsigned)(op->frame >> 32));
@@ -1501,7 +1555,7 @@ static void on_cq_error(const ofw_cqerr_t *e)
         return;
     }
     char what[320];
-    if (op->kind == OP_TX) {
+    if (op->kind == OP_TX || op->kind == OP_COPY) {
         snprintf(what, sizeof(what), "libfabric send (%s: %s)", ofi.info.prov,
                  e->text);
         LOG(L_DEBUG, "%s: send completed with an error: %s",

@@ -47,8 +47,14 @@ static size_t fake_n_ranges;
 void pscom_plugin_config_ranges(const pscom_config_range_t *ranges,
                                 size_t count)
 {
-    for (size_t i = 0; i < count && fake_n_ranges < 64; i++)
-        fake_ranges[fake_n_ranges++] = &ranges[i];
+    for (size_t i = 0; i < count; i++) {
+        size_t k = 0;
+
+        /* A plugin initialised again declares the same table again. */
+        while (k < fake_n_ranges && fake_ranges[k] != &ranges[i]) k++;
+        if (k == fake_n_ranges && fake_n_ranges < 64)
+            fake_ranges[fake_n_ranges++] = &ranges[i];
+    }
 }
 
 static long long fake_clamp(const char *name, long long v)

@@ -44,6 +44,10 @@ static void progress(unsigned rounds)
 
 static int setup(void **state)
 {
+    /* Frames up to PSP_OFI_COPY would be finished at once: the cases here
+     * look at frames libfabric still holds (test_copy_done_at_once sets
+     * it). */
+    setenv("PSP_OFI_COPY", "0", 1);
     fake_reset();
     ops = pscom_plugin_ofi.ops;
     return 0;
@@ -59,6 +63,7 @@ static int teardown(void **state)
     unsetenv("PSP_OFI_PULL");
     unsetenv("PSP_OFI_SPLIT");
     unsetenv("PSP_OFI_SWEEP");
+    unsetenv("PSP_OFI_COPY");
     if (region_path[0]) unlink(region_path); /* also when a check failed */
     region_path[0] = '\0';
     return 0;
@@ -444,7 +449,8 @@ static void test_order_reversed_completions(void **state)
 }
 
 /* The send FIFO: a frame is reported to the core only when it and every
- * frame before it completed, however the completions arrive. */
+ * frame before it completed, however the completions arrive (frames sent
+ * from the core's buffer: no copies). */
 static void test_completion_fifo(void **state)
 {
     fake.hold_tx = 1;
@@ -472,6 +478,47 @@ static void test_completion_fifo(void **state)
     assert_int_equal(p.a.qdone, 4);
     assert_int_equal(p.a.tx_done_bytes, total);
     check_stream(&p.b, expect, total, 4);
+    pair_close(&p);
+}
+
+/* Frames too large to inject but within PSP_OFI_COPY go from copies and
+ * are reported at once, while libfabric still holds their sends: the core
+ * may reuse their memory at once, and the peer still gets what was sent.
+ * A larger frame is reported only when libfabric completed it, and so are
+ * the copied frames behind it (queue order). */
+static void test_copy_done_at_once(void **state)
+{
+    setenv("PSP_OFI_COPY", "4k", 1);
+    fake.hold_tx = 1;
+    struct pair p;
+    pair_open(&p);
+
+    struct fake_frame *f[3];
+    uint8_t expect[3 * 6000];
+    f[0] = fake_frame_new(0, 0, 1000, 11);
+    f[1] = fake_frame_new(0, 7, 3000, 12);
+    size_t total = send_frames(&p, &p.a, f, 2, expect);
+    assert_int_equal(fake_held_count(), 2);
+    assert_int_equal(p.a.qdone, 2);
+    assert_int_equal(p.a.tx_done_bytes, total);
+    /* The core's memory of done frames is the application's again. */
+    memset(f[0]->body, 0xee, f[0]->bl);
+    memset(f[1]->body, 0xee, f[1]->bl);
+
+    f[2] = fake_frame_new(0, 0, 5000, 13); /* over 4k: from the core's buffer */
+    total += send_frames(&p, &p.a, &f[2], 1, expect + total);
+    progress(10);
+    assert_int_equal(fake_held_count(), 3);
+    assert_int_equal(p.a.qdone, 2);
+
+    fake_release_held_one(2);
+    progress(10);
+    assert_int_equal(p.a.qdone, 3);
+    assert_int_equal(p.a.tx_done_bytes, total);
+    fake_release_held_one(1);
+    fake_release_held_one(0);
+    progress(10);
+    check_stream(&p.b, expect, total, 3);
     pair_close(&p);
 }
 
@@ -1282,6 +1329,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_order_reversed_completions, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_completion_fifo, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_copy_done_at_once, setup,
+                                        teardown),
         cmocka_unit_test_setup_teardown(test_cancel_in_flight, setup, teardown),
         cmocka_unit_test_setup_teardown(test_send_eagain, setup, teardown),
         cmocka_unit_test_setup_teardown(test_send_now, setup, teardown),
