@@ -1045,6 +1045,27 @@ static int send_result(struct ofi_con *oc, ssize_t rc, const char *what)
     return -1;
 }
 
+/* Send op's iovecs (cnt of them) as part `part` of its frame; the op is
+ * the connection's until completed. send_result's answer; the op is freed
+ * when it was not sent. */
+static int op_send(struct ofi_con *oc, struct op *op, size_t cnt,
+                   unsigned part)
+{
+    op->oc = oc;
+    ssize_t rc = ofw_tsendv(ofi.ep, op->iov, cnt, oc->dest,
+                            ofi_tag(oc->peer_conid, (uint32_t)op->frame,
+                                    part),
+                            &op->ctx);
+    int sent = send_result(oc, rc, "fi_tsendv");
+    if (sent <= 0) {
+        op_free(op);
+        return sent;
+    }
+    op->posted = true;
+    dl_add(&oc->ops, &op->link);
+    return 1;
+}
+
 /* Post the messages of the partly posted frame. 1 when all are posted, 0
  * when the send queue is full, -1 when the connection failed. */
 static int txp_continue(struct ofi_con *oc)
@@ -1088,19 +1109,9 @@ static int txp_continue(struct ofi_con *oc)
             op->iov[0] = (struct iovec){op->tmp, len};
             cnt = 1;
         }
-        op->oc = oc;
         op->frame = oc->txp.frame;
-        ssize_t rc = ofw_tsendv(ofi.ep, op->iov, cnt, oc->dest,
-                                ofi_tag(oc->peer_conid, (uint32_t)op->frame,
-                                        part),
-                                &op->ctx);
-        int sent = send_result(oc, rc, "fi_tsendv");
-        if (sent <= 0) {
-            op_free(op);
-            return sent;
-        }
-        op->posted = true;
-        dl_add(&oc->ops, &op->link);
+        int sent = op_send(oc, op, cnt, part);
+        if (sent <= 0) return sent;
         if (off == 0) {
             /* The frame is committed with its first message. */
             struct txe *e = &oc->fifo[oc->tx_tail % oc->nfifo];
@@ -1346,20 +1357,10 @@ static int tx_copy(struct ofi_con *oc, uint64_t frame, const uint8_t *head,
     }
     memcpy(op->buf, head, hl);
     if (bl) memcpy(op->buf + hl, body, bl);
-    op->oc = oc;
     op->frame = frame;
     op->iov[0] = (struct iovec){op->buf, hl + bl};
-    ssize_t rc = ofw_tsendv(ofi.ep, op->iov, 1, oc->dest,
-                            ofi_tag(oc->peer_conid, (uint32_t)frame,
-                                    OFI_PART_FIRST),
-                            &op->ctx);
-    int sent = send_result(oc, rc, "fi_tsendv");
-    if (sent <= 0) {
-        op_free(op);
-        return sent;
-    }
-    op->posted = true;
-    dl_add(&oc->ops, &op->link);
+    int sent = op_send(oc, op, 1, OFI_PART_FIRST);
+    if (sent <= 0) return sent;
     oc->fifo[frame % oc->nfifo] =
         (struct txe){.head = head, .hl = hl, .bytes = hl + bl};
     oc->tx_tail++;
