@@ -56,6 +56,9 @@ for p in $pid $child; do
     done
 done
 
+# Stopped first: neither may see the other die and exit on its own (which
+# removes its region) in the moment between the two kills.
+kill -STOP "$pid" "$child"
 kill -9 "$pid" "$child"
 wait "$pid" 2>/dev/null
 # The client was pscom_bench's child: once orphaned, init reaps it. Until
@@ -69,7 +72,11 @@ if [ -e "/proc/$child" ]; then
 fi
 pid= child=
 for r in $victims; do
-    [ -e "/dev/shm/$r" ] || fail "$r went away with its process"
+    [ -e "/dev/shm/$r" ] || {
+        echo "--- /dev/shm now:" >&2
+        ls -l --time-style=+%T /dev/shm >&2
+        fail "$r went away with its process"
+    }
 done
 
 # The regions' status change times (when they were made), kept for the
