@@ -170,24 +170,33 @@ static inline int poll_plugins(void)
     return did;
 }
 
+/* Rounds in a row that only ran what posts completed (psc_progress). */
+#define DEFERRED_ONLY_MAX 8
+static unsigned deferred_only;
+
 int psc_progress(void)
 {
     int did;
 
     psc_enter();
-    psc_ctx.round++;
     /* What a post completed (psc_unhold_later) makes a round of its own:
      * the caller sees those completions before anything new arrives, as
      * when they had run at the end of the post. ParaStation MPI needs
      * that: its MPI_Test and MPI_Wait look at a request before they call
      * pscom, and a partitioned send's next clear-to-send message, handled
      * in the same round as the sends that end the current round, would
-     * find no MPI_Start for it yet. */
-    if (psc_run_deferred()) {
+     * find no MPI_Start for it yet. Not more than DEFERRED_ONLY_MAX such
+     * rounds in a row: a program that posts a send before every test
+     * must still get its messages read. */
+    if (deferred_only < DEFERRED_ONLY_MAX && psc_run_deferred()) {
+        deferred_only++;
         psc_leave();
         return 1;
     }
-    did = poll_plugins();
+    deferred_only = 0;
+    psc_ctx.round++;
+    did = psc_run_deferred();
+    did |= poll_plugins();
     if (epfd >= 0 && (hot_count || (psc_ctx.round & (COLD_ROUNDS - 1)) == 0))
         did |= dispatch_fds(0);
     if ((psc_ctx.round & 1023) == 0) psc_precon_check_timeouts();

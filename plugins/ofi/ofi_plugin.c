@@ -128,12 +128,13 @@ static const pscom_config_row_t ofi_rows[] = {
      "sent as injected messages of the inject size instead of being copied "
      "by the receiver (providers with an inject size of 1k or more); 0: "
      "never", "ofi", NULL, &cfg_split},
-    {"PSP_OFI_COPY", PSCOM_CONFIG_SIZE, "16k",
+    {"PSP_OFI_COPY", PSCOM_CONFIG_SIZE, "0",
      "frames too large to inject and at most this size (and the peer's "
      "PSP_OFI_BOUNCE) are copied, sent as one message and finished at once, "
      "as injected frames are, instead of when libfabric completes the send "
-     "(not in pull mode, see PSP_OFI_SPLIT); 0: never", "ofi", NULL,
-     &cfg_copy},
+     "(not in pull mode, see PSP_OFI_SPLIT); 0: never. Off by default: "
+     "copies still in flight when their connection closes are not "
+     "progressed and can be lost", "ofi", NULL, &cfg_copy},
     {"PSP_OFI_SWEEP", PSCOM_CONFIG_BOOL, "1",
      "shm provider: when this process opens its endpoint, remove the "
      "regions (16 MiB files in /dev/shm) that killed processes of this user "

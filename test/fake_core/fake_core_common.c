@@ -92,10 +92,13 @@ void pscom_plugin_config_register(const pscom_config_row_t *rows, size_t count)
         case PSCOM_CONFIG_BOOL:
             *(int *)r->var = v ? atoi(v) : 0;
             break;
-        case PSCOM_CONFIG_UINT:
-            *(unsigned *)r->var =
-                (unsigned)fake_clamp(r->name, (long long)fake_core_size(v));
+        case PSCOM_CONFIG_UINT: {
+            size_t z = fake_core_size(v); /* "inf": UINT_MAX, as the core */
+
+            *(unsigned *)r->var = (unsigned)fake_clamp(
+                r->name, z > UINT_MAX ? (long long)UINT_MAX : (long long)z);
             break;
+        }
         case PSCOM_CONFIG_SIZE:
             *(size_t *)r->var = fake_clamp_size(r->name, fake_core_size(v));
             break;

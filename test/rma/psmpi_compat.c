@@ -457,10 +457,17 @@ static int round_peer(itest_link_t *link, void *arg)
     char buf[16] = "";
     ITEST_ASSERT_EQ(pscom_recv_from(c, NULL, 0, buf, sizeof(buf)),
                     PSCOM_SUCCESS, "receive");
+    pscom_send(c, NULL, 0, "stop", 5);
+    do /* the origin's loop, up to its "end" */
+        ITEST_ASSERT_EQ(pscom_recv_from(c, NULL, 0, buf, sizeof(buf)),
+                        PSCOM_SUCCESS, "receive");
+    while (memcmp(buf, "end", 4) != 0);
     itest_link_recv_u64(link);
     pscom_close_socket(s);
     return 0;
 }
+
+#define STARVE_MAX 200
 
 static int round_origin(itest_link_t *link, void *arg)
 {
@@ -487,6 +494,26 @@ static int round_origin(itest_link_t *link, void *arg)
     ITEST_ASSERT_REQ_OK(r, "the peer's message");
     ITEST_ASSERT_EQ(memcmp(buf, "clear", 6), 0, "the peer's message");
     pscom_request_free(ls.req);
+
+    /* Those rounds must not starve the rest: a loop that posts a send
+     * before every test still gets the peer's message read. */
+    itest_step("a send before every test while a message waits");
+    r->data_len = sizeof(buf);
+    pscom_post_recv(r);
+    itest_sleep_ms(50); /* the peer's "stop" is here, unread */
+    static struct late_send flood[STARVE_MAX];
+    int n = 0, flood_count = 0;
+    while (n < STARVE_MAX && !pscom_req_is_done(r)) {
+        late_send_post(&flood[n++], c, &flood_count, false);
+        pscom_test_any();
+    }
+    ITEST_ASSERT(pscom_req_is_done(r), "the peer's message was not read in "
+                 "%d rounds that each followed a send", n);
+    ITEST_ASSERT(n <= 32, "the peer's message took %d rounds", n);
+    ITEST_ASSERT_EQ(memcmp(buf, "stop", 5), 0, "the peer's message");
+    pscom_send(c, NULL, 0, "end", 4);
+    ITEST_PROGRESS_UNTIL(flood_count == n);
+    for (int i = 0; i < n; i++) pscom_request_free(flood[i].req);
     pscom_request_free(r);
     itest_link_send_u64(link, 1);
     pscom_close_socket(s);
