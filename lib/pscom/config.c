@@ -626,8 +626,6 @@ void pscom_plugin_config_ranges(const pscom_config_range_t *list,
     for (size_t i = 0; i < count; i++) {
         const pscom_config_range_t *r = &list[i];
 
-        size_t k = 0;
-
         if (!r->name || r->min > r->max) {
             psc_err("bug: configuration range %zu%s%s is incomplete or "
                     "empty; ignored", i, r->name ? " of " : "",
@@ -635,8 +633,7 @@ void pscom_plugin_config_ranges(const pscom_config_range_t *list,
             continue;
         }
         /* The same table declared again (a plugin started again). */
-        while (k < n_ranges && ranges[k] != r) k++;
-        if (k < n_ranges) continue;
+        if (range_of(r->name) == r) continue;
         if (n_ranges == cap_ranges) {
             size_t cap = cap_ranges ? cap_ranges * 2 : 32;
             const pscom_config_range_t **n =

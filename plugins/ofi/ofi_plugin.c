@@ -1046,6 +1046,13 @@ static int send_result(struct ofi_con *oc, ssize_t rc, const char *what)
     return -1;
 }
 
+/* Frame number oc->tx_tail is handed to libfabric: e is its FIFO entry. */
+static void fifo_commit(struct ofi_con *oc, struct txe e)
+{
+    oc->fifo[oc->tx_tail % oc->nfifo] = e;
+    oc->tx_tail++;
+}
+
 /* Send op's iovecs (cnt of them) as part `part` of its frame; the op is
  * the connection's until completed. send_result's answer; the op is freed
  * when it was not sent. */
@@ -1115,10 +1122,10 @@ static int txp_continue(struct ofi_con *oc)
         if (sent <= 0) return sent;
         if (off == 0) {
             /* The frame is committed with its first message. */
-            struct txe *e = &oc->fifo[oc->tx_tail % oc->nfifo];
-            *e = (struct txe){.head = oc->txp.head, .hl = oc->txp.hl,
-                              .bytes = oc->txp.total, .posting = true};
-            oc->tx_tail++;
+            fifo_commit(oc, (struct txe){.head = oc->txp.head,
+                                         .hl = oc->txp.hl,
+                                         .bytes = oc->txp.total,
+                                         .posting = true});
         } else {
             oc->txp.k++;
         }
@@ -1205,10 +1212,8 @@ static int tx_offer(struct ofi_con *oc, uint64_t frame, const uint8_t *head,
         free(tmp);
         return sent;
     }
-    oc->fifo[frame % oc->nfifo] = (struct txe){
-        .head = head, .hl = hl, .bytes = total, .pending = 1, .offer = true,
-        .tmp = tmp};
-    oc->tx_tail++;
+    fifo_commit(oc, (struct txe){.head = head, .hl = hl, .bytes = total,
+                                 .pending = 1, .offer = true, .tmp = tmp});
     if (!oc->offers++) dl_add_tail(&ofi.offering, &oc->olink);
     return 1;
 }
@@ -1258,9 +1263,8 @@ static int tx_split(struct ofi_con *oc, uint64_t frame, const uint8_t *head,
     ofi_pull_desc_t d = {.addr = chunk, .len = bl, .flags = OFI_DESC_SPLIT};
     int sent = inject_with_desc(oc, frame, head, hl, &d);
     if (sent <= 0) return sent;
-    oc->fifo[frame % oc->nfifo] = (struct txe){
-        .head = head, .hl = hl, .bytes = hl + bl, .posting = true};
-    oc->tx_tail++;
+    fifo_commit(oc, (struct txe){.head = head, .hl = hl, .bytes = hl + bl,
+                                 .posting = true});
     oc->tsp = (struct split_tx){
         .frame = frame, .rest = body, .len = bl, .chunk = chunk};
     return tsp_continue(oc);
@@ -1362,9 +1366,7 @@ static int tx_copy(struct ofi_con *oc, uint64_t frame, const uint8_t *head,
     op->iov[0] = (struct iovec){op->buf, hl + bl};
     int sent = op_send(oc, op, 1, OFI_PART_FIRST);
     if (sent <= 0) return sent;
-    oc->fifo[frame % oc->nfifo] =
-        (struct txe){.head = head, .hl = hl, .bytes = hl + bl};
-    oc->tx_tail++;
+    fifo_commit(oc, (struct txe){.head = head, .hl = hl, .bytes = hl + bl});
     return 1;
 }
 
@@ -1413,9 +1415,8 @@ static int tx_post(struct ofi_con *oc)
             ssize_t rc = inject_frame(oc, frame, head, hl, body, bl);
             int sent = send_result(oc, rc, "fi_tinject");
             if (sent <= 0) return sent;
-            oc->fifo[frame % oc->nfifo] =
-                (struct txe){.head = head, .hl = hl, .bytes = ftotal};
-            oc->tx_tail++;
+            fifo_commit(oc, (struct txe){.head = head, .hl = hl,
+                                         .bytes = ftotal});
             continue;
         }
         if (!oc->pull && ftotal <= cfg_copy && ftotal <= oc->peer_bounce) {
