@@ -53,8 +53,9 @@ extern "C" {
  * PSCOM_PLUGIN_SPIN_RELAX, which older cores ignore; 1.6 added no op, only
  * the upcall pscom_plugin_con_peer_pid; 1.7 no op, only the service
  * pscom_plugin_wait_until; 1.8 no op, only the service
- * pscom_plugin_config_ranges). */
-#define PSCOM_PLUGIN_API_VERSION 0x0108
+ * pscom_plugin_config_ranges; 1.9 no op, only the service
+ * pscom_plugin_hold_progress). */
+#define PSCOM_PLUGIN_API_VERSION 0x0109
 #define PSCOM_PLUGIN_API_MAJOR(v) (((v) >> 8) & 0xff)
 #define PSCOM_PLUGIN_API_MINOR(v) ((v) & 0xff)
 
@@ -405,6 +406,15 @@ void pscom_plugin_fd_del(int fd);
  * library.
  * (API 1.7) */
 void pscom_plugin_wait_until(int (*cond)(void *arg), void *arg);
+
+/* Keep the progress op of the plugin `name` (its descriptor's name) called
+ * in every round while a hold is in force (hold nonzero takes one, hold 0
+ * releases one), also when no connection is open on it. For work that
+ * outlives its connections: sends a plugin reported finished early that
+ * its provider still carries after the connection closed. The ops.destroy
+ * of such a plugin should finish that work within a bound of its own.
+ * (API 1.9) */
+void pscom_plugin_hold_progress(const char *name, int hold);
 
 /* A one-sided operation that rma_put/rma_get started (returned 1) ended:
  * err 0, or a negative errno. On an error the core carries the operation

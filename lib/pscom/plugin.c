@@ -473,7 +473,8 @@ static void rebuild_active(void)
     bool relax = true;
     for (unsigned i = 0; i < count; i++) {
         struct psc_plugin *p = order[i];
-        if (p->open_cons && p->desc && p->desc->ops->progress) {
+        if ((p->open_cons || p->holds) && p->desc &&
+            p->desc->ops->progress) {
             active_ops[n] = PSCOM_PLUGIN_API_MINOR(p->desc->api_version) >= 2
                                 ? p->desc->ops : NULL;
             psc_active.progress[n++] = p->desc->ops->progress;
@@ -492,6 +493,24 @@ void psc_plugin_con_opened(struct psc_plugin *p)
 void psc_plugin_con_closed(struct psc_plugin *p)
 {
     if (--p->open_cons == 0) rebuild_active();
+}
+
+void pscom_plugin_hold_progress(const char *name, int hold)
+{
+    struct psc_plugin *p = psc_plugin_find(name);
+    if (!p || !p->desc) {
+        psc_warn("pscom_plugin_hold_progress: no plugin \"%s\" is loaded",
+                 name);
+        return;
+    }
+    if (hold) {
+        if (p->holds++ == 0) rebuild_active();
+    } else if (!p->holds) {
+        psc_warn("pscom_plugin_hold_progress: plugin %s released a hold it "
+                 "did not take", p->name);
+    } else if (--p->holds == 0) {
+        rebuild_active();
+    }
 }
 
 /* The plugins armed for sleeps: they stay armed until

@@ -25,6 +25,7 @@ struct psc_plugin {
     int user_priority;  /* PSP_<NAME> */
     bool initialised;
     unsigned open_cons; /* connections currently open on it */
+    unsigned holds;     /* pscom_plugin_hold_progress calls in force */
     /* The ops table when the descriptor is of interface 1.1 or later, so
      * that the one-sided ops may be read; NULL for 1.0 plugins, whose
      * tables end before them. */

@@ -18,7 +18,11 @@
  * frames to the core in queue order (pscom_plugin_tx_done), and only once
  * libfabric is done with their buffers. Frames that fit the provider's
  * inject size are copied and finished at once, and so, outside pull mode,
- * are those up to PSP_OFI_COPY (sent from a copy of our own).
+ * are those up to PSP_OFI_COPY (sent from a copy of our own; at most
+ * PSP_OFI_SENDQ copies in flight per connection). Copies outlive their
+ * connection: a close with copies in flight holds the plugin in the core's
+ * progress until they completed, and the plugin's destroy (at exit) waits
+ * for them within PSP_OFI_LINGER.
  *
  * Receiving: each connection keeps PSP_OFI_RECVQ receives posted, one per
  * frame sequence number (the tag carries it), each into a buffer of
@@ -117,8 +121,9 @@ static const pscom_config_row_t ofi_rows[] = {
      "pre-connection socket closed without a goodbye, before the connection "
      "fails", "ofi", NULL, &cfg_eof_grace},
     {"PSP_OFI_LINGER", PSCOM_CONFIG_UINT, "2000",
-     "ms during which messages to a closed ofi connection are drained", "ofi",
-     NULL, &cfg_linger},
+     "ms during which messages to a closed ofi connection are drained; also "
+     "the longest wait at exit for copied sends (PSP_OFI_COPY) still in "
+     "flight", "ofi", NULL, &cfg_linger},
     {"PSP_OFI_PULL", PSCOM_CONFIG_INT, "-1",
      "1: receivers on this host copy frames larger than the inject size "
      "from the sender's memory (no send waits on a dead peer); 0: they are "
@@ -128,13 +133,12 @@ static const pscom_config_row_t ofi_rows[] = {
      "sent as injected messages of the inject size instead of being copied "
      "by the receiver (providers with an inject size of 1k or more); 0: "
      "never", "ofi", NULL, &cfg_split},
-    {"PSP_OFI_COPY", PSCOM_CONFIG_SIZE, "0",
+    {"PSP_OFI_COPY", PSCOM_CONFIG_SIZE, "16k",
      "frames too large to inject and at most this size (and the peer's "
      "PSP_OFI_BOUNCE) are copied, sent as one message and finished at once, "
      "as injected frames are, instead of when libfabric completes the send "
-     "(not in pull mode, see PSP_OFI_SPLIT); 0: never. Off by default: "
-     "copies still in flight when their connection closes are not "
-     "progressed and can be lost", "ofi", NULL, &cfg_copy},
+     "(not in pull mode, see PSP_OFI_SPLIT; at most PSP_OFI_SENDQ copies "
+     "in flight per connection); 0: never", "ofi", NULL, &cfg_copy},
     {"PSP_OFI_SWEEP", PSCOM_CONFIG_BOOL, "1",
      "shm provider: when this process opens its endpoint, remove the "
      "regions (16 MiB files in /dev/shm) that killed processes of this user "
@@ -272,6 +276,7 @@ struct ofi_con {
     uint64_t dest;       /* the peer's address (fi_addr_t) */
     size_t peer_bounce;  /* largest first message the peer takes */
     size_t chunk;        /* largest message in either direction */
+    unsigned copies;     /* OP_COPY sends in flight (at most nfifo) */
 
     /* Receiving. */
     struct op **ring;
@@ -353,6 +358,9 @@ static struct {
     unsigned attn;       /* connections with attn set */
     unsigned rounds;
     unsigned in_progress; /* nesting of ofi_progress */
+    unsigned copies;     /* OP_COPY sends in flight, also of closed
+                          * connections */
+    bool held;           /* pscom_plugin_hold_progress for orphaned copies */
     uint64_t calls;       /* outermost ofi_progress calls */
     /* Completions read from the queue and not yet handled, shared by nested
      * ofi_progress calls: an upcall's callback may wait (close a
@@ -1366,8 +1374,22 @@ static int tx_copy(struct ofi_con *oc, uint64_t frame, const uint8_t *head,
     op->iov[0] = (struct iovec){op->buf, hl + bl};
     int sent = op_send(oc, op, 1, OFI_PART_FIRST);
     if (sent <= 0) return sent;
+    oc->copies++;
+    ofi.copies++;
     fifo_commit(oc, (struct txe){.head = head, .hl = hl, .bytes = hl + bl});
     return 1;
+}
+
+/* A copy's send completed (or failed, or the provider is gone). */
+static void copy_done(struct op *op)
+{
+    if (op->oc) op->oc->copies--;
+    ofi.copies--;
+    op_free(op);
+    if (!ofi.copies && ofi.held) {
+        ofi.held = false;
+        pscom_plugin_hold_progress("ofi", 0);
+    }
 }
 
 /* Post queued frames while the window has room. No upcalls except
@@ -1419,7 +1441,8 @@ static int tx_post(struct ofi_con *oc)
                                          .bytes = ftotal});
             continue;
         }
-        if (!oc->pull && ftotal <= cfg_copy && ftotal <= oc->peer_bounce) {
+        if (!oc->pull && ftotal <= cfg_copy && ftotal <= oc->peer_bounce &&
+            oc->copies < oc->nfifo) {
             int rc = tx_copy(oc, frame, head, hl, body, bl);
             if (rc <= 0) return rc;
             continue;
@@ -1524,7 +1547,7 @@ static void on_comp(const ofw_comp_t *c)
         tx_done_op(oc, op);
         return;
     case OP_COPY: /* its frame was reported when it was posted */
-        op_free(op);
+        copy_done(op);
         return;
     case OP_SINK:
         LOG(L_VERBOSE, "drained a message of %zu bytes to closed connection "
@@ -1553,12 +1576,24 @@ static void on_cq_error(const ofw_cqerr_t *e)
             op_free(op);
         return;
     }
+    if (op->kind == OP_COPY && (!oc || oc->dead || e->err == ECANCELED)) {
+        if (oc)
+            LOG(L_DEBUG, "a copied send on a failed connection failed: %s",
+                e->text);
+        else
+            LOG(L_WARN, "a send finished early (PSP_OFI_COPY) failed after "
+                "its connection closed; the peer misses that message: %s",
+                e->text);
+        copy_done(op);
+        return;
+    }
     if (!oc || oc->dead || e->err == ECANCELED) {
         if (op->kind != OP_SLOT || !oc) op_free(op);
         return;
     }
     char what[320];
     if (op->kind == OP_TX || op->kind == OP_COPY) {
+        if (op->kind == OP_COPY) copy_done(op);
         snprintf(what, sizeof(what), "libfabric send (%s: %s)", ofi.info.prov,
                  e->text);
         LOG(L_DEBUG, "%s: send completed with an error: %s",
@@ -1701,14 +1736,35 @@ static int ofi_init(void)
     return 0;
 }
 
+static int ofi_progress(void);
+
+/* Sends the core counts as done (copies) must reach the peer before the
+ * endpoint goes: progress until they completed, within PSP_OFI_LINGER. */
+static void finish_copies(void)
+{
+    if (!ofi.copies || !ofi.ep) return;
+    uint64_t deadline = now_ms() + cfg_linger;
+    while (ofi.copies && now_ms() < deadline) ofi_progress();
+    if (ofi.copies)
+        LOG(L_WARN, "%u sends finished early (PSP_OFI_COPY) were still in "
+            "flight after PSP_OFI_LINGER=%u ms; their peers miss them",
+            ofi.copies, cfg_linger);
+}
+
 static void ofi_destroy(void)
 {
+    finish_copies();
     if (ofi.ep) ep_close();
     /* The provider is gone: nothing references the operations any more. */
     while (!dl_empty(&ofi.orphans))
         op_free(dl_entry(ofi.orphans.next, struct op, link));
     while (!dl_empty(&ofi.sinks))
         op_free(dl_entry(ofi.sinks.next, struct op, link));
+    ofi.copies = 0;
+    if (ofi.held) {
+        ofi.held = false;
+        pscom_plugin_hold_progress("ofi", 0);
+    }
     for (unsigned i = 0; i < ofi.peers_cap; i++) free(ofi.peers[i]);
     free(ofi.peers);
     ofi.peers = NULL;
@@ -1942,6 +1998,12 @@ static void ofi_close(pscom_plugin_con_t *con, void *priv)
         if (op->kind == OP_BODY) ofw_cancel(ofi.ep, &op->ctx);
     }
     release(oc);
+    /* Copies the core counts as sent: keep them moving (the core stops
+     * calling progress when the last connection closes). */
+    if (ofi.copies && !ofi.held) {
+        ofi.held = true;
+        pscom_plugin_hold_progress("ofi", 1);
+    }
 
     /* Messages the peer sent before it learnt of the close would stay in
      * the provider's unexpected queue for good: drain them for a while.

@@ -36,6 +36,9 @@
  *                            returns within CLOSE_BOUND_S, the rendezvous
  *                            sends end with ERROR, the eager ones were
  *                            delivered, and the receiver sees the EOF.
+ *
+ * CLOSE_FLUSH_LEN sets the length of the messages of flush and exit
+ * (default 64 KiB).
  */
 #include "conn_util.h"
 #include "itest.h"
@@ -44,7 +47,6 @@
 #include <string.h>
 
 #define N_FLUSH       100
-#define FLUSH_LEN     (64 * 1024)
 #define SLOW_MS       2
 #define ALL_LEN       (4 * 1024 * 1024) /* more than the socket buffers hold */
 #define N_SMALL       5
@@ -52,6 +54,12 @@
 #define N_LARGE       10
 #define LARGE_LEN     (64 * 1024)
 #define CLOSE_BOUND_S 3.0
+
+/* flush and exit: the length of the messages, 64 KiB unless
+ * CLOSE_FLUSH_LEN says otherwise (a small length lets a transport finish
+ * the sends at once, from copies of its own that must still arrive) */
+static size_t flush_len = 64 * 1024;
+#define FLUSH_LEN flush_len
 
 static uint32_t seed_of(uint32_t k)
 {
@@ -142,7 +150,7 @@ static pscom_socket_t *post_flush_sends(itest_link_t *link,
     *con = itest_connect(sock, ep);
     free(ep);
 
-    itest_step("posting %d sends of %d bytes", N_FLUSH, FLUSH_LEN);
+    itest_step("posting %d sends of %d bytes", N_FLUSH, (int)FLUSH_LEN);
     for (uint32_t k = 0; k < N_FLUSH; k++) {
         buf[k] = malloc(FLUSH_LEN);
         ITEST_ASSERT(buf[k] != NULL, "out of memory");
@@ -569,7 +577,9 @@ static int run_all(void)
 int main(int argc, char **argv)
 {
     int rc = 2;
+    const char *len = getenv("CLOSE_FLUSH_LEN");
 
+    if (len && *len) flush_len = strtoul(len, NULL, 10);
     itest_set_role("orchestrator");
     itest_watchdog(120);
     if (argc == 2 && !strcmp(argv[1], "flush"))

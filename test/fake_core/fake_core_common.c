@@ -187,3 +187,11 @@ int fake_core_frame_iov(struct iovec *iov, int *n, int iov_max,
     }
     return 0;
 }
+
+int fake_core_holds;
+
+void pscom_plugin_hold_progress(const char *name, int hold)
+{
+    (void)name;
+    fake_core_holds += hold ? 1 : -1;
+}

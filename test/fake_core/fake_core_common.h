@@ -34,6 +34,9 @@ extern char fake_core_reason[512];
 /* Called with every row pscom_plugin_config_register() sees, or NULL. */
 extern void (*fake_core_row_hook)(const pscom_config_row_t *row);
 
+/* Holds pscom_plugin_hold_progress() took, less those it released. */
+extern int fake_core_holds;
+
 /* Empty the log and the reason. */
 void fake_core_reset(void);
 

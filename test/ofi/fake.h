@@ -32,6 +32,9 @@ struct fake_knobs {
     int send_fails;        /* fi_tsendv returns -EIO */
     unsigned send_error_completion; /* the next n sends complete with an error */
     int hold_tx;           /* keep send completions until fake_release_held */
+    unsigned release_held_at; /* nonzero: the completion queue read of
+                               * this number (counting from the reset)
+                               * releases the held completions first */
     int reverse_cq;        /* hand out each batch of completions reversed */
     /* cross-memory attach (in this process: addresses are pointers) */
     int cma_denied;        /* ofw_cma_usable says no */
@@ -45,6 +48,7 @@ struct fake_knobs {
     /* counters */
     unsigned inject_calls, tsend_calls, trecv_calls, injects, eagains;
     unsigned msgs_sent, cancels, av_inserts;
+    unsigned cq_reads;
     unsigned cma_reads, cma_writes;
     unsigned cma_foreign; /* reads and writes naming another process */
     size_t largest_msg, cma_read_bytes;

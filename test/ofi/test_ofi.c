@@ -522,6 +522,77 @@ static void test_copy_done_at_once(void **state)
     pair_close(&p);
 }
 
+/* Copies outlive their connection: at most PSP_OFI_SENDQ of them are in
+ * flight per connection (a frame beyond waits for libfabric, as without
+ * copies); a close with copies in flight keeps the plugin progressed (a
+ * hold) until the last completes; the plugin's destroy waits for copies
+ * still in flight, within PSP_OFI_LINGER, and says when it gave up. */
+static void test_copies_outlive_close(void **state)
+{
+    setenv("PSP_OFI_COPY", "4k", 1);
+    setenv("PSP_OFI_SENDQ", "2", 1);
+    setenv("PSP_OFI_LINGER", "200", 1);
+    fake.hold_tx = 1;
+    fake_core_holds = 0;
+    fake_core_reset();
+    struct pair p;
+    pair_open(&p);
+
+    struct fake_frame *f[3];
+    uint8_t expect[3 * 1100];
+    for (unsigned i = 0; i < 3; i++) f[i] = fake_frame_new(0, 0, 1000, 21 + i);
+    size_t total = send_frames(&p, &p.a, f, 3, expect);
+    progress(10);
+    assert_int_equal(fake_held_count(), 3);
+    assert_int_equal(p.a.qdone, 2); /* the third is not a copy */
+    fake_release_held_one(2);
+    progress(10);
+    assert_int_equal(p.a.qdone, 3);
+    assert_int_equal(p.a.tx_done_bytes, total);
+    assert_int_equal(fake_core_holds, 0); /* open connections need none */
+
+    ops->close(&p.a, p.pa);
+    assert_int_equal(fake_core_holds, 1);
+    fake_release_held_one(0);
+    progress(10);
+    assert_int_equal(fake_core_holds, 1); /* one copy still in flight */
+    fake_release_held_one(0);
+    progress(10);
+    assert_int_equal(fake_core_holds, 0);
+    check_stream(&p.b, expect, total, 3);
+
+    /* The destroy waits for a copy of a closed connection ... */
+    struct fake_frame *g = fake_frame_new(0, 0, 1000, 31);
+    uint8_t gexp[1100];
+    fake_enqueue(&p.b, g);
+    fake_frame_bytes(g, gexp);
+    ops->tx_kick(&p.b, p.pb);
+    assert_int_equal(p.b.qdone, 1);
+    ops->close(&p.b, p.pb);
+    assert_int_equal(fake_core_holds, 1);
+    fake.release_held_at = fake.cq_reads + 5;
+    ops->destroy();
+    assert_true(fake.cq_reads >= fake.release_held_at); /* it waited */
+    assert_int_equal(fake_core_holds, 0);
+    assert_null(strstr(fake_core_log, "still in flight"));
+    pair_free(&p);
+
+    /* ... and gives up after PSP_OFI_LINGER, saying so. */
+    fake.release_held_at = 0;
+    pair_open(&p);
+    fake_enqueue(&p.a, fake_frame_new(0, 0, 1000, 32));
+    ops->tx_kick(&p.a, p.pa);
+    assert_int_equal(p.a.qdone, 1);
+    ops->close(&p.a, p.pa);
+    ops->close(&p.b, p.pb);
+    ops->destroy();
+    assert_int_equal(fake_core_holds, 0);
+    assert_non_null(strstr(fake_core_log, "1 sends finished early "
+                                          "(PSP_OFI_COPY) were still in "
+                                          "flight after PSP_OFI_LINGER=200"));
+    pair_free(&p);
+}
+
 /* The application cancels a send the plugin has handed to libfabric: the
  * frame is sent all the same, but not reported; the frames around it are
  * reported and new frames are still found behind it. */
@@ -1330,6 +1401,8 @@ int main(void)
                                         teardown),
         cmocka_unit_test_setup_teardown(test_completion_fifo, setup, teardown),
         cmocka_unit_test_setup_teardown(test_copy_done_at_once, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_copies_outlive_close, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_cancel_in_flight, setup, teardown),
         cmocka_unit_test_setup_teardown(test_send_eagain, setup, teardown),

@@ -104,6 +104,33 @@ static void registry_from_environment(void **state)
     assert_non_null(psc_config_find("PSP_UCP")); /* ParaStation's alias */
 }
 
+/* pscom_plugin_hold_progress puts a plugin with no open connection into
+ * the set progressed every round, and the last release takes it out;
+ * an unknown name or a release without a hold changes nothing. */
+static void hold_keeps_progressing(void **state)
+{
+    assert_int_equal(pscom_init(PSCOM_VERSION), PSCOM_SUCCESS);
+    struct psc_plugin *shm = psc_plugin_find("shm");
+    assert_non_null(shm);
+    assert_non_null(shm->desc->ops->progress);
+    assert_int_equal(shm->open_cons, 0);
+    assert_int_equal(psc_active.n, 0);
+
+    pscom_plugin_hold_progress("shm", 1);
+    pscom_plugin_hold_progress("shm", 1);
+    assert_int_equal(psc_active.n, 1);
+    assert_ptr_equal(psc_active.progress[0], shm->desc->ops->progress);
+    pscom_plugin_hold_progress("shm", 0);
+    assert_int_equal(psc_active.n, 1);
+    pscom_plugin_hold_progress("shm", 0);
+    assert_int_equal(psc_active.n, 0);
+
+    pscom_plugin_hold_progress("shm", 0); /* not held: ignored */
+    assert_int_equal(shm->holds, 0);
+    pscom_plugin_hold_progress("no-such-plugin", 1);
+    assert_int_equal(psc_active.n, 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -112,6 +139,7 @@ int main(void)
         cmocka_unit_test(disabled_and_failed_last),
         cmocka_unit_test(pending_module_ranks_by_table),
         cmocka_unit_test(registry_from_environment),
+        cmocka_unit_test(hold_keeps_progressing),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
