@@ -3,7 +3,8 @@
 # (the two sides set it differently): the acceptor drops the connection
 # saying how large the record was and what it accepts, and tells the
 # connector so, which fails at once with that text instead of trying again
-# PSP_RETRY times.
+# PSP_RETRY times. The acceptor closes gracefully after the ERROR record
+# (no reset), so the record is not lost over a lossy network.
 #
 # Usage: check-precon-limit.sh PSCOM_BENCH
 set -u
@@ -38,4 +39,35 @@ grep -q "refused the connection: a handshake record of [0-9]* bytes is $limit" \
 grep -q "attempts" "$dir/cli" && fail "the connector tried again"
 grep -q "handshake from .*: a handshake record of [0-9]* bytes is $limit; dropping the connection" \
     "$dir/srv" || fail "the acceptor does not say why it dropped the connection"
+
+# The acceptor closes gracefully after its ERROR record: a FIN, not a reset
+# (a reset would end the connection with the record maybe still lost in
+# the network), also when bytes it did not read are waiting. A raw client
+# sends a HELLO header announcing 100 bytes and the 100 bytes, waits until
+# the acceptor has answered and closed, and reads: the records, then EOF.
+python3 - "$port" >"$dir/raw" 2>&1 <<'EOF' || fail "the raw client: see raw"
+import socket, struct, sys, time
+s = socket.create_connection(("127.0.0.1", int(sys.argv[1])))
+s.sendall(struct.pack("<IBBHI", 0x50435350, 1, 1, 0, 100) + bytes(100))
+time.sleep(0.5)
+data = b""
+try:
+    while True:
+        chunk = s.recv(65536)
+        if not chunk:
+            break
+        data += chunk
+except ConnectionResetError:
+    sys.exit("the acceptor reset the connection after %d bytes" % len(data))
+types = []
+while len(data) >= 12:
+    magic, ver, typ, flags, n = struct.unpack("<IBBHI", data[:12])
+    if magic != 0x50435350:
+        sys.exit("not a handshake record: %r" % data[:12])
+    types.append(typ)
+    data = data[12 + n:]
+if 7 not in types:
+    sys.exit("no ERROR record (7) among the records %r" % types)
+print("records %r, then EOF" % types)
+EOF
 echo "check-precon-limit: ok"
