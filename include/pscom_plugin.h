@@ -412,8 +412,9 @@ void pscom_plugin_wait_until(int (*cond)(void *arg), void *arg);
  * releases one), also when no connection is open on it. For work that
  * outlives its connections: sends a plugin reported finished early that
  * its provider still carries after the connection closed. The ops.destroy
- * of such a plugin should finish that work within a bound of its own.
- * (API 1.9) */
+ * of such a plugin should finish that work within a bound of its own;
+ * holds left then are dropped. Call it from the plugin's ops (with the
+ * library lock held, as every service here). (API 1.9) */
 void pscom_plugin_hold_progress(const char *name, int hold);
 
 /* A one-sided operation that rma_put/rma_get started (returned 1) ended:

@@ -558,8 +558,10 @@ void psc_plugins_unload(void)
         if (s->p.initialised && s->p.desc->ops->destroy)
             s->p.desc->ops->destroy();
         s->p.initialised = false;
+        s->p.holds = 0; /* a hold its destroy did not release */
         /* Modules stay mapped: their config rows stay in the table. */
     }
+    rebuild_active();
 }
 
 int pscom_plugin_available(const char *name, const char **why)

@@ -57,6 +57,7 @@
  */
 #include <errno.h>
 #include <pthread.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -83,6 +84,7 @@ enum { L_FATAL = 0, L_ERR = 1, L_WARN = 2, L_INFO = 3, L_DEBUG = 4,
 #define COPY_SMALL_MAX 256 /* frames up to this size copied without memcpy */
 #define CQ_BATCH 16
 #define BYE_LEN 16
+#define EXIT_WAIT_MAX_MS 10000 /* longest wait for copies at exit */
 
 /* ---------------------------------------------------------------------- */
 /* Settings                                                               */
@@ -221,6 +223,19 @@ enum slot_state {
 
 struct ofi_con;
 
+/* A closed connection whose copies (OP_COPY) are still in flight: its
+ * goodbye, which tells the peer how many frames to wait for, and the
+ * close of its pre-connection socket wait for them (the peer gives up
+ * waiting after 5 * PSP_OFI_EOF_GRACE), or for PSP_OFI_LINGER. */
+struct parting {
+    struct dl link;    /* ofi.partings */
+    int fd;            /* the pre-connection socket, or -1 */
+    uint64_t frames;   /* frames sent, for the goodbye */
+    unsigned copies;   /* its copies still in flight */
+    uint32_t conid;
+    uint64_t deadline; /* ms */
+};
+
 /* One libfabric operation. Owned by its connection (oc) while that is
  * open; when the connection closes, operations the provider still holds
  * become orphans (oc NULL, on ofi.orphans) until their completion. */
@@ -231,6 +246,7 @@ struct op {
     bool direct;   /* OP_BODY: received into the core's buffer */
     uint8_t state; /* OP_SLOT: enum slot_state */
     struct ofi_con *oc;
+    struct parting *parting; /* an orphaned OP_COPY: its connection's */
     struct dl link; /* oc->ops (not slots), or ofi.orphans, ofi.sinks,
                      * ofi.owed (an idle slot) */
     uint32_t seq;   /* OP_SLOT: the frame it is posted (or owed) for */
@@ -361,6 +377,7 @@ static struct {
     unsigned copies;     /* OP_COPY sends in flight, also of closed
                           * connections */
     bool held;           /* pscom_plugin_hold_progress for orphaned copies */
+    struct dl partings;  /* closed connections waiting for their copies */
     uint64_t calls;       /* outermost ofi_progress calls */
     /* Completions read from the queue and not yet handled, shared by nested
      * ofi_progress calls: an upcall's callback may wait (close a
@@ -1380,16 +1397,24 @@ static int tx_copy(struct ofi_con *oc, uint64_t frame, const uint8_t *head,
     return 1;
 }
 
+static void parting_end(struct parting *pt);
+
+static void hold_release(void)
+{
+    if (!ofi.held) return;
+    ofi.held = false;
+    pscom_plugin_hold_progress("ofi", 0);
+}
+
 /* A copy's send completed (or failed, or the provider is gone). */
 static void copy_done(struct op *op)
 {
+    struct parting *pt = op->parting;
     if (op->oc) op->oc->copies--;
     ofi.copies--;
     op_free(op);
-    if (!ofi.copies && ofi.held) {
-        ofi.held = false;
-        pscom_plugin_hold_progress("ofi", 0);
-    }
+    if (pt && --pt->copies == 0) parting_end(pt);
+    if (!ofi.copies) hold_release();
 }
 
 /* Post queued frames while the window has room. No upcalls except
@@ -1626,6 +1651,53 @@ static uint64_t get_u64le(const uint8_t *p)
     return v;
 }
 
+/* Tell the peer how many frames were sent to it (it waits for them), and
+ * close the pre-connection socket. */
+static void say_bye(int fd, uint64_t frames)
+{
+    uint8_t bye[BYE_LEN] = {'O', 'F', 'I', 'B'};
+    put_u64le(bye + 8, frames);
+    ssize_t n = send(fd, bye, sizeof(bye), MSG_NOSIGNAL | MSG_DONTWAIT);
+    (void)n; /* a peer that is gone needs no goodbye */
+    close(fd);
+}
+
+/* The copies of a closed connection completed, or are given up: its
+ * goodbye goes. */
+static void parting_end(struct parting *pt)
+{
+    if (pt->copies) {
+        LOG(L_WARN, "closed connection id %u: %u sends finished early "
+            "(PSP_OFI_COPY) still in flight after PSP_OFI_LINGER=%u ms; "
+            "saying goodbye without them (the peer misses them)", pt->conid,
+            pt->copies, cfg_linger);
+        for (struct dl *d = ofi.orphans.next; d != &ofi.orphans; d = d->next) {
+            struct op *op = dl_entry(d, struct op, link);
+            if (op->parting == pt) op->parting = NULL;
+        }
+    }
+    dl_del(&pt->link);
+    say_bye(pt->fd, pt->frames);
+    free(pt);
+}
+
+/* Closed connections whose copies are late; when none is left, the
+ * copies no longer keep the plugin progressed. */
+static void expire_partings(void)
+{
+    uint64_t now = now_ms();
+    struct dl *d, *next;
+    bool expired = false;
+    for (d = ofi.partings.next; d != &ofi.partings; d = next) {
+        next = d->next;
+        struct parting *pt = dl_entry(d, struct parting, link);
+        if (now < pt->deadline) continue;
+        parting_end(pt);
+        expired = true;
+    }
+    if (expired && dl_empty(&ofi.partings)) hold_release();
+}
+
 static void check_gone(struct ofi_con *oc)
 {
     uint64_t now = now_ms();
@@ -1686,6 +1758,7 @@ static int ofi_init(void)
     ofi.region_fd = -1;
     dl_init(&ofi.cons);
     dl_init(&ofi.orphans);
+    dl_init(&ofi.partings);
     dl_init(&ofi.sinks);
     dl_init(&ofi.offering);
     dl_init(&ofi.owed);
@@ -1742,13 +1815,25 @@ static int ofi_progress(void);
  * endpoint goes: progress until they completed, within PSP_OFI_LINGER. */
 static void finish_copies(void)
 {
-    if (!ofi.copies || !ofi.ep) return;
-    uint64_t deadline = now_ms() + cfg_linger;
-    while (ofi.copies && now_ms() < deadline) ofi_progress();
-    if (ofi.copies)
-        LOG(L_WARN, "%u sends finished early (PSP_OFI_COPY) were still in "
-            "flight after PSP_OFI_LINGER=%u ms; their peers miss them",
-            ofi.copies, cfg_linger);
+    if (ofi.copies && ofi.ep) {
+        unsigned ms = cfg_linger < EXIT_WAIT_MAX_MS ? cfg_linger
+                                                    : EXIT_WAIT_MAX_MS;
+        uint64_t deadline = now_ms() + ms;
+        for (unsigned n = 1; ofi.copies && now_ms() < deadline; n++) {
+            ofi_progress();
+            if (!(n & 63)) sched_yield(); /* a peer on this core */
+        }
+        if (ofi.copies)
+            LOG(L_WARN, "%u sends finished early (PSP_OFI_COPY) were still "
+                "in flight after %u ms (PSP_OFI_LINGER, at most %u at "
+                "exit); their peers miss them", ofi.copies, ms,
+                EXIT_WAIT_MAX_MS);
+    }
+    while (!dl_empty(&ofi.partings)) {
+        struct parting *pt = dl_entry(ofi.partings.next, struct parting, link);
+        pt->copies = 0; /* reported above */
+        parting_end(pt);
+    }
 }
 
 static void ofi_destroy(void)
@@ -1761,10 +1846,7 @@ static void ofi_destroy(void)
     while (!dl_empty(&ofi.sinks))
         op_free(dl_entry(ofi.sinks.next, struct op, link));
     ofi.copies = 0;
-    if (ofi.held) {
-        ofi.held = false;
-        pscom_plugin_hold_progress("ofi", 0);
-    }
+    hold_release();
     for (unsigned i = 0; i < ofi.peers_cap; i++) free(ofi.peers[i]);
     free(ofi.peers);
     ofi.peers = NULL;
@@ -1975,13 +2057,18 @@ static void ofi_close(pscom_plugin_con_t *con, void *priv)
     dl_del(&oc->link);
     owd_peer_del(oc);
 
+    struct parting *pt = NULL;
     if (oc->fd >= 0) {
-        uint8_t bye[BYE_LEN] = {'O', 'F', 'I', 'B'};
-        put_u64le(bye + 8, oc->tx_tail);
-        ssize_t n = send(oc->fd, bye, sizeof(bye), MSG_NOSIGNAL | MSG_DONTWAIT);
-        (void)n; /* a peer that is gone needs no goodbye */
         pscom_plugin_fd_del(oc->fd);
-        close(oc->fd);
+        if (oc->copies) pt = calloc(1, sizeof(*pt));
+        if (pt) {
+            *pt = (struct parting){.fd = oc->fd, .frames = oc->tx_tail,
+                                   .conid = oc->conid,
+                                   .deadline = now_ms() + cfg_linger};
+            dl_add(&ofi.partings, &pt->link);
+        } else {
+            say_bye(oc->fd, oc->tx_tail);
+        }
         oc->fd = -1;
     }
 
@@ -1994,6 +2081,10 @@ static void ofi_close(pscom_plugin_con_t *con, void *priv)
             continue;
         }
         op->oc = NULL;
+        if (op->kind == OP_COPY && pt) {
+            op->parting = pt;
+            pt->copies++;
+        }
         dl_add(&ofi.orphans, &op->link);
         if (op->kind == OP_BODY) ofw_cancel(ofi.ep, &op->ctx);
     }
@@ -2125,7 +2216,11 @@ static int ofi_progress(void)
     }
     if (!dl_empty(&ofi.offering)) poll_acks();
     if (ofi.attn) scan_attn();
-    if (!dl_empty(&ofi.sinks) && (++ofi.rounds & 1023) == 0) expire_sinks();
+    if ((!dl_empty(&ofi.sinks) || !dl_empty(&ofi.partings)) &&
+        (++ofi.rounds & 1023) == 0) {
+        expire_sinks();
+        expire_partings();
+    }
     ofi.in_progress--;
     return did;
 }

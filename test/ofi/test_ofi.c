@@ -19,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -69,6 +70,9 @@ static int teardown(void **state)
     return 0;
 }
 
+/* The pre-connection socket pair_handshake opens A with (once), or -1. */
+static int next_fd_a = -1;
+
 /* Two new connections na and nb of the plugin, not yet connected. */
 static void pair_init(struct pair *p, const char *na, const char *nb)
 {
@@ -94,7 +98,8 @@ static void pair_handshake(struct pair *p, int no_flags)
     assert_int_not_equal(p->blob_a.conid, p->blob_b.conid);
     assert_int_equal(ops->hs_connect(&p->b, p->pb, ba, la), 0);
     assert_int_equal(ops->hs_connect(&p->a, p->pa, bb, lb), 0);
-    assert_int_equal(ops->open(&p->a, p->pa, -1), 0);
+    assert_int_equal(ops->open(&p->a, p->pa, next_fd_a), next_fd_a >= 0);
+    next_fd_a = -1;
     assert_int_equal(ops->open(&p->b, p->pb, -1), 0);
 }
 
@@ -589,8 +594,84 @@ static void test_copies_outlive_close(void **state)
     assert_int_equal(fake_core_holds, 0);
     assert_non_null(strstr(fake_core_log, "1 sends finished early "
                                           "(PSP_OFI_COPY) were still in "
-                                          "flight after PSP_OFI_LINGER=200"));
+                                          "flight after 200 ms"));
     pair_free(&p);
+}
+
+/* What the peer's end of A's pre-connection socket holds: 1 and the frame
+ * count of a goodbye followed by EOF, 0 when nothing came yet. */
+static int read_goodbye(int fd, uint64_t *frames)
+{
+    uint8_t bye[16];
+    ssize_t n = recv(fd, bye, sizeof(bye), MSG_DONTWAIT);
+    if (n < 0 && errno == EAGAIN) return 0;
+    assert_int_equal(n, sizeof(bye));
+    assert_memory_equal(bye, "OFIB", 4);
+    *frames = 0;
+    for (int i = 7; i >= 0; i--) *frames = *frames << 8 | bye[8 + i];
+    assert_int_equal(recv(fd, bye, sizeof(bye), MSG_DONTWAIT), 0);
+    return 1;
+}
+
+/* A connection closed with copies in flight says goodbye (the number of
+ * frames the peer is to wait for; the peer waits at most 5 *
+ * PSP_OFI_EOF_GRACE after it) only when they completed, or when
+ * PSP_OFI_LINGER passed, with a warning: a sender that progresses again
+ * only later must not lose them. */
+static void test_goodbye_waits_for_copies(void **state)
+{
+    setenv("PSP_OFI_COPY", "4k", 1);
+    setenv("PSP_OFI_LINGER", "100", 1);
+    fake.hold_tx = 1;
+    fake_core_holds = 0;
+    fake_core_reset();
+    int sv[2];
+    uint64_t frames;
+    struct pair p;
+
+    assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+    next_fd_a = sv[0];
+    pair_open(&p);
+    fake_enqueue(&p.a, fake_frame_new(0, 0, 1000, 41));
+    fake_enqueue(&p.a, fake_frame_new(0, 0, 1000, 42));
+    ops->tx_kick(&p.a, p.pa);
+    assert_int_equal(p.a.qdone, 2);
+    ops->close(&p.a, p.pa);
+    assert_int_equal(read_goodbye(sv[1], &frames), 0);
+    fake_release_held_one(0);
+    progress(10);
+    assert_int_equal(read_goodbye(sv[1], &frames), 0);
+    fake_release_held_one(0);
+    progress(10);
+    assert_int_equal(read_goodbye(sv[1], &frames), 1);
+    assert_int_equal(frames, 2);
+    assert_int_equal(fake_core_holds, 0);
+    close(sv[1]);
+
+    /* A copy that does not complete within PSP_OFI_LINGER. */
+    assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+    ops->close(&p.b, p.pb);
+    pair_free(&p);
+    next_fd_a = sv[0];
+    pair_connect(&p, "C", "D", 0);
+    fake_enqueue(&p.a, fake_frame_new(0, 0, 1000, 43));
+    ops->tx_kick(&p.a, p.pa);
+    ops->close(&p.a, p.pa);
+    assert_int_equal(fake_core_holds, 1);
+    usleep(150 * 1000);
+    progress(2048); /* partings are looked at every 1024 rounds */
+    assert_int_equal(read_goodbye(sv[1], &frames), 1);
+    assert_int_equal(frames, 1);
+    assert_non_null(strstr(fake_core_log, "1 sends finished early "
+                                          "(PSP_OFI_COPY) still in flight "
+                                          "after PSP_OFI_LINGER=100 ms"));
+    assert_int_equal(fake_core_holds, 0);
+    fake_release_held(0); /* completes after all */
+    progress(10);
+    close(sv[1]);
+    ops->close(&p.b, p.pb);
+    pair_free(&p);
+    ops->destroy();
 }
 
 /* The application cancels a send the plugin has handed to libfabric: the
@@ -1403,6 +1484,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_copy_done_at_once, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_copies_outlive_close, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_goodbye_waits_for_copies, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_cancel_in_flight, setup, teardown),
         cmocka_unit_test_setup_teardown(test_send_eagain, setup, teardown),
