@@ -229,7 +229,7 @@ struct ofi_con;
  * waiting after 5 * PSP_OFI_EOF_GRACE), or for PSP_OFI_LINGER. */
 struct parting {
     struct dl link;    /* ofi.partings */
-    int fd;            /* the pre-connection socket, or -1 */
+    int fd;            /* the pre-connection socket */
     uint64_t frames;   /* frames sent, for the goodbye */
     unsigned copies;   /* its copies still in flight */
     uint32_t conid;
@@ -1602,10 +1602,7 @@ static void on_cq_error(const ofw_cqerr_t *e)
         return;
     }
     if (op->kind == OP_COPY && (!oc || oc->dead || e->err == ECANCELED)) {
-        if (oc)
-            LOG(L_DEBUG, "a copied send on a failed connection failed: %s",
-                e->text);
-        else
+        if (!oc)
             LOG(L_WARN, "a send finished early (PSP_OFI_COPY) failed after "
                 "its connection closed; the peer misses that message: %s",
                 e->text);

@@ -59,7 +59,6 @@
  * CLOSE_FLUSH_LEN says otherwise (a small length lets a transport finish
  * the sends at once, from copies of its own that must still arrive) */
 static size_t flush_len = 64 * 1024;
-#define FLUSH_LEN flush_len
 
 static uint32_t seed_of(uint32_t k)
 {
@@ -81,7 +80,7 @@ static int flush_receiver(itest_link_t *link, void *arg)
     pscom_socket_t *sock;
     pscom_connection_t *con;
     pscom_request_t *r = itest_request(4);
-    uint8_t *buf = itest_alloc_guarded(FLUSH_LEN);
+    uint8_t *buf = itest_alloc_guarded(flush_len);
     const itest_con_event_t *ev;
     int eof_before = -1;
     char *ep;
@@ -100,16 +99,16 @@ static int flush_receiver(itest_link_t *link, void *arg)
         itest_substep("receive %u", k);
         itest_sleep_ms(SLOW_MS);
         if (eof_before < 0 && itest_con_error_of(con)) eof_before = (int)k;
-        memset(buf, 0, FLUSH_LEN);
-        pscom_req_prepare(r, con, buf, FLUSH_LEN, NULL, 4);
+        memset(buf, 0, flush_len);
+        pscom_req_prepare(r, con, buf, flush_len, NULL, 4);
         pscom_post_recv(r);
         pscom_wait(r);
         ITEST_ASSERT_REQ_OK(r, "message %u of %d", k, N_FLUSH);
         memcpy(&got, &r->xheader.user, 4);
         ITEST_ASSERT_EQ(got, k, "message order");
-        ITEST_ASSERT_EQ(r->header.data_len, FLUSH_LEN, "length of %u", k);
-        ITEST_ASSERT_PATTERN(buf, FLUSH_LEN, seed_of(k), "message %u", k);
-        ITEST_ASSERT_GUARD(buf, FLUSH_LEN, "message %u", k);
+        ITEST_ASSERT_EQ(r->header.data_len, flush_len, "length of %u", k);
+        ITEST_ASSERT_PATTERN(buf, flush_len, seed_of(k), "message %u", k);
+        ITEST_ASSERT_GUARD(buf, flush_len, "message %u", k);
     }
     if (eof_before >= 0)
         itest_note("the EOF arrived before receive %d was posted (the rest "
@@ -121,7 +120,7 @@ static int flush_receiver(itest_link_t *link, void *arg)
                  "con_error(%s, %s), expected (read, EOF)",
                  pscom_op_str(ev->op), pscom_err_str(ev->err));
     ITEST_ASSERT_EQ(itest_con_error_count(), 1, "con_error events");
-    pscom_req_prepare(r, con, buf, FLUSH_LEN, NULL, 4);
+    pscom_req_prepare(r, con, buf, flush_len, NULL, 4);
     pscom_post_recv(r);
     pscom_wait(r);
     ITEST_ASSERT_REQ_STATE(r, PSCOM_REQ_STATE_ERROR,
@@ -136,7 +135,7 @@ static int flush_receiver(itest_link_t *link, void *arg)
 }
 
 /* The sender's side of flush and exit: connect to the receiver and post
- * N_FLUSH sends of FLUSH_LEN bytes (numbered in their xheader). */
+ * N_FLUSH sends of flush_len bytes (numbered in their xheader). */
 static pscom_socket_t *post_flush_sends(itest_link_t *link,
                                         pscom_connection_t **con,
                                         pscom_request_t **s, uint8_t **buf)
@@ -150,13 +149,13 @@ static pscom_socket_t *post_flush_sends(itest_link_t *link,
     *con = itest_connect(sock, ep);
     free(ep);
 
-    itest_step("posting %d sends of %d bytes", N_FLUSH, (int)FLUSH_LEN);
+    itest_step("posting %d sends of %d bytes", N_FLUSH, (int)flush_len);
     for (uint32_t k = 0; k < N_FLUSH; k++) {
-        buf[k] = malloc(FLUSH_LEN);
+        buf[k] = malloc(flush_len);
         ITEST_ASSERT(buf[k] != NULL, "out of memory");
-        itest_fill(buf[k], FLUSH_LEN, seed_of(k));
+        itest_fill(buf[k], flush_len, seed_of(k));
         s[k] = itest_request(4);
-        pscom_req_prepare(s[k], *con, buf[k], FLUSH_LEN, &k, 4);
+        pscom_req_prepare(s[k], *con, buf[k], flush_len, &k, 4);
         pscom_post_send(s[k]);
     }
     return sock;
