@@ -310,7 +310,11 @@ typedef struct pscom_plugin {
 int pscom_plugin_tx_peek(pscom_plugin_con_t *con, struct iovec *iov,
                          int iov_max, size_t *total);
 /* n bytes of what tx_peek described were written (completes requests).
- * Returns 0, or -1 when the connection is closing: then stop using it. */
+ * Returns 0, or -1 when the connection is closing: then stop using it.
+ * Where a send is done only when the peer acknowledged it, report it before
+ * delivering anything the peer sent after that acknowledgement: the core
+ * runs the callback of a receive that follows a send's completion in the
+ * same call one round later, so the caller sees the send done first. */
 int pscom_plugin_tx_done(pscom_plugin_con_t *con, size_t n);
 /* 1 when frames are queued. */
 int pscom_plugin_tx_pending(pscom_plugin_con_t *con);

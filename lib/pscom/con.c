@@ -474,7 +474,7 @@ void pscom_close_connection(pscom_connection_t *connection)
     if (!connection) return;
     psc_lock();
     psc_enter();
-    psc_run_deferred();
+    psc_run_all_deferred();
     struct psc_con *con = con_of(connection);
     if (con->magic == PSC_CON_MAGIC) psc_con_close(con);
     psc_leave();

@@ -193,12 +193,14 @@ void psc_req_release(struct psc_req *req);
 /* Mark done with extra state bits and call io_done. The request must not be
  * touched afterwards (io_done may free or repost it). Inside a call into a
  * plugin (psc_hold), a request with callbacks is only put on psc_ctx.held;
- * psc_req_run_held finishes those, in order. psc_req_done (inline, below)
+ * psc_req_run_held finishes those, in order: all of them, or (!all) up to
+ * a receive that follows a send's completion, which waits for the next
+ * round of progress (psc_ctx.held_cut). psc_req_done (inline, below)
  * finishes a request nobody is called back for itself and leaves the rest
  * to psc_req_finish. */
 static inline void psc_req_done(struct psc_req *req, pscom_req_state_t extra);
 void psc_req_finish(struct psc_req *req, pscom_req_state_t extra);
-void psc_req_run_held(void);
+void psc_req_run_held(bool all);
 
 /* ---------------------------------------------------------------------- */
 /* Sockets and connections                                                */
@@ -498,6 +500,9 @@ struct psc_ctx {
     struct psc_list precons;     /* psc_precon.next: handshakes under way */
     struct psc_list held;        /* psc_req.next_held: done inside a
                                   * plugin, callbacks not yet run */
+    bool held_cut;               /* held starts with a receive that came
+                                  * after a send's completion: it waits for
+                                  * the next round (psc_req_run_held) */
     unsigned hold;               /* > 0: psc_req_done holds callbacks */
     uint64_t seq;                /* posting/arrival order counter */
     uint64_t next_id;            /* request and connection ids */
@@ -529,8 +534,9 @@ static inline void psc_hold(void)
 
 static inline void psc_unhold(void)
 {
-    if (--psc_ctx.hold == 0 && !psc_list_empty(&psc_ctx.held))
-        psc_req_run_held();
+    if (--psc_ctx.hold == 0 && !psc_list_empty(&psc_ctx.held) &&
+        !psc_ctx.held_cut)
+        psc_req_run_held(false);
 }
 
 /* Ends a psc_hold without running what is held: it waits for the next
@@ -551,15 +557,22 @@ static inline void psc_unhold_later(void)
     psc_ctx.hold--;
 }
 
-/* Run what a post left held, outside any call into a plugin: the first
- * thing a round of progress does, and what closing does before it may free
- * connections (their held callbacks and con_error reports name them).
- * 1 when there was something. */
+/* Run what a post or a cut (psc_req_run_held) left held, outside any call
+ * into a plugin: the first thing a round of progress does. 1 when there
+ * was something. */
 static inline int psc_run_deferred(void)
 {
     if (psc_ctx.hold || psc_list_empty(&psc_ctx.held)) return 0;
-    psc_req_run_held();
+    psc_req_run_held(false);
     return 1;
+}
+
+/* What closing runs before it may free connections (their held callbacks
+ * and con_error reports name them): everything held, with no cut. */
+static inline void psc_run_all_deferred(void)
+{
+    if (!psc_ctx.hold && !psc_list_empty(&psc_ctx.held))
+        psc_req_run_held(true);
 }
 
 static inline void psc_lock(void)

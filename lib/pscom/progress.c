@@ -340,7 +340,8 @@ static bool polls_until(bool (*cond_fn)(void *arg), void *arg, int *did)
     bool met = false;
     unsigned idle = 0;
     psc_enter();
-    for (int i = 0; i < POLLS_PER_ROUND && !met; i++) {
+    /* A cut in the held callbacks waits for a full round: leave for it. */
+    for (int i = 0; i < POLLS_PER_ROUND && !met && !psc_ctx.held_cut; i++) {
         int d = poll_plugins();
         *did |= d;
         met = cond_fn(arg);

@@ -170,11 +170,30 @@ void psc_req_finish(struct psc_req *req, pscom_req_state_t extra)
     if (self_free) psc_req_release(req);
 }
 
-void psc_req_run_held(void)
+/* A transport may report a send's completion and the peer's answer to it
+ * in one call of its progress op (ofi: both in one batch of its completion
+ * queue; any transport whose sends complete on the peer's acknowledgement).
+ * The caller must see the send done before the answer's callback runs, as
+ * when the send had completed in an earlier round: ParaStation MPI's
+ * partitioned receiver answers the last partition of a round with the next
+ * round's clear-to-send message, and its callback at the sender expects
+ * the MPI_Start that follows the round's completion (pscom_cancel(NULL)
+ * otherwise). So a receive held behind a send's completion is cut off:
+ * it and what follows run in the next round of progress (psc_progress
+ * returns in between), or when a connection or socket is closed. */
+void psc_req_run_held(bool all)
 {
+    bool sent = false;
+    psc_ctx.held_cut = false;
     while (!psc_list_empty(&psc_ctx.held)) {
         struct psc_req *req =
             psc_list_first(&psc_ctx.held, struct psc_req, next_held);
+        pscom_req_state_t kind = req->pub.state;
+        if (sent && !all && (kind & PSCOM_REQ_STATE_RECV_REQUEST)) {
+            psc_ctx.held_cut = true;
+            return;
+        }
+        sent |= (kind & PSCOM_REQ_STATE_SEND_REQUEST) != 0;
         psc_list_del(&req->next_held);
         psc_req_done(req, req->held_extra);
     }

@@ -391,7 +391,7 @@ void pscom_close_socket(pscom_socket_t *socket)
 {
     psc_lock();
     psc_enter();
-    psc_run_deferred();
+    psc_run_all_deferred();
     if (socket) {
         if (sock_of(socket)->magic == PSC_SOCK_MAGIC) sock_close(sock_of(socket));
     } else {

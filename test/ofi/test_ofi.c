@@ -1214,6 +1214,35 @@ static void test_pull_done_when_acknowledged(void **state)
     pair_close(&p);
 }
 
+/* The receiver acknowledges a pulled frame, then answers it. When the
+ * sender's next progress call finds both, it reports the frame done
+ * before it delivers the answer, as they were sent: the core then runs the
+ * send's completion first (ParaStation MPI's partitioned sends need it). */
+static void test_pull_ack_before_answer(void **state)
+{
+    pull_setup();
+    struct pair p;
+    pair_open(&p);
+
+    fake.cma_hold_writes = 1;
+    struct fake_frame *big = fake_frame_new(0, 0, 60000, 1);
+    struct fake_frame *answer = fake_frame_new(0, 0, 8, 2);
+    uint8_t e1[70000], e2[64];
+    size_t t1 = send_frames(&p, &p.a, &big, 1, e1);
+    progress(20);
+    check_stream(&p.b, e1, t1, 1);
+    assert_int_equal(p.a.tx_done_calls, 0);
+
+    fake_release_cma_writes(); /* B's acknowledgement, then its answer */
+    size_t t2 = send_frames(&p, &p.b, &answer, 1, e2);
+    assert_int_equal(p.a.frames_in, 0);
+    ops->progress();
+    check_stream(&p.a, e2, t2, 1);
+    assert_int_equal(p.a.tx_done_bytes, t1);
+    assert_true(p.a.tx_done_evt < p.a.frame_evt);
+    pair_close(&p);
+}
+
 /* Full queues when offering: retried from progress, nothing lost. */
 static void test_pull_eagain(void **state)
 {
@@ -1517,6 +1546,8 @@ int main(void)
                                         teardown),
         cmocka_unit_test_setup_teardown(test_pull_done_when_acknowledged,
                                         setup, teardown),
+        cmocka_unit_test_setup_teardown(test_pull_ack_before_answer, setup,
+                                        teardown),
         cmocka_unit_test_setup_teardown(test_pull_eagain, setup, teardown),
         cmocka_unit_test_setup_teardown(test_pull_direct, setup, teardown),
         cmocka_unit_test_setup_teardown(test_pull_copy_fails, setup,

@@ -5,7 +5,8 @@
  * wait, as those of every request a plugin completes, until the core's
  * call into the plugin returned, so that no application code runs inside
  * the transport; everything else is refused and left to
- * pscom_plugin_rx_push, with nothing changed.
+ * pscom_plugin_rx_push, with nothing changed. A receive completed in
+ * such a call after a send's completion waits for the next round.
  *
  * Messages are fed into connections with no transport, as in test_match.
  */
@@ -238,6 +239,118 @@ static void con_error_after_the_callbacks_before_it(void **state)
     pscom_close_connection(c);
 }
 
+/* A send on con_a with a 4-byte tag, queued (the connection has no
+ * transport): the test plays the transport that writes it. */
+static pscom_request_t *send_req(uint32_t tag, const char *text)
+{
+    pscom_request_t *r = pscom_request_create(4, 0);
+    pscom_req_prepare(r, con_a, (void *)text, strlen(text) + 1, &tag, 4);
+    r->ops.io_done = record_done;
+    pscom_post_send(r);
+    return r;
+}
+
+/* The transport reports the queued frame written. */
+static void written(void)
+{
+    struct iovec iov[4];
+    size_t total = 0;
+    assert_true(pscom_plugin_tx_peek(con_of(con_a), iov, 4, &total) > 0);
+    assert_int_equal(pscom_plugin_tx_done(con_of(con_a), total), 0);
+}
+
+/* One call into the transport reports a send written and then the peer's
+ * answer (ofi: one batch of its completion queue); `later`: the call ends
+ * as a post does, leaving both held for the next round (psc_unhold_later). */
+static void send_then_answer_in_one_call(pscom_request_t **s,
+                                         pscom_request_t **r, char *b,
+                                         bool later)
+{
+    ndone = 0;
+    *r = recv_req(b, 8, record_done);
+    *s = send_req(11, "ask");
+    psc_progress(); /* the post's own round */
+    assert_int_equal(ndone, 0);
+    struct frame f;
+    frame_user(&f, 12, "answer", 7);
+    psc_enter();
+    psc_hold();
+    written();
+    assert_int_equal(feed(con_a, &f), 0);
+    if (later)
+        psc_unhold_later();
+    else
+        psc_unhold();
+    psc_leave();
+}
+
+/* ParaStation MPI's partitioned sender must see its round's sends done
+ * before the callback of the receiver's next clear-to-send message runs:
+ * the answer waits for the next round of progress. */
+static void answer_after_a_send_waits_for_a_round(void **state)
+{
+    char b[8];
+    pscom_request_t *s, *r;
+    send_then_answer_in_one_call(&s, &r, b, false);
+    assert_int_equal(ndone, 1);
+    assert_int_equal(done_order[0], 11);
+    assert_true(pscom_req_successful(s));
+    assert_false(pscom_req_is_done(r));
+    /* Not in another call into a plugin of the same round either. */
+    psc_enter();
+    psc_hold();
+    psc_unhold();
+    psc_leave();
+    assert_int_equal(ndone, 1);
+    /* The next round runs it, and only it (a round of its own). */
+    assert_int_equal(psc_progress(), 1);
+    assert_int_equal(ndone, 2);
+    assert_int_equal(done_order[1], 12);
+    assert_true(pscom_req_successful(r));
+    assert_string_equal(b, "answer");
+    pscom_request_free(s);
+    pscom_request_free(r);
+
+    /* A message that came before the send's completion is not cut. */
+    ndone = 0;
+    r = recv_req(b, sizeof(b), record_done);
+    s = send_req(13, "ask");
+    psc_progress();
+    struct frame f;
+    frame_user(&f, 14, "before", 7);
+    psc_enter();
+    psc_hold();
+    assert_int_equal(feed(con_a, &f), 0);
+    written();
+    psc_unhold();
+    psc_leave();
+    assert_int_equal(ndone, 2);
+    assert_int_equal(done_order[0], 14);
+    assert_int_equal(done_order[1], 13);
+    pscom_request_free(s);
+    pscom_request_free(r);
+}
+
+/* Closing runs everything held before it frees anything, with no cut:
+ * what was cut off, and a send with its answer both still held. */
+static void close_runs_what_waits_after_a_send(void **state)
+{
+    char b[8];
+    pscom_request_t *s, *r;
+    for (int later = 0; later < 2; later++) {
+        send_then_answer_in_one_call(&s, &r, b, later);
+        assert_int_equal(ndone, later ? 0 : 1);
+        pscom_connection_t *other = pscom_open_connection(sock);
+        pscom_close_connection(other);
+        assert_int_equal(ndone, 2);
+        assert_int_equal(done_order[0], 11);
+        assert_int_equal(done_order[1], 12);
+        assert_true(pscom_req_successful(r));
+        pscom_request_free(s);
+        pscom_request_free(r);
+    }
+}
+
 static pscom_request_t *never(pscom_connection_t *c, pscom_header_net_t *h)
 {
     return NULL;
@@ -319,6 +432,8 @@ int main(void)
         cmocka_unit_test(callbacks_wait_for_the_end_of_the_call),
         cmocka_unit_test(callbacks_run_when_the_round_ends),
         cmocka_unit_test(con_error_after_the_callbacks_before_it),
+        cmocka_unit_test(answer_after_a_send_waits_for_a_round),
+        cmocka_unit_test(close_runs_what_waits_after_a_send),
         cmocka_unit_test(refused_and_left_for_the_push),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
