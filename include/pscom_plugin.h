@@ -313,8 +313,9 @@ int pscom_plugin_tx_peek(pscom_plugin_con_t *con, struct iovec *iov,
  * Returns 0, or -1 when the connection is closing: then stop using it.
  * Where a send is done only when the peer acknowledged it, report it before
  * delivering anything the peer sent after that acknowledgement: the core
- * runs the callback of a receive that follows a send's completion in the
- * same call one round later, so the caller sees the send done first. */
+ * runs the callback of a receive that completes after a send's within one
+ * round of progress one round later, so the caller sees the send done
+ * first. */
 int pscom_plugin_tx_done(pscom_plugin_con_t *con, size_t n);
 /* 1 when frames are queued. */
 int pscom_plugin_tx_pending(pscom_plugin_con_t *con);

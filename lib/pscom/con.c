@@ -229,7 +229,7 @@ void psc_con_fail(struct psc_con *con, pscom_op_t op, pscom_err_t err)
         psc_proto_fail_requests(con);
     }
 
-    if (psc_ctx.hold) con_error_later(con, op, err);
+    if (psc_holding()) con_error_later(con, op, err);
     else report_con_error(con, op, err);
 }
 
@@ -454,6 +454,9 @@ void psc_con_close(struct psc_con *con)
             psc_proto_send_eof(con);
             psc_progress_until(sendq_empty, con, limit ? limit : 10000);
         }
+        /* That progress may have cut held callbacks off (psc_req_run_held):
+         * they may name this connection, which is freed after. */
+        psc_run_all_deferred();
     }
     con->closing = true;
     if (!con->failed) {

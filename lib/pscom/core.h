@@ -503,6 +503,8 @@ struct psc_ctx {
     bool held_cut;               /* held starts with a receive that came
                                   * after a send's completion: it waits for
                                   * the next round (psc_req_run_held) */
+    bool held_sent;              /* a held send's callbacks ran since the
+                                  * caller last had control */
     unsigned hold;               /* > 0: psc_req_done holds callbacks */
     uint64_t seq;                /* posting/arrival order counter */
     uint64_t next_id;            /* request and connection ids */
@@ -532,6 +534,13 @@ static inline void psc_hold(void)
     psc_ctx.hold++;
 }
 
+/* Do completions wait on psc_ctx.held: inside a call into a plugin, or
+ * behind a cut (what completes meanwhile must not overtake it)? */
+static inline bool psc_holding(void)
+{
+    return psc_ctx.hold || psc_ctx.held_cut;
+}
+
 static inline void psc_unhold(void)
 {
     if (--psc_ctx.hold == 0 && !psc_list_empty(&psc_ctx.held) &&
@@ -540,7 +549,8 @@ static inline void psc_unhold(void)
 }
 
 /* Ends a psc_hold without running what is held: it waits for the next
- * round of progress or close (psc_run_deferred), or for the run of held
+ * round of progress (psc_run_deferred) or a close (psc_run_all_deferred),
+ * or for the run of held
  * callbacks that made the call to go on. Around the API calls that post a
  * send (pscom_post_send, hence pscom_send_inplace, and the root's
  * pscom_post_bcast), so that a send's callbacks never run inside the call. ParaStation pscom
@@ -592,8 +602,9 @@ static inline void psc_enter(void)
 
 static inline void psc_leave(void)
 {
-    if (--psc_ctx.depth == 0 &&
-        (!psc_list_empty(&psc_ctx.dead) || !psc_list_empty(&psc_ctx.zombies)))
+    if (--psc_ctx.depth) return;
+    psc_ctx.held_sent = false; /* the caller has control again */
+    if (!psc_list_empty(&psc_ctx.dead) || !psc_list_empty(&psc_ctx.zombies))
         psc_con_reap();
 }
 

@@ -179,6 +179,8 @@ int psc_progress(void)
     int did;
 
     psc_enter();
+    psc_ctx.held_sent = false; /* the caller had control: nothing is cut
+                                * for what it already saw */
     /* What a post completed (psc_unhold_later) makes a round of its own:
      * the caller sees those completions before anything new arrives, as
      * when they had run at the end of the post. ParaStation MPI needs
@@ -201,7 +203,8 @@ int psc_progress(void)
         did |= dispatch_fds(0);
     if ((psc_ctx.round & 1023) == 0) psc_precon_check_timeouts();
     psc_leave();
-    return did;
+    /* Callbacks cut off wait for the next round: no rest before it. */
+    return did | psc_ctx.held_cut;
 }
 
 static uint64_t now_us(void)

@@ -138,7 +138,7 @@ void pscom_request_free(pscom_request_t *request)
 
 void psc_req_finish(struct psc_req *req, pscom_req_state_t extra)
 {
-    if (psc_ctx.hold && (req->pub.ops.io_done || req->inplace_done) &&
+    if (psc_holding() && (req->pub.ops.io_done || req->inplace_done) &&
         req->kind != PSC_REQ_CONTROL) {
         /* Inside a plugin or a send's post: the request stays unfinished
          * (not DONE, so its owner keeps off it) until psc_req_run_held. */
@@ -180,23 +180,27 @@ void psc_req_finish(struct psc_req *req, pscom_req_state_t extra)
  * the MPI_Start that follows the round's completion (pscom_cancel(NULL)
  * otherwise). So a receive held behind a send's completion is cut off:
  * it and what follows run in the next round of progress (psc_progress
- * returns in between), or when a connection or socket is closed. */
+ * returns in between), or when a connection or socket is closed. "Behind"
+ * means since the caller last had control (psc_ctx.held_sent: across the
+ * calls into plugins of one round, and into nested runs); what completes
+ * while a cut waits queues behind it (psc_holding). */
 void psc_req_run_held(bool all)
 {
-    bool sent = false;
     psc_ctx.held_cut = false;
     while (!psc_list_empty(&psc_ctx.held)) {
         struct psc_req *req =
             psc_list_first(&psc_ctx.held, struct psc_req, next_held);
         pscom_req_state_t kind = req->pub.state;
-        if (sent && !all && (kind & PSCOM_REQ_STATE_RECV_REQUEST)) {
+        if (!all && psc_ctx.held_sent && (kind & PSCOM_REQ_STATE_RECV_REQUEST)) {
             psc_ctx.held_cut = true;
             return;
         }
-        sent |= (kind & PSCOM_REQ_STATE_SEND_REQUEST) != 0;
+        if (kind & PSCOM_REQ_STATE_SEND_REQUEST) psc_ctx.held_sent = true;
         psc_list_del(&req->next_held);
         psc_req_done(req, req->held_extra);
+        if (psc_ctx.held_cut && !all) return; /* a nested run cut */
     }
+    psc_ctx.held_cut = false;
 }
 
 static bool con_usable(pscom_connection_t *connection, const char *what)

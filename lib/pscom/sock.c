@@ -382,6 +382,7 @@ static void sock_close(struct psc_sock *sock)
         psc_list_del(&g->next);
         psc_req_release(g);
     }
+    psc_run_all_deferred(); /* callbacks that name the socket */
     psc_list_del(&sock->next_sock);
     sock->magic = 0;
     free(sock);

@@ -2194,6 +2194,9 @@ static int ofi_progress(void)
         if (!dl_empty(&ofi.owed)) post_owed();
         ssize_t n = ofw_cq_read(ofi.ep, ofi.comp, CQ_BATCH);
         if (n > 0) {
+            /* Before anything calls the core: a nested call sees them. */
+            ofi.comp_next = 0;
+            ofi.comp_n = (unsigned)n;
             /* A peer acknowledges a pulled frame before it sends what
              * follows from it: the sends those acknowledgements end are
              * reported first, so that the core sees them done before the
@@ -2202,8 +2205,6 @@ static int ofi_progress(void)
                 poll_acks();
                 if (ofi.attn) scan_attn();
             }
-            ofi.comp_next = 0;
-            ofi.comp_n = (unsigned)n;
             did |= handle_comps();
             if (n < CQ_BATCH) break;
             continue;

@@ -351,6 +351,141 @@ static void close_runs_what_waits_after_a_send(void **state)
     }
 }
 
+/* A callback that drives progress itself (as a callback that waits). */
+static void record_and_test(pscom_request_t *r)
+{
+    record_done(r);
+    pscom_test_any();
+}
+
+/* Held in one call: a receive whose callback runs a round of progress
+ * itself, a send, a receive. The nested round runs the send; the receive
+ * behind it still waits for a round after the outer run, and nothing stays
+ * cut once everything ran. */
+static void cut_made_in_a_nested_run_holds(void **state)
+{
+    char b1[8], b3[8];
+    ndone = 0;
+    pscom_request_t *r1 = recv_req(b1, sizeof(b1), record_and_test);
+    pscom_request_t *s2 = send_req(22, "ask");
+    pscom_request_t *r3 = recv_req(b3, sizeof(b3), record_done);
+    psc_progress();
+    struct frame f;
+    psc_enter();
+    psc_hold();
+    frame_user(&f, 21, "first", 6);
+    assert_int_equal(feed(con_a, &f), 0);
+    written();
+    frame_user(&f, 23, "third", 6);
+    assert_int_equal(feed(con_a, &f), 0);
+    psc_unhold();
+    psc_leave();
+    assert_int_equal(ndone, 2);
+    assert_int_equal(done_order[0], 21);
+    assert_int_equal(done_order[1], 22);
+    assert_false(pscom_req_is_done(r3));
+    assert_true(psc_ctx.held_cut);
+
+    /* Meanwhile a message completes another receive: it queues behind
+     * the one cut off, however it came (here outside any plugin). */
+    char b4[8];
+    pscom_request_t *r4 = recv_req(b4, sizeof(b4), record_done);
+    frame_user(&f, 24, "fourth", 7);
+    assert_int_equal(feed(con_a, &f), 0);
+    assert_int_equal(ndone, 2);
+    assert_false(pscom_req_is_done(r4));
+
+    assert_int_equal(psc_progress(), 1);
+    assert_int_equal(ndone, 4);
+    assert_int_equal(done_order[2], 23);
+    assert_int_equal(done_order[3], 24);
+    assert_false(psc_ctx.held_cut);
+    pscom_request_free(r1);
+    pscom_request_free(s2);
+    pscom_request_free(r3);
+    pscom_request_free(r4);
+}
+
+/* A transport that writes nothing until `cut_tx_go`, then everything,
+ * and answers the first user message at once (in the same call, so that
+ * the answer is cut off behind the send's completion). */
+static bool cut_tx_go, cut_answered;
+
+static void cut_tx_kick(pscom_plugin_con_t *c, void *priv)
+{
+    (void)priv;
+    struct iovec iov[4];
+    size_t total;
+    while (cut_tx_go && pscom_plugin_tx_peek(c, iov, 4, &total) > 0) {
+        pscom_header_net_t h;
+        memcpy(&h, iov[0].iov_base, sizeof(h));
+        assert_int_equal(pscom_plugin_tx_done(c, total), 0);
+        if (h.msg_type == PSC_MSG_USER && !cut_answered) {
+            struct frame f;
+            frame_user(&f, 32, "answer", 7);
+            cut_answered = true;
+            assert_int_equal(pscom_plugin_rx_push(c, f.buf, f.len), 0);
+        }
+    }
+}
+
+static void cut_close(pscom_plugin_con_t *c, void *priv)
+{
+    (void)c;
+    (void)priv;
+}
+
+static const pscom_plugin_ops_t cut_ops = {.tx_kick = cut_tx_kick,
+                                           .close = cut_close};
+static const pscom_plugin_t cut_desc = {
+    .api_version = PSCOM_PLUGIN_API_VERSION, .name = "cutter", .ops = &cut_ops};
+static struct psc_plugin cut_plugin = {.desc = &cut_desc, .name = "cutter"};
+
+/* The close's own progress writes the last send and gets its answer in
+ * the same call: the answer, cut off, still runs before the close frees
+ * the connection it names. */
+static void close_runs_what_its_own_progress_cut(void **state)
+{
+    pscom_connection_t *c = pscom_open_connection(sock);
+    struct psc_con *pc = con_of(c);
+    pc->plugin = &cut_plugin;
+    pc->plugin_open = true;
+    cut_plugin.open_cons++;
+    cut_tx_go = cut_answered = false;
+    ndone = 0;
+    char b[8];
+    pscom_request_t *r = pscom_request_create(4, 0);
+    r->connection = c;
+    r->data = b;
+    r->data_len = sizeof(b);
+    r->xheader_len = 4;
+    r->ops.io_done = record_done;
+    pscom_post_recv(r);
+    pscom_request_t *s = pscom_request_create(4, 0);
+    uint32_t tag = 31;
+    pscom_req_prepare(s, c, "ask", 4, &tag, 4);
+    s->ops.io_done = record_done;
+    pscom_post_send(s);
+    psc_progress();
+    assert_int_equal(ndone, 0);
+
+    /* The close waits 1 ms for the send, then queues its EOF: the kick
+     * writes both. */
+    unsigned timeout = psc_settings.shutdown_timeout_ms;
+    psc_settings.shutdown_timeout_ms = 1;
+    cut_tx_go = true;
+    pscom_close_connection(c);
+    psc_settings.shutdown_timeout_ms = timeout;
+    assert_true(cut_answered);
+    assert_int_equal(ndone, 2);
+    assert_int_equal(done_order[0], 31);
+    assert_int_equal(done_order[1], 32);
+    assert_true(pscom_req_successful(r));
+    assert_string_equal(b, "answer");
+    pscom_request_free(s);
+    pscom_request_free(r);
+}
+
 static pscom_request_t *never(pscom_connection_t *c, pscom_header_net_t *h)
 {
     return NULL;
@@ -434,6 +569,8 @@ int main(void)
         cmocka_unit_test(con_error_after_the_callbacks_before_it),
         cmocka_unit_test(answer_after_a_send_waits_for_a_round),
         cmocka_unit_test(close_runs_what_waits_after_a_send),
+        cmocka_unit_test(cut_made_in_a_nested_run_holds),
+        cmocka_unit_test(close_runs_what_its_own_progress_cut),
         cmocka_unit_test(refused_and_left_for_the_push),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
