@@ -56,17 +56,23 @@ static void record_done(pscom_request_t *r)
     done_flag_seen = pscom_req_is_done(r);
 }
 
-static pscom_request_t *recv_req(void *buf, size_t len,
-                                 void (*io_done)(pscom_request_t *))
+static pscom_request_t *recv_on(pscom_connection_t *c, void *buf, size_t len,
+                                void (*io_done)(pscom_request_t *))
 {
     pscom_request_t *r = pscom_request_create(4, 0);
-    r->connection = con_a;
+    r->connection = c;
     r->data = buf;
     r->data_len = len;
     r->xheader_len = 4;
     r->ops.io_done = io_done;
     pscom_post_recv(r);
     return r;
+}
+
+static pscom_request_t *recv_req(void *buf, size_t len,
+                                 void (*io_done)(pscom_request_t *))
+{
+    return recv_on(con_a, buf, len, io_done);
 }
 
 /* The frame offered as head (header and xheader) and body. */
@@ -209,13 +215,7 @@ static void con_error_after_the_callbacks_before_it(void **state)
     char b[8];
     ndone = 0;
     pscom_connection_t *c = pscom_open_connection(sock);
-    pscom_request_t *r = pscom_request_create(4, 0);
-    r->connection = c;
-    r->data = b;
-    r->data_len = sizeof(b);
-    r->xheader_len = 4;
-    r->ops.io_done = record_done;
-    pscom_post_recv(r);
+    pscom_request_t *r = recv_on(c, b, sizeof(b), record_done);
     sock->ops.con_error = record_con_error;
     struct frame f;
     frame_user(&f, 6, "six", 4);
@@ -454,13 +454,7 @@ static void close_runs_what_its_own_progress_cut(void **state)
     cut_tx_go = cut_answered = false;
     ndone = 0;
     char b[8];
-    pscom_request_t *r = pscom_request_create(4, 0);
-    r->connection = c;
-    r->data = b;
-    r->data_len = sizeof(b);
-    r->xheader_len = 4;
-    r->ops.io_done = record_done;
-    pscom_post_recv(r);
+    pscom_request_t *r = recv_on(c, b, sizeof(b), record_done);
     pscom_request_t *s = pscom_request_create(4, 0);
     uint32_t tag = 31;
     pscom_req_prepare(s, c, "ask", 4, &tag, 4);
