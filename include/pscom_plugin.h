@@ -312,10 +312,10 @@ int pscom_plugin_tx_peek(pscom_plugin_con_t *con, struct iovec *iov,
 /* n bytes of what tx_peek described were written (completes requests).
  * Returns 0, or -1 when the connection is closing: then stop using it.
  * Where a send is done only when the peer acknowledged it, report it before
- * delivering anything the peer sent after that acknowledgement: the core
- * runs the callback of a receive that completes after a send's within one
- * round of progress one round later, so the caller sees the send done
- * first. */
+ * delivering anything the peer sent after that acknowledgement. When a
+ * receive completes after a send's completion in the same round of
+ * progress, the core runs the receive's callback one round later, so the
+ * caller sees the send done first. */
 int pscom_plugin_tx_done(pscom_plugin_con_t *con, size_t n);
 /* 1 when frames are queued. */
 int pscom_plugin_tx_pending(pscom_plugin_con_t *con);

@@ -251,6 +251,9 @@ void psc_con_retire(struct psc_con *con)
 
 void psc_con_reap(void)
 {
+    /* Callbacks run here may close more: this loop reaps them. */
+    psc_ctx.depth++;
+again:
     while (!psc_list_empty(&psc_ctx.dead)) {
         struct psc_con *con =
             psc_list_first(&psc_ctx.dead, struct psc_con, next_dead);
@@ -263,6 +266,14 @@ void psc_con_reap(void)
         con->plugin->desc->ops->close(con, con->plugin_priv);
         psc_proto_plugin_closed(con);
     }
+    /* Held callbacks (cut off, or of the requests just failed) may name a
+     * connection about to be freed: they run first, cut or not. */
+    if (!psc_list_empty(&psc_ctx.zombies) && !psc_ctx.hold &&
+        !psc_list_empty(&psc_ctx.held)) {
+        psc_req_run_held(true);
+        goto again;
+    }
+    psc_ctx.depth--;
     while (!psc_list_empty(&psc_ctx.zombies)) {
         struct psc_con *con =
             psc_list_first(&psc_ctx.zombies, struct psc_con, next_con);
@@ -452,6 +463,7 @@ void psc_con_close(struct psc_con *con)
                      limit);
         if (!con->failed) {
             psc_proto_send_eof(con);
+            con->eof_sent = true;
             psc_progress_until(sendq_empty, con, limit ? limit : 10000);
         }
         /* That progress may have cut held callbacks off (psc_req_run_held):

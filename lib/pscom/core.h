@@ -217,6 +217,7 @@ struct psc_sock {
     /* pscom_stop_listen / pscom_suspend_listen while on-demand connections
      * may still need the listener: done once they are settled. */
     bool stop_pending, suspend_pending;
+    bool closing; /* sock_close under way (its callbacks may close again) */
     uint64_t con_type_mask; /* bit (1 << pscom_con_type_t): allowed transports */
     pscom_socket_t pub;     /* last */
 };
@@ -289,6 +290,7 @@ struct psc_con {
     bool visible;      /* in sock->cons */
     bool failed;       /* error reported; requests failed */
     bool closing;      /* pscom_close_connection in progress */
+    bool eof_sent;     /* ... and its EOF queued: no more sends */
     bool plugin_open;  /* plugin->ops.open succeeded, close not yet called */
     bool zombie;       /* waiting to be freed */
     bool got_eof;      /* the peer sent EOF */
@@ -550,8 +552,7 @@ static inline void psc_unhold(void)
 
 /* Ends a psc_hold without running what is held: it waits for the next
  * round of progress (psc_run_deferred) or a close (psc_run_all_deferred),
- * or for the run of held
- * callbacks that made the call to go on. Around the API calls that post a
+ * or for the run of held callbacks that made the call to go on. Around the API calls that post a
  * send (pscom_post_send, hence pscom_send_inplace, and the root's
  * pscom_post_bcast), so that a send's callbacks never run inside the call. ParaStation pscom
  * writes sends over shared memory from its progress engine, so there such

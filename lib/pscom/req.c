@@ -198,7 +198,10 @@ void psc_req_run_held(bool all)
         if (kind & PSCOM_REQ_STATE_SEND_REQUEST) psc_ctx.held_sent = true;
         psc_list_del(&req->next_held);
         psc_req_done(req, req->held_extra);
-        if (psc_ctx.held_cut && !all) return; /* a nested run cut */
+        if (psc_ctx.held_cut) { /* a nested run cut */
+            if (!all) return;
+            psc_ctx.held_cut = false; /* else what follows would queue */
+        }
     }
     psc_ctx.held_cut = false;
 }

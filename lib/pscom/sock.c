@@ -361,6 +361,8 @@ void pscom_con_type_mask_restore(pscom_socket_t *socket,
 
 static void sock_close(struct psc_sock *sock)
 {
+    if (sock->closing) return;
+    sock->closing = true;
     stop_listen_now(sock);
     psc_precon_drop_socket(sock);
     while (!psc_list_empty(&sock->cons)) {
@@ -396,9 +398,21 @@ void pscom_close_socket(pscom_socket_t *socket)
     if (socket) {
         if (sock_of(socket)->magic == PSC_SOCK_MAGIC) sock_close(sock_of(socket));
     } else {
-        while (!psc_list_empty(&psc_ctx.sockets))
-            sock_close(psc_list_first(&psc_ctx.sockets, struct psc_sock,
-                                      next_sock));
+        /* Sockets a callback below is closing already are left to it. */
+        for (;;) {
+            struct psc_sock *open = NULL;
+            struct psc_list *pos;
+            psc_list_for_each(pos, &psc_ctx.sockets) {
+                struct psc_sock *s =
+                    psc_list_entry(pos, struct psc_sock, next_sock);
+                if (!s->closing) {
+                    open = s;
+                    break;
+                }
+            }
+            if (!open) break;
+            sock_close(open);
+        }
     }
     /* Receives on any socket can be satisfied by no socket any more. */
     if (psc_list_empty(&psc_ctx.sockets)) {

@@ -444,7 +444,9 @@ static struct psc_plugin cut_plugin = {.desc = &cut_desc, .name = "cutter"};
 /* The close's own progress writes the last send and gets its answer in
  * the same call: the answer, cut off, still runs before the close frees
  * the connection it names. */
-static void close_runs_what_its_own_progress_cut(void **state)
+/* A connection that looks open on the cutter, with a send of tag 31
+ * posted and not written. */
+static pscom_connection_t *cut_con(pscom_request_t **s)
 {
     pscom_connection_t *c = pscom_open_connection(sock);
     struct psc_con *pc = con_of(c);
@@ -452,14 +454,32 @@ static void close_runs_what_its_own_progress_cut(void **state)
     pc->plugin_open = true;
     cut_plugin.open_cons++;
     cut_tx_go = cut_answered = false;
+    *s = pscom_request_create(4, 0);
+    uint32_t tag = 31;
+    pscom_req_prepare(*s, c, "ask", 4, &tag, 4);
+    (*s)->ops.io_done = record_done;
+    pscom_post_send(*s);
+    return c;
+}
+
+/* The answer's callback sends again on its connection, as MPI would. */
+static pscom_request_t *late;
+static void record_and_send(pscom_request_t *r)
+{
+    record_done(r);
+    late = pscom_request_create(4, 0);
+    uint32_t tag = 33;
+    pscom_req_prepare(late, r->connection, "more", 5, &tag, 4);
+    pscom_post_send(late);
+}
+
+static void close_runs_what_its_own_progress_cut(void **state)
+{
     ndone = 0;
     char b[8];
-    pscom_request_t *r = recv_on(c, b, sizeof(b), record_done);
-    pscom_request_t *s = pscom_request_create(4, 0);
-    uint32_t tag = 31;
-    pscom_req_prepare(s, c, "ask", 4, &tag, 4);
-    s->ops.io_done = record_done;
-    pscom_post_send(s);
+    pscom_request_t *s;
+    pscom_connection_t *c = cut_con(&s);
+    pscom_request_t *r = recv_on(c, b, sizeof(b), record_and_send);
     psc_progress();
     assert_int_equal(ndone, 0);
 
@@ -476,7 +496,106 @@ static void close_runs_what_its_own_progress_cut(void **state)
     assert_int_equal(done_order[1], 32);
     assert_true(pscom_req_successful(r));
     assert_string_equal(b, "answer");
+    /* Its EOF went before: a send after it is refused, not lost. */
+    assert_true(pscom_req_is_done(late));
+    assert_true(late->state & PSCOM_REQ_STATE_ERROR);
+    pscom_request_free(late);
     pscom_request_free(s);
+    pscom_request_free(r);
+}
+
+/* Completions that wait behind a cut, among them those of a connection
+ * closed in the meantime (its sends fail when the round ends): they run
+ * before that connection is freed. */
+static void reap_runs_what_names_the_connection(void **state)
+{
+    ndone = 0;
+    pscom_request_t *s;
+    pscom_connection_t *c = cut_con(&s);
+    unsigned timeout = psc_settings.shutdown_timeout_ms;
+    psc_settings.shutdown_timeout_ms = 1;
+    psc_enter(); /* one round: c is freed when it ends */
+    pscom_close_connection(c); /* the send still waits (written never) */
+    psc_settings.shutdown_timeout_ms = timeout;
+    assert_false(pscom_req_is_done(s));
+    /* Meanwhile, on con_a: a send and its answer in one call, cut. */
+    char b[8];
+    pscom_request_t *r = recv_req(b, sizeof(b), record_done);
+    pscom_request_t *s2 = send_req(34, "ask");
+    struct frame f;
+    frame_user(&f, 35, "answer", 7);
+    psc_hold();
+    written();
+    assert_int_equal(feed(con_a, &f), 0);
+    psc_unhold();
+    assert_true(psc_ctx.held_cut);
+    psc_leave();
+    /* c's send failed and its callback ran, before c went. */
+    assert_true(pscom_req_is_done(s));
+    assert_true(s->state & PSCOM_REQ_STATE_ERROR);
+    assert_int_equal(ndone, 3);
+    assert_int_equal(done_order[0], 34);
+    pscom_request_free(s);
+    pscom_request_free(s2);
+    pscom_request_free(r);
+}
+
+/* A run of everything (a close) whose callback drives progress, which
+ * cuts: the run goes on to the end. */
+static void close_after_a_nested_cut_ends(void **state)
+{
+    char b1[8], b3[8];
+    ndone = 0;
+    pscom_request_t *r1 = recv_req(b1, sizeof(b1), record_and_test);
+    pscom_request_t *s2 = send_req(42, "ask");
+    pscom_request_t *r3 = recv_req(b3, sizeof(b3), record_done);
+    psc_progress();
+    struct frame f;
+    psc_enter();
+    psc_hold();
+    frame_user(&f, 41, "first", 6);
+    assert_int_equal(feed(con_a, &f), 0);
+    written();
+    frame_user(&f, 43, "third", 6);
+    assert_int_equal(feed(con_a, &f), 0);
+    psc_unhold_later(); /* all three wait */
+    psc_leave();
+    assert_int_equal(ndone, 0);
+    pscom_connection_t *other = pscom_open_connection(sock);
+    pscom_close_connection(other);
+    assert_int_equal(ndone, 3);
+    assert_false(psc_ctx.held_cut);
+    assert_true(pscom_req_successful(r3));
+    pscom_request_free(r1);
+    pscom_request_free(s2);
+    pscom_request_free(r3);
+}
+
+/* A receive's callback closes the socket that is being closed (its
+ * failing any-source receive runs it): the socket is closed once. */
+static pscom_socket_t *closing_sock;
+static int close_again_calls;
+static void close_again(pscom_request_t *r)
+{
+    close_again_calls++;
+    pscom_close_socket(closing_sock);
+}
+
+static void socket_closed_again_from_its_callback(void **state)
+{
+    closing_sock = pscom_open_socket(0, 0, 0, 0);
+    assert_non_null(closing_sock);
+    char b[8];
+    pscom_request_t *r = pscom_request_create(0, 0);
+    r->socket = closing_sock;
+    r->data = b;
+    r->data_len = sizeof(b);
+    r->ops.io_done = close_again;
+    pscom_post_recv(r);
+    close_again_calls = 0;
+    pscom_close_socket(closing_sock);
+    assert_int_equal(close_again_calls, 1);
+    assert_true(r->state & PSCOM_REQ_STATE_ERROR);
     pscom_request_free(r);
 }
 
@@ -565,6 +684,9 @@ int main(void)
         cmocka_unit_test(close_runs_what_waits_after_a_send),
         cmocka_unit_test(cut_made_in_a_nested_run_holds),
         cmocka_unit_test(close_runs_what_its_own_progress_cut),
+        cmocka_unit_test(reap_runs_what_names_the_connection),
+        cmocka_unit_test(close_after_a_nested_cut_ends),
+        cmocka_unit_test(socket_closed_again_from_its_callback),
         cmocka_unit_test(refused_and_left_for_the_push),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
