@@ -358,6 +358,32 @@ static void record_and_test(pscom_request_t *r)
     pscom_test_any();
 }
 
+/* Held in one call on con_a: a receive (tag base + 1) whose callback runs
+ * a round of progress itself, a send (base + 2), a receive (base + 3);
+ * the call ends as a progress op does, or (later) as a post does. */
+static void recv_send_recv_held(uint32_t base, bool later, char *b1,
+                                char *b3, pscom_request_t **r)
+{
+    ndone = 0;
+    r[0] = recv_req(b1, 8, record_and_test);
+    r[1] = send_req(base + 2, "ask");
+    r[2] = recv_req(b3, 8, record_done);
+    psc_progress();
+    struct frame f;
+    psc_enter();
+    psc_hold();
+    frame_user(&f, base + 1, "first", 6);
+    assert_int_equal(feed(con_a, &f), 0);
+    written();
+    frame_user(&f, base + 3, "third", 6);
+    assert_int_equal(feed(con_a, &f), 0);
+    if (later)
+        psc_unhold_later();
+    else
+        psc_unhold();
+    psc_leave();
+}
+
 /* Held in one call: a receive whose callback runs a round of progress
  * itself, a send, a receive. The nested round runs the send; the receive
  * behind it still waits for a round after the outer run, and nothing stays
@@ -365,21 +391,9 @@ static void record_and_test(pscom_request_t *r)
 static void cut_made_in_a_nested_run_holds(void **state)
 {
     char b1[8], b3[8];
-    ndone = 0;
-    pscom_request_t *r1 = recv_req(b1, sizeof(b1), record_and_test);
-    pscom_request_t *s2 = send_req(22, "ask");
-    pscom_request_t *r3 = recv_req(b3, sizeof(b3), record_done);
-    psc_progress();
-    struct frame f;
-    psc_enter();
-    psc_hold();
-    frame_user(&f, 21, "first", 6);
-    assert_int_equal(feed(con_a, &f), 0);
-    written();
-    frame_user(&f, 23, "third", 6);
-    assert_int_equal(feed(con_a, &f), 0);
-    psc_unhold();
-    psc_leave();
+    pscom_request_t *r[3];
+    recv_send_recv_held(20, false, b1, b3, r);
+    pscom_request_t *r1 = r[0], *s2 = r[1], *r3 = r[2];
     assert_int_equal(ndone, 2);
     assert_int_equal(done_order[0], 21);
     assert_int_equal(done_order[1], 22);
@@ -390,6 +404,7 @@ static void cut_made_in_a_nested_run_holds(void **state)
      * the one cut off, however it came (here outside any plugin). */
     char b4[8];
     pscom_request_t *r4 = recv_req(b4, sizeof(b4), record_done);
+    struct frame f;
     frame_user(&f, 24, "fourth", 7);
     assert_int_equal(feed(con_a, &f), 0);
     assert_int_equal(ndone, 2);
@@ -545,21 +560,9 @@ static void reap_runs_what_names_the_connection(void **state)
 static void close_after_a_nested_cut_ends(void **state)
 {
     char b1[8], b3[8];
-    ndone = 0;
-    pscom_request_t *r1 = recv_req(b1, sizeof(b1), record_and_test);
-    pscom_request_t *s2 = send_req(42, "ask");
-    pscom_request_t *r3 = recv_req(b3, sizeof(b3), record_done);
-    psc_progress();
-    struct frame f;
-    psc_enter();
-    psc_hold();
-    frame_user(&f, 41, "first", 6);
-    assert_int_equal(feed(con_a, &f), 0);
-    written();
-    frame_user(&f, 43, "third", 6);
-    assert_int_equal(feed(con_a, &f), 0);
-    psc_unhold_later(); /* all three wait */
-    psc_leave();
+    pscom_request_t *r[3];
+    recv_send_recv_held(40, true, b1, b3, r); /* all three wait */
+    pscom_request_t *r1 = r[0], *s2 = r[1], *r3 = r[2];
     assert_int_equal(ndone, 0);
     pscom_connection_t *other = pscom_open_connection(sock);
     pscom_close_connection(other);
