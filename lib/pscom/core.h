@@ -550,16 +550,16 @@ static inline void psc_unhold(void)
         psc_req_run_held(false);
 }
 
-/* Ends a psc_hold without running what is held: it waits for the next
- * round of progress (psc_run_deferred) or a close (psc_run_all_deferred),
- * or for the run of held callbacks that made the call to go on. Around the API calls that post a
- * send (pscom_post_send, hence pscom_send_inplace, and the root's
- * pscom_post_bcast), so that a send's callbacks never run inside the call. ParaStation pscom
- * writes sends over shared memory from its progress engine, so there such
- * a send's io_done never runs before its post returned, and ParaStation
- * MPI relies on it: it tells a sub-request's completion which counter to
- * decrement only after posting it (partitioned communication), and a
- * callback that ran inside the post would miss the counter. (Over tcp
+/* Ends a psc_hold without running what is held: it waits for the next round of
+ * progress (psc_run_deferred) or a close (psc_run_all_deferred), or for the
+ * run of held callbacks that made the call to go on. Around the API calls that
+ * post a send (pscom_post_send, hence pscom_send_inplace, and the root's
+ * pscom_post_bcast), so that a send's callbacks never run inside the call.
+ * ParaStation pscom writes sends over shared memory from its progress engine,
+ * so there such a send's io_done never runs before its post returned, and
+ * ParaStation MPI relies on it: it tells a sub-request's completion which
+ * counter to decrement only after posting it (partitioned communication), and
+ * a callback that ran inside the post would miss the counter. (Over tcp
  * ParaStation pscom writes at once and runs io_done inside the post; here
  * every transport defers.) One-sided posts that a plugin finishes at once
  * still complete inside the call (doc/rma.md). */

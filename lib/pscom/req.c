@@ -191,7 +191,8 @@ void psc_req_run_held(bool all)
         struct psc_req *req =
             psc_list_first(&psc_ctx.held, struct psc_req, next_held);
         pscom_req_state_t kind = req->pub.state;
-        if (!all && psc_ctx.held_sent && (kind & PSCOM_REQ_STATE_RECV_REQUEST)) {
+        if (!all && psc_ctx.held_sent &&
+            (kind & PSCOM_REQ_STATE_RECV_REQUEST)) {
             psc_ctx.held_cut = true;
             return;
         }
