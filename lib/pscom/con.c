@@ -463,12 +463,8 @@ void psc_con_close(struct psc_con *con)
                      limit);
         if (!con->failed) {
             psc_proto_send_eof(con);
-            con->eof_sent = true;
             psc_progress_until(sendq_empty, con, limit ? limit : 10000);
         }
-        /* That progress may have cut held callbacks off (psc_req_run_held):
-         * they may name this connection, which is freed after. */
-        psc_run_all_deferred();
     }
     con->closing = true;
     if (!con->failed) {

@@ -290,7 +290,6 @@ struct psc_con {
     bool visible;      /* in sock->cons */
     bool failed;       /* error reported; requests failed */
     bool closing;      /* pscom_close_connection in progress */
-    bool eof_sent;     /* ... and its EOF queued: no more sends */
     bool plugin_open;  /* plugin->ops.open succeeded, close not yet called */
     bool zombie;       /* waiting to be freed */
     bool got_eof;      /* the peer sent EOF */

@@ -153,7 +153,7 @@ void psc_proto_send(struct psc_con *con, struct psc_req *req)
 {
     pscom_request_t *r = &req->pub;
 
-    if (con->failed || con->closing || con->eof_sent) {
+    if (con->failed || con->closing) {
         psc_debug("send on %s refused: the connection is %s",
                   psc_con_str(con), con->failed ? "broken" : "closing");
         psc_req_done(req, PSCOM_REQ_STATE_ERROR);

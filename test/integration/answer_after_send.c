@@ -31,16 +31,21 @@
 #define ANSWER_LEN 8
 #define NAP_US     20
 
-static size_t msg_len(void)
+/* From the environment, read before the processes are forked. */
+static size_t len;  /* ANSWER_MSG_LEN */
+static unsigned n;  /* ANSWER_ROUNDS */
+
+static unsigned long env_or(const char *name, unsigned long dflt)
 {
-    const char *s = getenv("ANSWER_MSG_LEN");
-    return s ? strtoul(s, NULL, 0) : 512 * 1024;
+    const char *s = getenv(name);
+    return s ? strtoul(s, NULL, 0) : dflt;
 }
 
-static unsigned rounds(void)
+static char *msg_buffer(void)
 {
-    const char *s = getenv("ANSWER_ROUNDS");
-    return s ? (unsigned)strtoul(s, NULL, 0) : 300;
+    char *buf = malloc(len);
+    ITEST_ASSERT(buf != NULL, "out of memory");
+    return buf;
 }
 
 /* The origin's view of the current round. */
@@ -67,10 +72,7 @@ static int origin(itest_link_t *link, void *arg)
 {
     pscom_socket_t *sock;
     pscom_connection_t *con = itest_connect_to_peer(link, "origin", &sock);
-    size_t len = msg_len();
-    unsigned n = rounds();
-    char *buf = malloc(len);
-    ITEST_ASSERT(buf != NULL, "out of memory");
+    char *buf = msg_buffer();
     itest_step("%u rounds of %zu bytes and an answer, over %s", n, len,
                pscom_con_type_str(con->type));
     pscom_request_t *s = itest_request(0);
@@ -118,10 +120,7 @@ static int answerer(itest_link_t *link, void *arg)
 {
     pscom_socket_t *sock;
     pscom_connection_t *con = itest_accept_peer(link, "answerer", &sock);
-    size_t len = msg_len();
-    unsigned n = rounds();
-    char *buf = malloc(len);
-    ITEST_ASSERT(buf != NULL, "out of memory");
+    char *buf = msg_buffer();
     pscom_request_t *r = itest_request(0);
     for (unsigned i = 0; i < n; i++) {
         r->connection = con;
@@ -150,6 +149,8 @@ int main(void)
 {
     itest_child_t o, a;
 
+    len = env_or("ANSWER_MSG_LEN", 512 * 1024);
+    n = (unsigned)env_or("ANSWER_ROUNDS", 300);
     itest_watchdog(ITEST_DEFAULT_TIMEOUT + 10);
     itest_note("transport %s", itest_transport_name());
     itest_spawn(&a, "answerer", answerer, NULL);

@@ -259,9 +259,38 @@ static void written(void)
     assert_int_equal(pscom_plugin_tx_done(con_of(con_a), total), 0);
 }
 
+/* One step of a transport on con_a: a message from the peer (tag, text),
+ * or with tag 0 the queued frames reported written. */
+struct step {
+    uint32_t tag;
+    const char *text;
+};
+
+/* The steps in one call into the transport, as the core makes it; `later`:
+ * the call ends as a post does, leaving what completed held for the next
+ * round (psc_unhold_later). */
+static void one_call(const struct step *st, unsigned n, bool later)
+{
+    psc_enter();
+    psc_hold();
+    for (unsigned i = 0; i < n; i++) {
+        if (!st[i].tag) {
+            written();
+            continue;
+        }
+        struct frame f;
+        frame_user(&f, st[i].tag, st[i].text, strlen(st[i].text) + 1);
+        assert_int_equal(feed(con_a, &f), 0);
+    }
+    if (later)
+        psc_unhold_later();
+    else
+        psc_unhold();
+    psc_leave();
+}
+
 /* One call into the transport reports a send written and then the peer's
- * answer (ofi: one batch of its completion queue); `later`: the call ends
- * as a post does, leaving both held for the next round (psc_unhold_later). */
+ * answer (ofi: one batch of its completion queue). */
 static void send_then_answer_in_one_call(pscom_request_t **s,
                                          pscom_request_t **r, char *b,
                                          bool later)
@@ -271,17 +300,7 @@ static void send_then_answer_in_one_call(pscom_request_t **s,
     *s = send_req(11, "ask");
     psc_progress(); /* the post's own round */
     assert_int_equal(ndone, 0);
-    struct frame f;
-    frame_user(&f, 12, "answer", 7);
-    psc_enter();
-    psc_hold();
-    written();
-    assert_int_equal(feed(con_a, &f), 0);
-    if (later)
-        psc_unhold_later();
-    else
-        psc_unhold();
-    psc_leave();
+    one_call((const struct step[]){{0, NULL}, {12, "answer"}}, 2, later);
 }
 
 /* ParaStation MPI's partitioned sender must see its round's sends done
@@ -297,10 +316,7 @@ static void answer_after_a_send_waits_for_a_round(void **state)
     assert_true(pscom_req_successful(s));
     assert_false(pscom_req_is_done(r));
     /* Not in another call into a plugin of the same round either. */
-    psc_enter();
-    psc_hold();
-    psc_unhold();
-    psc_leave();
+    one_call(NULL, 0, false);
     assert_int_equal(ndone, 1);
     /* The next round runs it, and only it (a round of its own). */
     assert_int_equal(psc_progress(), 1);
@@ -316,14 +332,7 @@ static void answer_after_a_send_waits_for_a_round(void **state)
     r = recv_req(b, sizeof(b), record_done);
     s = send_req(13, "ask");
     psc_progress();
-    struct frame f;
-    frame_user(&f, 14, "before", 7);
-    psc_enter();
-    psc_hold();
-    assert_int_equal(feed(con_a, &f), 0);
-    written();
-    psc_unhold();
-    psc_leave();
+    one_call((const struct step[]){{14, "before"}, {0, NULL}}, 2, false);
     assert_int_equal(ndone, 2);
     assert_int_equal(done_order[0], 14);
     assert_int_equal(done_order[1], 13);
@@ -369,19 +378,9 @@ static void recv_send_recv_held(uint32_t base, bool later, char *b1,
     r[1] = send_req(base + 2, "ask");
     r[2] = recv_req(b3, 8, record_done);
     psc_progress();
-    struct frame f;
-    psc_enter();
-    psc_hold();
-    frame_user(&f, base + 1, "first", 6);
-    assert_int_equal(feed(con_a, &f), 0);
-    written();
-    frame_user(&f, base + 3, "third", 6);
-    assert_int_equal(feed(con_a, &f), 0);
-    if (later)
-        psc_unhold_later();
-    else
-        psc_unhold();
-    psc_leave();
+    one_call((const struct step[]){{base + 1, "first"}, {0, NULL},
+                                   {base + 3, "third"}},
+             3, later);
 }
 
 /* Held in one call: a receive whose callback runs a round of progress
@@ -537,12 +536,7 @@ static void reap_runs_what_names_the_connection(void **state)
     char b[8];
     pscom_request_t *r = recv_req(b, sizeof(b), record_done);
     pscom_request_t *s2 = send_req(34, "ask");
-    struct frame f;
-    frame_user(&f, 35, "answer", 7);
-    psc_hold();
-    written();
-    assert_int_equal(feed(con_a, &f), 0);
-    psc_unhold();
+    one_call((const struct step[]){{0, NULL}, {35, "answer"}}, 2, false);
     assert_true(psc_ctx.held_cut);
     psc_leave();
     /* c's send failed and its callback ran, before c went. */
