@@ -657,7 +657,9 @@ void pscom_wait_all(pscom_request_t **requests);
 /* One round of progress; 1 when something happened. */
 int pscom_test_any(void);
 
-/* Progress until something happened. */
+/* Progress until something happened. After pscom_init_thread it returns
+ * after one round at most: another thread may have ended what the caller
+ * waits for, so the caller looks again. */
 void pscom_wait_any(void);
 
 /* Cancel a request whose I/O has not started; 1 when it was cancelled. */

@@ -57,6 +57,11 @@ pscom_connection_t *pscom_open_connection(pscom_socket_t *socket)
 {
     if (!socket) return NULL;
     psc_lock();
+    if (sock_of(socket)->closing) {
+        psc_unlock();
+        psc_err("pscom_open_connection: the socket is closing");
+        return NULL;
+    }
     struct psc_con *con = psc_con_create(sock_of(socket));
     if (con) psc_con_make_visible(con);
     psc_unlock();
@@ -203,6 +208,7 @@ static void con_error_later(struct psc_con *con, pscom_op_t op,
     }
     struct con_error_event *e = (struct con_error_event *)ev->pub.user;
     *e = (struct con_error_event){.con = con, .op = op, .err = err};
+    ev->pub.connection = &con->pub; /* kept until it ran (psc_con_reap) */
     ev->self_free = true;
     ev->inplace_done = con_error_event_run;
     ev->inplace_priv = e;
@@ -249,6 +255,32 @@ void psc_con_retire(struct psc_con *con)
         psc_list_add_tail(&con->next_dead, &psc_ctx.dead);
 }
 
+/* Does a held callback name con (a request on it, a con_error report), or,
+ * with con NULL, the socket sock (a receive on it)? */
+static bool held_names(const struct psc_con *con, const struct psc_sock *sock)
+{
+    struct psc_list *pos;
+    psc_list_for_each(pos, &psc_ctx.held) {
+        const struct psc_req *req =
+            psc_list_entry(pos, struct psc_req, next_held);
+        if (con ? req->pub.connection == &con->pub
+                : req->pub.socket == &sock->pub)
+            return true;
+    }
+    return false;
+}
+
+static bool sock_in_use(const struct psc_sock *sock)
+{
+    if (!psc_list_empty(&sock->cons) || held_names(NULL, sock)) return true;
+    struct psc_list *pos;
+    psc_list_for_each(pos, &psc_ctx.zombies) {
+        if (psc_list_entry(pos, struct psc_con, next_con)->sock == sock)
+            return true;
+    }
+    return false;
+}
+
 void psc_con_reap(void)
 {
     /* Callbacks run here may close more: this loop reaps them. */
@@ -266,22 +298,33 @@ again:
         con->plugin->desc->ops->close(con, con->plugin_priv);
         psc_proto_plugin_closed(con);
     }
-    /* Held callbacks (cut off, or of the requests just failed) may name a
-     * connection about to be freed: they run first, cut or not. */
-    if (!psc_list_empty(&psc_ctx.zombies) && !psc_ctx.hold &&
-        !psc_list_empty(&psc_ctx.held)) {
-        psc_req_run_held(true);
-        goto again;
+    /* An application's close reports everything done by the time it
+     * returns: what is held runs, cut or not. */
+    if (psc_ctx.close_called && !psc_ctx.hold) {
+        if (!psc_list_empty(&psc_ctx.held)) {
+            psc_req_run_held(true);
+            goto again;
+        }
+        psc_ctx.close_called = false;
     }
     psc_ctx.depth--;
-    while (!psc_list_empty(&psc_ctx.zombies)) {
-        struct psc_con *con =
-            psc_list_first(&psc_ctx.zombies, struct psc_con, next_con);
+    /* Else what is held keeps its order and its cut: the connections and
+     * sockets it names wait for a later reap. */
+    struct psc_list *pos, *tmp;
+    psc_list_for_each_safe(pos, tmp, &psc_ctx.zombies) {
+        struct psc_con *con = psc_list_entry(pos, struct psc_con, next_con);
+        if (held_names(con, NULL)) continue;
         psc_list_del(&con->next_con);
         psc_rx_init(&con->rx);
         free(con->plugin_priv);
         con->magic = 0;
         free(con);
+    }
+    psc_list_for_each_safe(pos, tmp, &psc_ctx.closed_socks) {
+        struct psc_sock *sock = psc_list_entry(pos, struct psc_sock, next_sock);
+        if (sock_in_use(sock)) continue;
+        psc_list_del(&sock->next_sock);
+        free(sock);
     }
 }
 
@@ -461,8 +504,10 @@ void psc_con_close(struct psc_con *con)
             psc_warn("%s: closing with sends still pending after "
                      "PSP_SHUTDOWN_TIMEOUT=%u ms; they fail", psc_con_str(con),
                      limit);
-        if (!con->failed) {
+        /* Not twice: a callback that the EOF's flush runs may close. */
+        if (!con->failed && !con->eof_sent) {
             psc_proto_send_eof(con);
+            con->eof_sent = true;
             psc_progress_until(sendq_empty, con, limit ? limit : 10000);
         }
     }
@@ -485,6 +530,7 @@ void pscom_close_connection(pscom_connection_t *connection)
     if (!connection) return;
     psc_lock();
     psc_enter();
+    psc_ctx.close_called = true;
     psc_run_all_deferred();
     struct psc_con *con = con_of(connection);
     if (con->magic == PSC_CON_MAGIC) psc_con_close(con);

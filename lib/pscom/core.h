@@ -208,7 +208,7 @@ void psc_req_run_held(bool all);
 
 struct psc_sock {
     uint32_t magic;
-    struct psc_list next_sock;    /* psc_ctx.sockets */
+    struct psc_list next_sock;    /* psc_ctx.sockets, or psc_ctx.closed_socks */
     struct psc_list cons;         /* psc_con.next_con: visible connections */
     struct psc_list recvq_any;    /* psc_req.next: posted any-source receives */
     struct psc_list genrecvq_any; /* psc_req.next_any: unexpected messages */
@@ -217,7 +217,8 @@ struct psc_sock {
     /* pscom_stop_listen / pscom_suspend_listen while on-demand connections
      * may still need the listener: done once they are settled. */
     bool stop_pending, suspend_pending;
-    bool closing; /* sock_close under way (its callbacks may close again) */
+    bool closing; /* sock_close under way or done: nothing new is posted on
+                   * it; freed at the reap (psc_con_reap) */
     uint64_t con_type_mask; /* bit (1 << pscom_con_type_t): allowed transports */
     pscom_socket_t pub;     /* last */
 };
@@ -292,6 +293,7 @@ struct psc_con {
     bool closing;      /* pscom_close_connection in progress */
     bool plugin_open;  /* plugin->ops.open succeeded, close not yet called */
     bool zombie;       /* waiting to be freed */
+    bool eof_sent;     /* our EOF went out: no frame may follow it */
     bool got_eof;      /* the peer sent EOF */
     bool eof_pending;  /* ... while bodies before it were still arriving out
                         * of line: acted on once rx_deferq is empty */
@@ -326,6 +328,12 @@ void psc_con_established(struct psc_con *con, struct psc_plugin *plugin,
 /* Fail: fail pending requests, report through con_error, close the
  * plugin later. Idempotent. */
 void psc_con_fail(struct psc_con *con, pscom_op_t op, pscom_err_t err);
+/* No frame may be queued on con any more: it failed, is closing, or its
+ * EOF went out (a callback run by the close's last flush may send). */
+static inline bool psc_con_sends_over(const struct psc_con *con)
+{
+    return con->failed || con->closing || con->eof_sent;
+}
 /* Queue a request's frame and start writing (or send it at once, when
  * the plugin takes it whole: tx_now). */
 void psc_con_enqueue(struct psc_con *con, struct psc_req *req);
@@ -497,6 +505,9 @@ struct psc_ctx {
     struct psc_list sockets;     /* psc_sock.next_sock */
     struct psc_list recvq_any;   /* psc_req.next: receives on any socket */
     struct psc_list zombies;     /* psc_con.next_con: to be freed */
+    struct psc_list closed_socks; /* psc_sock.next_sock: to be freed */
+    bool close_called;           /* an application close since the last
+                                  * reap: it runs everything held */
     struct psc_list dead;        /* psc_con.next_dead: plugin to be closed */
     struct psc_list precons;     /* psc_precon.next: handshakes under way */
     struct psc_list held;        /* psc_req.next_held: done inside a
@@ -604,7 +615,8 @@ static inline void psc_leave(void)
 {
     if (--psc_ctx.depth) return;
     psc_ctx.held_sent = false; /* the caller has control again */
-    if (!psc_list_empty(&psc_ctx.dead) || !psc_list_empty(&psc_ctx.zombies))
+    if (!psc_list_empty(&psc_ctx.dead) || !psc_list_empty(&psc_ctx.zombies) ||
+        !psc_list_empty(&psc_ctx.closed_socks) || psc_ctx.close_called)
         psc_con_reap();
 }
 

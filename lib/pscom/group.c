@@ -201,7 +201,7 @@ static void group_recv(struct psc_req *req)
         }
         return;
     }
-    if (con->failed || con->closing) {
+    if (psc_con_sends_over(con)) {
         psc_req_done(req, PSCOM_REQ_STATE_ERROR);
         return;
     }

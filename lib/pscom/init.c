@@ -15,6 +15,7 @@ struct psc_ctx psc_ctx = {
     .sockets = PSC_LIST_HEAD_INIT(psc_ctx.sockets),
     .recvq_any = PSC_LIST_HEAD_INIT(psc_ctx.recvq_any),
     .zombies = PSC_LIST_HEAD_INIT(psc_ctx.zombies),
+    .closed_socks = PSC_LIST_HEAD_INIT(psc_ctx.closed_socks),
     .dead = PSC_LIST_HEAD_INIT(psc_ctx.dead),
     .precons = PSC_LIST_HEAD_INIT(psc_ctx.precons),
     .held = PSC_LIST_HEAD_INIT(psc_ctx.held),

@@ -377,11 +377,26 @@ void psc_progress_wait_event(void)
     /* Until a round did something (moved data, accepted a connection),
      * completed a request (also one completed just before its connection
      * ended) or failed a connection, or a sleep ran descriptor callbacks
-     * (which may have done any of these). */
+     * (which may have done any of these).
+     *
+     * With threads, what the caller waits for may end outside this wait:
+     * another thread's round completed its request before the wait began,
+     * or it is no request of ours (ParaStation MPI's generalized requests,
+     * which another thread completes). So the caller looks after every
+     * round, as with ParaStation pscom, and the idle rounds are counted
+     * across its calls, per thread, so that a caller that keeps finding
+     * nothing still comes to yield the CPU (resting, wait_step). */
+    static __thread struct wait between;
+    struct wait fresh = {0};
+    struct wait *w = psc_ctx.threaded ? &between : &fresh;
     unsigned long events = psc_ctx.events;
-    struct wait w = {0};
-    while (!psc_progress() && psc_ctx.events == events && !wait_step(&w, 0))
-        ;
+    for (;;) {
+        if (psc_progress() || psc_ctx.events != events || wait_step(w, 0)) {
+            *w = (struct wait){0};
+            return;
+        }
+        if (psc_ctx.threaded) return;
+    }
 }
 
 void psc_progress_cleanup(void)

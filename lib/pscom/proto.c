@@ -153,7 +153,7 @@ void psc_proto_send(struct psc_con *con, struct psc_req *req)
 {
     pscom_request_t *r = &req->pub;
 
-    if (con->failed || con->closing) {
+    if (psc_con_sends_over(con)) {
         psc_debug("send on %s refused: the connection is %s",
                   psc_con_str(con), con->failed ? "broken" : "closing");
         psc_req_done(req, PSCOM_REQ_STATE_ERROR);
@@ -511,10 +511,12 @@ static void rndv_start_recv(struct psc_con *con, struct psc_req *req,
                             const struct psc_rndv_info *info, const void *blob)
 {
     psc_req_state_add(req, PSCOM_REQ_STATE_RENDEZVOUS_REQUEST);
-    if (!rndv_try_pull(con, req, info, blob)) return;
+    /* After our EOF no answer may follow: the close fails the receive. */
+    if (!con->eof_sent && !rndv_try_pull(con, req, info, blob)) return;
     req->id = ++psc_ctx.next_id;
     req->rndv = *info;
     psc_list_add_tail(&req->next, &con->rndv_recvq);
+    if (con->eof_sent) return;
     struct psc_rndv_cts cts = {.sender_id = info->sender_id,
                                .receiver_id = req->id};
     send_control(con, PSC_MSG_RNDV_CTS, &cts, sizeof(cts));
@@ -573,6 +575,14 @@ static int rx_rndv_req(struct psc_con *con, pscom_header_net_t *hdr)
 static void rndv_send_data(struct psc_con *con, struct psc_req *req,
                            uint64_t receiver_id)
 {
+    if (con->eof_sent) {
+        /* The close stopped waiting for this answer and sent its EOF,
+         * which the peer takes for the end: the body would be lost. */
+        psc_debug("%s: clear-to-send after our EOF; the send fails",
+                  psc_con_str(con));
+        psc_req_done(req, PSCOM_REQ_STATE_ERROR);
+        return;
+    }
     pscom_header_net_t *h = (pscom_header_net_t *)req->ctrl;
     struct psc_rndv_data_hdr dh = {.receiver_id = receiver_id};
     set_header(h, PSC_MSG_RNDV_DATA, sizeof(dh), req->pub.data_len);

@@ -285,6 +285,13 @@ void pscom_post_recv(pscom_request_t *request)
             return;
         }
         request->socket = request->connection->socket;
+    } else if (request->socket && sock_of(request->socket)->closing) {
+        /* From a callback that the socket's close runs. */
+        psc_debug("pscom_post_recv: the socket is closing; the receive "
+                  "fails");
+        psc_req_done(req, PSCOM_REQ_STATE_ERROR);
+        psc_unlock();
+        return;
     }
     psc_enter();
     psc_proto_post_recv(req);

@@ -217,7 +217,7 @@ void psc_xmsg_send(struct psc_con *con, struct psc_req *req, uint8_t type,
                    pscom_header_net_t *head, size_t xlen, void *body,
                    size_t body_len)
 {
-    if (con->failed || con->closing) {
+    if (psc_con_sends_over(con)) {
         psc_debug("%s: one-sided or group message refused: the connection "
                   "is %s", psc_con_str(con), con->failed ? "broken" : "closing");
         psc_req_done(req, PSCOM_REQ_STATE_ERROR);
@@ -585,11 +585,11 @@ static struct psc_con *origin_prepare(pscom_request_t *r, const char *fn,
                                  (uint64_t)(uintptr_t)r->rma.target_addr,
                                  target_len))
         why = "the target range lies outside the peer's registered region";
-    else if (con->failed || con->closing)
+    else if (psc_con_sends_over(con))
         why = con->failed ? "the connection is broken"
                           : "the connection is closing";
     if (why) {
-        if (con && con->magic == PSC_CON_MAGIC && (con->failed || con->closing))
+        if (con && con->magic == PSC_CON_MAGIC && psc_con_sends_over(con))
             psc_debug("%s on %s: %s", fn, psc_con_str(con), why);
         else
             psc_err("%s: %s", fn, why);
@@ -610,7 +610,7 @@ static bool fast_ready(struct psc_con *con, struct PSCOM_rkey *k)
 {
     if (k->connection != &con->pub) return false; /* made for another */
     if (k->fast != FAST_UNTRIED) return k->fast == FAST_READY;
-    if (!con->plugin_open || con->failed || con->closing)
+    if (!con->plugin_open || psc_con_sends_over(con))
         return false; /* not established yet */
 
     struct psc_plugin *p = con->plugin;

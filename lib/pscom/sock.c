@@ -122,6 +122,11 @@ pscom_err_t pscom_listen(pscom_socket_t *sk, int portno)
     int fd = -1;
 
     psc_lock();
+    if (sock->closing) {
+        psc_unlock();
+        psc_err("pscom_listen: the socket is closing");
+        return PSCOM_ERR_INVALID;
+    }
     if (sock->listen_fd >= 0) {
         pscom_err_t ret = PSCOM_SUCCESS;
         if (portno != PSCOM_ANYPORT && portno != sk->listen_portno)
@@ -365,10 +370,20 @@ static void sock_close(struct psc_sock *sock)
     sock->closing = true;
     stop_listen_now(sock);
     psc_precon_drop_socket(sock);
-    while (!psc_list_empty(&sock->cons)) {
-        struct psc_con *con =
-            psc_list_first(&sock->cons, struct psc_con, next_con);
-        psc_con_close(con);
+    /* A connection closing already (a callback of its close closes the
+     * socket) is left to that close, which takes it out of sock->cons. */
+    for (;;) {
+        struct psc_con *open = NULL;
+        struct psc_list *pos;
+        psc_list_for_each(pos, &sock->cons) {
+            struct psc_con *con = psc_list_entry(pos, struct psc_con, next_con);
+            if (!con->closing) {
+                open = con;
+                break;
+            }
+        }
+        if (!open) break;
+        psc_con_close(open);
     }
     /* Posted any-source receives and unexpected messages go with it. */
     while (!psc_list_empty(&sock->recvq_any)) {
@@ -384,16 +399,17 @@ static void sock_close(struct psc_sock *sock)
         psc_list_del(&g->next);
         psc_req_release(g);
     }
-    psc_run_all_deferred(); /* callbacks that name the socket */
+    /* Freed by the reap, after the callbacks that may name it. */
     psc_list_del(&sock->next_sock);
+    psc_list_add_tail(&sock->next_sock, &psc_ctx.closed_socks);
     sock->magic = 0;
-    free(sock);
 }
 
 void pscom_close_socket(pscom_socket_t *socket)
 {
     psc_lock();
     psc_enter();
+    psc_ctx.close_called = true;
     psc_run_all_deferred();
     if (socket) {
         if (sock_of(socket)->magic == PSC_SOCK_MAGIC) sock_close(sock_of(socket));
