@@ -159,6 +159,9 @@ static int pc_fail(struct psc_precon *pc, pscom_err_t err)
     psc_precon_destroy(pc);
     if (connector) {
         psc_con_fail(con, PSCOM_OP_CONNECT, err);
+        /* A call back for the peer (on_backconnect) that no one knows of
+         * yet: nothing else would free it. */
+        if (!con->visible) psc_con_retire(con);
     } else {
         psc_con_retire(con);
     }
