@@ -500,16 +500,19 @@ void psc_con_close(struct psc_con *con)
     if (con->zombie || con->closing) return;
     if (con->plugin_open && !con->failed) {
         unsigned limit = psc_settings.shutdown_timeout_ms;
-        if (psc_progress_until(sends_drained, con, limit))
-            psc_warn("%s: closing with sends still pending after "
-                     "PSP_SHUTDOWN_TIMEOUT=%u ms; they fail", psc_con_str(con),
-                     limit);
-        /* Not twice: a callback that the EOF's flush runs may close. */
-        if (!con->failed && !con->eof_sent) {
-            psc_proto_send_eof(con);
-            con->eof_sent = true;
-            psc_progress_until(sendq_empty, con, limit ? limit : 10000);
+        /* Once: a callback that the EOF's flush runs may close again. */
+        if (!con->eof_sent) {
+            if (psc_progress_until(sends_drained, con, limit))
+                psc_warn("%s: closing with sends still pending after "
+                         "PSP_SHUTDOWN_TIMEOUT=%u ms; they fail",
+                         psc_con_str(con), limit);
+            if (!con->failed) {
+                psc_proto_send_eof(con);
+                con->eof_sent = true;
+            }
         }
+        if (!con->failed)
+            psc_progress_until(sendq_empty, con, limit ? limit : 10000);
     }
     con->closing = true;
     if (!con->failed) {

@@ -150,21 +150,25 @@ static struct psc_precon *pc_new(struct psc_con *con, bool connector)
     return pc;
 }
 
-/* The handshake failed for good. */
+/* A handshake failed for good. The connection it was for fails where the
+ * application has it: its own connection (connecting, or an on-demand one
+ * that the peer's call was adopted into: its queued sends fail with it).
+ * One no one knows of (an incoming call, or a call back for the peer's
+ * BACKCONNECT) goes: nothing else would free it. */
+static void handshake_failed(struct psc_con *con, bool connector,
+                             pscom_err_t err)
+{
+    if (connector || con->visible) psc_con_fail(con, PSCOM_OP_CONNECT, err);
+    if (!con->visible) psc_con_retire(con);
+}
+
 static int pc_fail(struct psc_precon *pc, pscom_err_t err)
 {
     struct psc_con *con = pc->con;
     bool connector = pc->connector;
 
     psc_precon_destroy(pc);
-    if (connector) {
-        psc_con_fail(con, PSCOM_OP_CONNECT, err);
-        /* A call back for the peer (on_backconnect) that no one knows of
-         * yet: nothing else would free it. */
-        if (!con->visible) psc_con_retire(con);
-    } else {
-        psc_con_retire(con);
-    }
+    handshake_failed(con, connector, err);
     return PC_STOP;
 }
 
@@ -525,11 +529,7 @@ static int do_switch(struct psc_precon *pc)
                 p->name, strerror(-rc));
         close(fd);
         free(priv);
-        if (connector) {
-            psc_con_fail(con, PSCOM_OP_CONNECT, PSCOM_ERR_IOERROR);
-        } else {
-            psc_con_retire(con);
-        }
+        handshake_failed(con, connector, PSCOM_ERR_IOERROR);
         return PC_STOP;
     }
     if (rc == 0) close(fd);
@@ -1072,7 +1072,7 @@ void psc_precon_connect(struct psc_con *con, const struct sockaddr_in *sa)
     struct psc_precon *pc = pc_new(con, true);
     if (!pc) {
         psc_err("connect to %s: out of memory", psc_con_str(con));
-        psc_con_fail(con, PSCOM_OP_CONNECT, PSCOM_ERR_STDERROR);
+        handshake_failed(con, true, PSCOM_ERR_STDERROR);
         return;
     }
     pc->addr = *sa;
@@ -1099,7 +1099,7 @@ void psc_ondemand_connect(struct psc_con *con)
     struct psc_precon *pc = pc_new(con, true);
     if (!pc) {
         psc_err("connect to %s: out of memory", psc_con_str(con));
-        psc_con_fail(con, PSCOM_OP_CONNECT, PSCOM_ERR_STDERROR);
+        handshake_failed(con, true, PSCOM_ERR_STDERROR);
         return;
     }
     pc->addr = con->od_addr;

@@ -387,9 +387,15 @@ void psc_progress_wait_event(void)
      * across its calls, per thread, so that a caller that keeps finding
      * nothing still comes to yield the CPU (resting, wait_step). */
     static __thread struct wait between;
+    static __thread unsigned long between_events;
     struct wait fresh = {0};
     struct wait *w = psc_ctx.threaded ? &between : &fresh;
     unsigned long events = psc_ctx.events;
+    if (psc_ctx.threaded && between_events != events) {
+        /* Something happened since (also in another thread's round). */
+        between = (struct wait){0};
+        between_events = events;
+    }
     for (;;) {
         if (psc_progress() || psc_ctx.events != events || wait_step(w, 0)) {
             *w = (struct wait){0};

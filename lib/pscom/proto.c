@@ -944,7 +944,9 @@ int pscom_plugin_rx_defer_done(pscom_plugin_con_t *con, void *handle, int err)
     if (req->rndv_pulling) {
         /* A pulled rendezvous body: the sender's buffer is free. */
         req->rndv_pulling = false;
-        if (!err && !con->failed) send_rndv_fin(con, req->rndv.sender_id);
+        /* Not after our EOF (a pull that ends during the close). */
+        if (!err && !psc_con_sends_over(con))
+            send_rndv_fin(con, req->rndv.sender_id);
     }
     /* After con_error no receive of the connection succeeds. */
     psc_req_done(req, err || con->failed ? PSCOM_REQ_STATE_ERROR : 0);

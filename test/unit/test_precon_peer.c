@@ -258,6 +258,47 @@ static void failed_call_back_is_freed(void **state)
     pscom_close_socket(s);
 }
 
+/* Our on-demand connection to a peer with the higher name: its first send
+ * asks the peer to call back, and the call is adopted into that connection.
+ * When that handshake fails (here: no transport in common), the
+ * application's connection fails with the send queued on it, and is
+ * reported; before, it was freed under the application (the send never
+ * completed, the connection's pointer dangled). */
+static void adopted_call_that_fails_fails_the_connection(void **state)
+{
+    (void)state;
+    pscom_socket_t *low = pscom_open_socket(0, 0, 0, 0);
+    pscom_socket_t *high = pscom_open_socket(0, 0, 1, 0);
+    pscom_socket_set_name(low, "aaaaaaaa");
+    pscom_socket_set_name(high, "zzzzzzzz");
+    pscom_con_type_mask_only(low, PSCOM_CON_TYPE_LOOP);
+    pscom_con_type_mask_del(high, PSCOM_CON_TYPE_LOOP);
+    assert_int_equal(pscom_listen(low, PSCOM_ANYPORT), PSCOM_SUCCESS);
+    assert_int_equal(pscom_listen(high, PSCOM_ANYPORT), PSCOM_SUCCESS);
+    char *ep;
+    assert_int_equal(pscom_socket_get_ep_str(high, &ep), PSCOM_SUCCESS);
+    low->ops.con_error = on_error;
+    errors = 0;
+    pscom_connection_t *c = pscom_open_connection(low);
+    assert_int_equal(pscom_connect(c, ep, 1, PSCOM_CON_FLAG_ONDEMAND),
+                     PSCOM_SUCCESS);
+    pscom_socket_free_ep_str(ep);
+
+    pscom_request_t *r = pscom_request_create(0, 0);
+    pscom_req_prepare(r, c, "x", 2, NULL, 0);
+    pscom_post_send(r);
+    uint64_t deadline = psc_now_ms() + 10000;
+    while (!pscom_req_is_done(r) && psc_now_ms() < deadline) pscom_test_any();
+    assert_true(pscom_req_is_done(r));
+    assert_true(r->state & PSCOM_REQ_STATE_ERROR);
+    assert_int_equal(errors, 1);
+    assert_int_equal(con_of(c)->magic, PSC_CON_MAGIC); /* still ours */
+    assert_ptr_equal(pscom_get_next_connection(low, NULL), c);
+    pscom_request_free(r);
+    pscom_close_socket(high);
+    pscom_close_socket(low);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -267,6 +308,7 @@ int main(void)
         cmocka_unit_test(hang_up_then_give_up),
         cmocka_unit_test(no_common_transport),
         cmocka_unit_test(failed_call_back_is_freed),
+        cmocka_unit_test(adopted_call_that_fails_fails_the_connection),
     };
     return cmocka_run_group_tests(tests, setup, NULL);
 }
