@@ -377,32 +377,31 @@ void psc_progress_wait_event(void)
     /* Until a round did something (moved data, accepted a connection),
      * completed a request (also one completed just before its connection
      * ended) or failed a connection, or a sleep ran descriptor callbacks
-     * (which may have done any of these).
-     *
-     * With threads, what the caller waits for may end outside this wait:
+     * (which may have done any of these). */
+    unsigned long events = psc_ctx.events;
+    if (!psc_ctx.threaded) {
+        struct wait w = {0};
+        while (!psc_progress() && psc_ctx.events == events &&
+               !wait_step(&w, 0))
+            ;
+        return;
+    }
+    /* With threads, what the caller waits for may end outside this wait:
      * another thread's round completed its request before the wait began,
      * or it is no request of ours (ParaStation MPI's generalized requests,
-     * which another thread completes). So the caller looks after every
-     * round, as with ParaStation pscom, and the idle rounds are counted
-     * across its calls, per thread, so that a caller that keeps finding
-     * nothing still comes to yield the CPU (resting, wait_step). */
-    static __thread struct wait between;
-    static __thread unsigned long between_events;
-    struct wait fresh = {0};
-    struct wait *w = psc_ctx.threaded ? &between : &fresh;
-    unsigned long events = psc_ctx.events;
-    if (psc_ctx.threaded && between_events != events) {
-        /* Something happened since (also in another thread's round). */
-        between = (struct wait){0};
-        between_events = events;
+     * which another thread completes). So one round, as with ParaStation
+     * pscom, and the caller looks again. Its idle rounds count across its
+     * calls, per thread, until anything happens (also in another thread's
+     * round), so that a caller that keeps finding nothing still comes to
+     * rest and yield the CPU (wait_step). */
+    static __thread struct wait idle;
+    static __thread unsigned long idle_since;
+    if (idle_since != events) {
+        idle = (struct wait){0};
+        idle_since = events;
     }
-    for (;;) {
-        if (psc_progress() || psc_ctx.events != events || wait_step(w, 0)) {
-            *w = (struct wait){0};
-            return;
-        }
-        if (psc_ctx.threaded) return;
-    }
+    if (psc_progress() || psc_ctx.events != events || wait_step(&idle, 0))
+        idle = (struct wait){0};
 }
 
 void psc_progress_cleanup(void)

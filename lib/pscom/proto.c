@@ -113,6 +113,9 @@ static void frame_init(struct psc_req *req, enum psc_frame frame, void *head,
 static void send_control(struct psc_con *con, uint8_t type, const void *x,
                          size_t xlen)
 {
+    /* Nothing follows our EOF (a rendezvous answered during the close):
+     * the peer takes the EOF for the end. */
+    if (con->eof_sent) return;
     struct psc_req *req = psc_req_alloc(0, 0);
     if (!req) {
         psc_err("%s: out of memory for a control message; the connection "
@@ -511,12 +514,10 @@ static void rndv_start_recv(struct psc_con *con, struct psc_req *req,
                             const struct psc_rndv_info *info, const void *blob)
 {
     psc_req_state_add(req, PSCOM_REQ_STATE_RENDEZVOUS_REQUEST);
-    /* After our EOF no answer may follow: the close fails the receive. */
-    if (!con->eof_sent && !rndv_try_pull(con, req, info, blob)) return;
+    if (!rndv_try_pull(con, req, info, blob)) return;
     req->id = ++psc_ctx.next_id;
     req->rndv = *info;
     psc_list_add_tail(&req->next, &con->rndv_recvq);
-    if (con->eof_sent) return;
     struct psc_rndv_cts cts = {.sender_id = info->sender_id,
                                .receiver_id = req->id};
     send_control(con, PSC_MSG_RNDV_CTS, &cts, sizeof(cts));
@@ -576,8 +577,8 @@ static void rndv_send_data(struct psc_con *con, struct psc_req *req,
                            uint64_t receiver_id)
 {
     if (con->eof_sent) {
-        /* The close stopped waiting for this answer and sent its EOF,
-         * which the peer takes for the end: the body would be lost. */
+        /* The close stopped waiting for this answer and sent its EOF: the
+         * body cannot follow it (send_control). */
         psc_debug("%s: clear-to-send after our EOF; the send fails",
                   psc_con_str(con));
         psc_req_done(req, PSCOM_REQ_STATE_ERROR);
@@ -944,9 +945,7 @@ int pscom_plugin_rx_defer_done(pscom_plugin_con_t *con, void *handle, int err)
     if (req->rndv_pulling) {
         /* A pulled rendezvous body: the sender's buffer is free. */
         req->rndv_pulling = false;
-        /* Not after our EOF (a pull that ends during the close). */
-        if (!err && !psc_con_sends_over(con))
-            send_rndv_fin(con, req->rndv.sender_id);
+        if (!err && !con->failed) send_rndv_fin(con, req->rndv.sender_id);
     }
     /* After con_error no receive of the connection succeeds. */
     psc_req_done(req, err || con->failed ? PSCOM_REQ_STATE_ERROR : 0);

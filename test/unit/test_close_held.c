@@ -26,6 +26,8 @@ static bool fk_retire;     /* the next call also retires a handshake's
 static bool fk_cts_after_eof; /* answer a rendezvous announcement with a
                                * clear-to-send right after our EOF */
 static uint64_t fk_rndv_sender; /* the last announcement's sender id */
+static bool fk_req_after_eof; /* the peer announces a rendezvous message
+                               * right after our EOF */
 static uint8_t written_types[16];
 static unsigned nwritten;
 
@@ -42,6 +44,18 @@ static void push_cts(struct psc_con *c)
     struct psc_rndv_cts cts = {.sender_id = fk_rndv_sender, .receiver_id = 1};
     struct frame f;
     frame_make(&f, PSC_MSG_RNDV_CTS, &cts, sizeof(cts), NULL, 0, 0);
+    assert_int_equal(pscom_plugin_rx_push(c, f.buf, f.len), 0);
+}
+
+static void push_rndv_req(struct psc_con *c)
+{
+    uint8_t x[4 + sizeof(struct psc_rndv_info)];
+    uint32_t tag = 9;
+    struct psc_rndv_info info = {.sender_id = 5, .data_len = 64};
+    memcpy(x, &tag, 4);
+    memcpy(x + 4, &info, sizeof(info));
+    struct frame f;
+    frame_make(&f, PSC_MSG_RNDV_REQ, x, sizeof(x), NULL, 0, 0);
     assert_int_equal(pscom_plugin_rx_push(c, f.buf, f.len), 0);
 }
 
@@ -76,6 +90,7 @@ static int fk_progress(void)
         }
         assert_int_equal(pscom_plugin_tx_done(c, frame), 0);
         if (h.msg_type == PSC_MSG_EOF && fk_cts_after_eof) push_cts(c);
+        if (h.msg_type == PSC_MSG_EOF && fk_req_after_eof) push_rndv_req(c);
         if (h.msg_type == PSC_MSG_USER && !fk_answered) {
             fk_answered = true;
             struct frame f;
@@ -116,7 +131,7 @@ static pscom_connection_t *fake_con(pscom_socket_t *s, unsigned batch)
     psc_active.n = 1;
     psc_active.progress[0] = fk_progress;
     fk_batch = batch;
-    fk_answered = fk_retire = fk_cts_after_eof = false;
+    fk_answered = fk_retire = fk_cts_after_eof = fk_req_after_eof = false;
     nwritten = 0;
     return c;
 }
@@ -477,6 +492,24 @@ static void no_body_after_the_eof(void **state)
     pscom_close_socket(s);
 }
 
+/* The peer announces a rendezvous message that a posted receive takes,
+ * right after our EOF went out: no clear-to-send follows the EOF, and the
+ * close fails the receive. */
+static void no_answer_after_the_eof(void **state)
+{
+    (void)state;
+    pscom_socket_t *s = pscom_open_socket(0, 0, 0, 0);
+    pscom_connection_t *c = fake_con(s, 1);
+    fk_req_after_eof = true;
+    pscom_request_t *r = post_recv(c, NULL, NULL);
+    pscom_close_connection(c);
+    failed(r);
+    assert_int_equal(nwritten, 1);
+    assert_int_equal(written_types[0], PSC_MSG_EOF);
+    pscom_request_free(r);
+    pscom_close_socket(s);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -490,6 +523,7 @@ int main(void)
         cmocka_unit_test_teardown(one_eof_when_a_callback_closes_again,
                                   fake_off),
         cmocka_unit_test_teardown(no_body_after_the_eof, fake_off),
+        cmocka_unit_test_teardown(no_answer_after_the_eof, fake_off),
     };
     return cmocka_run_group_tests(tests, setup, NULL);
 }
