@@ -662,7 +662,8 @@ int pscom_test_any(void);
  * waits for, so the caller looks again. */
 void pscom_wait_any(void);
 
-/* Cancel a request whose I/O has not started; 1 when it was cancelled. */
+/* Cancel a request whose I/O has not started; 1 when it was cancelled.
+ * A broadcast (pscom_post_bcast) is not cancelled: 0. */
 int pscom_cancel(pscom_request_t *request);
 int pscom_cancel_send(pscom_request_t *request);
 int pscom_cancel_recv(pscom_request_t *request);

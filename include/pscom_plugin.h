@@ -54,8 +54,9 @@ extern "C" {
  * the upcall pscom_plugin_con_peer_pid; 1.7 no op, only the service
  * pscom_plugin_wait_until; 1.8 no op, only the service
  * pscom_plugin_config_ranges; 1.9 no op, only the service
- * pscom_plugin_hold_progress). */
-#define PSCOM_PLUGIN_API_VERSION 0x0109
+ * pscom_plugin_hold_progress; 1.10 no op, only the service
+ * pscom_plugin_fd_linger). */
+#define PSCOM_PLUGIN_API_VERSION 0x010a
 #define PSCOM_PLUGIN_API_MAJOR(v) (((v) >> 8) & 0xff)
 #define PSCOM_PLUGIN_API_MINOR(v) ((v) & 0xff)
 
@@ -399,6 +400,12 @@ int pscom_plugin_fd_add(int fd, uint32_t events, int hot,
                         pscom_plugin_fd_cb_t cb, void *arg);
 int pscom_plugin_fd_mod(int fd, uint32_t events);
 void pscom_plugin_fd_del(int fd);
+/* Close a TCP socket (not in the progress set any more) without losing
+ * what it still has to send: it is shut for writing and what the peer
+ * sends is dropped until the peer has acknowledged everything, closed its
+ * end, or 10 s have passed; then it is closed. A plain close() with bytes
+ * unread sends a reset, which drops the send queue's tail. (API 1.10) */
+void pscom_plugin_fd_linger(int fd);
 
 /* Progress as a wait does (spinning, then resting as PSP_WAIT_SPIN and
  * PSP_WAIT_SLEEP say) until cond(arg) returns nonzero. cond runs with the

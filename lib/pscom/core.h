@@ -492,6 +492,17 @@ void psc_precon_drop_socket(struct psc_sock *sock);
 /* Time out stalled handshakes (called from progress now and then). */
 void psc_precon_check_timeouts(void);
 
+/* Graceful ends of TCP sockets (linger.c): fd, out of the progress set, is
+ * shut for writing and closed once the peer has acknowledged everything or
+ * closed its end, or after ms. */
+#define PSC_LINGER_CLOSE_MS 10000
+void psc_linger(int fd, unsigned ms);
+/* End the lingering sockets whose time is up or whose peer has
+ * acknowledged everything (from psc_precon_check_timeouts). */
+void psc_linger_check(uint64_t now);
+/* At exit: wait until every lingering socket has ended. */
+void psc_linger_finish(void);
+
 /* ---------------------------------------------------------------------- */
 /* The library context                                                    */
 /* ---------------------------------------------------------------------- */

@@ -175,6 +175,13 @@ static void unexpected_done(pscom_request_t *r)
     if (taker) {
         deliver(g, taker);
         psc_req_release(g);
+    } else if (con_of(r->connection)->failed) {
+        /* Its connection failed while this callback was held (the body
+         * and the peer's EOF came in one read): dropped, as
+         * psc_group_con_fail drops the messages that were in by then. A
+         * held request keeps its connection allocated. */
+        psc_list_del(&g->next);
+        psc_req_release(g);
     }
 }
 

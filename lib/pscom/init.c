@@ -88,6 +88,7 @@ static void at_exit(void)
         if (!psc_settings.shutdown_timeout_ms)
             psc_settings.shutdown_timeout_ms = EXIT_FLUSH_MS;
         pscom_close_socket(NULL);
+        psc_linger_finish();
         psc_plugins_unload();
         psc_req_cache_drain();
     }

@@ -304,80 +304,20 @@ static void hs_why(int rc, char *why, size_t len)
 
 /* A socket closed with received bytes unread sends a reset, and a reset
  * ends the connection at once: what of the ERROR record the network lost
- * is never sent again. So after an ERROR the socket is shut for writing
- * (a FIN follows the record) and what the peer still sends is read and
- * dropped until it closes its end, which a peer that read the record
- * does, or for LINGER_MS at most. At most LINGER_MAX sockets linger; more
- * are closed at once. */
-#define LINGER_MS  2000
-#define LINGER_MAX 64
+ * is never sent again. So after an ERROR the socket lingers (linger.c) for
+ * LINGER_MS at most, when its records are written; else it is closed. */
+#define LINGER_MS 2000
 
-struct lingerer {
-    struct psc_list next; /* lingering */
-    int fd;
-    uint64_t deadline;
-};
-
-static struct psc_list lingering = PSC_LIST_HEAD_INIT(lingering);
-static unsigned n_lingering;
-
-static void linger_end(struct lingerer *l)
-{
-    pscom_plugin_fd_del(l->fd);
-    close(l->fd);
-    psc_list_del(&l->next);
-    n_lingering--;
-    free(l);
-}
-
-static void on_linger_fd(int fd, uint32_t events, void *arg)
-{
-    char buf[4096];
-    (void)events;
-    for (unsigned reads = 0;;) {
-        ssize_t n = recv(fd, buf, sizeof(buf), MSG_DONTWAIT);
-        if (n > 0 && ++reads == 16) return; /* more in the next round */
-        if (n > 0) continue;
-        if (n < 0 && errno == EINTR) continue;
-        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return;
-        break; /* the peer closed its end, or the connection broke */
-    }
-    linger_end(arg);
-}
-
-/* pc's socket goes to the lingering ones when its records are written,
- * else it is closed. */
 static void close_after_error(struct psc_precon *pc)
 {
     if (pc->fd < 0) return;
-    struct lingerer *l = NULL;
-    if (pc->out_off == pc->out_len && n_lingering < LINGER_MAX &&
-        shutdown(pc->fd, SHUT_WR) == 0)
-        l = malloc(sizeof(*l));
-    if (!l) {
+    if (pc->out_off != pc->out_len) {
         close_fd(pc);
         return;
     }
     pscom_plugin_fd_del(pc->fd);
-    l->fd = pc->fd;
-    l->deadline = psc_now_ms() + LINGER_MS;
+    psc_linger(pc->fd, LINGER_MS);
     pc->fd = -1;
-    if (pscom_plugin_fd_add(l->fd, EPOLLIN | EPOLLRDHUP, 0, on_linger_fd, l)) {
-        close(l->fd);
-        free(l);
-        return;
-    }
-    psc_list_add_tail(&l->next, &lingering);
-    n_lingering++;
-}
-
-static void linger_expire(uint64_t now)
-{
-    struct psc_list *pos, *tmp;
-    psc_list_for_each_safe(pos, tmp, &lingering) {
-        struct lingerer *l = psc_list_entry(pos, struct lingerer, next);
-        if (now >= l->deadline) linger_end(l);
-    }
 }
 
 /* Send an ERROR record, and close the socket so that it arrives. */
@@ -1145,7 +1085,7 @@ void psc_precon_check_timeouts(void)
 {
     uint64_t now = psc_now_ms();
     struct psc_list *pos, *tmp;
-    if (n_lingering) linger_expire(now);
+    psc_linger_check(now);
     psc_list_for_each_safe(pos, tmp, &psc_ctx.precons) {
         struct psc_precon *pc = psc_list_entry(pos, struct psc_precon, next);
         if (pc->state == PC_RETRY_WAIT) {

@@ -1057,10 +1057,20 @@ void psc_proto_fail_receives(struct psc_con *con)
     /* Unexpected messages that arrived whole stay receivable; the rest go
      * (but the one arriving now only with `cur`). */
     drop_generated(con, cur, true);
-    if (cur && con->plugin_open)
-        con->rx_failed = cur; /* after the plugin's close (psc_proto_fail_sends) */
-    else if (cur)
+    if (cur && con->plugin_open) {
+        /* Freed after the plugin's close (psc_proto_fail_sends): the plugin
+         * may still be moving bytes into it. An unexpected message that
+         * can no longer arrive whole leaves the queues now, before the
+         * callbacks below run (one may close the socket, which releases
+         * what its queues hold). */
+        if (cur->kind == PSC_REQ_GENERATED) {
+            psc_list_del(&cur->next);
+            psc_list_del(&cur->next_any);
+        }
+        con->rx_failed = cur;
+    } else if (cur) {
         fail_current_receive(cur);
+    }
 
     fail_queue(&con->rndv_recvq);
     fail_queue(&con->recvq_user);
@@ -1070,14 +1080,9 @@ void psc_proto_fail_receives(struct psc_con *con)
 
 void psc_proto_drop_unexpected(struct psc_con *con)
 {
-    /* An unexpected message a plugin was still moving leaves the queues,
-     * so that no receive takes it over any more; it is freed with its
-     * receive when the plugin is closed (psc_proto_fail_sends). */
-    struct psc_req *moving = con->rx_failed;
-    if (moving && moving->kind == PSC_REQ_GENERATED) {
-        psc_list_del(&moving->next);
-        psc_list_del(&moving->next_any);
-    }
+    /* An unexpected message a plugin was still moving left the queues at
+     * the failure (psc_proto_fail_receives); it is freed with its receive
+     * when the plugin is closed (psc_proto_fail_sends). */
     unsigned n = drop_generated(con, NULL, false);
     if (n)
         psc_warn("%s: closed with %u unexpected message%s that no receive "

@@ -429,13 +429,15 @@ void pscom_wait_any(void)
 
 /* Unlink a send whose first byte has not been written yet, or a receive
  * that no message has matched yet (kind: PSCOM_REQ_STATE_SEND_REQUEST or
- * _RECV_REQUEST). */
+ * _RECV_REQUEST). Such a request waits in a queue; one that is in none is
+ * carried out by requests of the library's own (a broadcast, whose
+ * receive is the group's) and is not cancelled. */
 static int cancel_locked(struct psc_req *req, pscom_req_state_t kind)
 {
     pscom_req_state_t st = req->pub.state;
     if (!(st & kind) || !(st & PSCOM_REQ_STATE_POSTED) ||
         (st & (PSCOM_REQ_STATE_IO_STARTED | PSCOM_REQ_STATE_DONE)) ||
-        !psc_list_unlinked(&req->next_held))
+        !psc_list_unlinked(&req->next_held) || psc_list_unlinked(&req->next))
         return 0;
     psc_list_del(&req->next);
     psc_req_done(req, PSCOM_REQ_STATE_CANCELED);

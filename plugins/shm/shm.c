@@ -32,6 +32,7 @@
 #include <errno.h>
 #include <limits.h>
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -298,26 +299,39 @@ static int shm_hs_connect(pscom_plugin_con_t *con, void *priv, const void *blob,
         rc = -EPROTO;
         goto fail;
     }
+    /* Rendezvous pulls and one-sided operations read and write the
+     * memory of the process the blob names: it must be the one the
+     * pre-connection handshake connected us to. */
+    pid_t peer = pscom_plugin_con_peer_pid(con);
+    if (b.pid <= 0 || (peer > 0 && b.pid != peer)) {
+        why = "the handshake blob names another process than the peer";
+        rc = -EPROTO;
+        goto fail;
+    }
     rc = shm_seg_attach(&sc->peer, (enum shm_seg_kind)b.kind, b.pid, b.id,
                         (size_t)b.size);
     if (rc) {
         why = "cannot map the peer's segment";
         goto fail;
     }
-    const struct seg_hdr *h = sc->peer.base;
-    if (h->magic != SEG_MAGIC || h->version != SEG_VERSION ||
-        h->cookie != b.cookie || h->size != b.size ||
-        !shm_ring_geometry_ok(h->slots, h->dsize) ||
-        SEG_HDR_LEN + shm_ring_size(h->slots, h->dsize) > h->size) {
+    /* One copy of the header, checked and then used: the peer can still
+     * write its segment, and a geometry it changed after our check would
+     * make us write past the mapping. */
+    struct seg_hdr h;
+    memcpy(&h, sc->peer.base, offsetof(struct seg_hdr, no_cma));
+    if (h.magic != SEG_MAGIC || h.version != SEG_VERSION ||
+        h.cookie != b.cookie || h.size != b.size ||
+        !shm_ring_geometry_ok(h.slots, h.dsize) ||
+        SEG_HDR_LEN + shm_ring_size(h.slots, h.dsize) > h.size) {
         why = "the peer's segment is not what the handshake described";
         rc = -EPROTO;
         goto unmap;
     }
     sc->peer_hdr = sc->peer.base;
     sc->peer_pid = b.pid;
-    shm_tx_init(&sc->tx, (uint8_t *)sc->peer.base + SEG_HDR_LEN, h->slots,
-                h->dsize, cfg_chunk);
-    shm_seg_prefault(&sc->peer, 0, SEG_HDR_LEN + shm_ring_size(h->slots, 0));
+    shm_tx_init(&sc->tx, (uint8_t *)sc->peer.base + SEG_HDR_LEN, h.slots,
+                h.dsize, cfg_chunk);
+    shm_seg_prefault(&sc->peer, 0, SEG_HDR_LEN + shm_ring_size(h.slots, 0));
     return 0;
 
 unmap:
@@ -438,8 +452,9 @@ static int __attribute__((noinline)) drain(struct shm_con *sc, unsigned budget)
 static void finish_hup(struct shm_con *sc)
 {
     if (sc->busy || sc->dead) return;
-    while (drain(sc, UINT_MAX) > 0)
-        ;
+    /* What the peer wrote before it went is at most one ring: a peer that
+     * goes on writing after closing its end is not waited for. */
+    drain(sc, sc->rx.mask + 1);
     if (sc->dead) return;
     pscom_plugin_con_error(sc->con, PSCOM_OP_READ, PSCOM_ERR_EOF, "shm peer", 0);
     stop(sc);

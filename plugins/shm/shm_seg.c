@@ -27,7 +27,10 @@ static int create_memfd(struct shm_seg *seg, size_t size)
     }
     /* The peer maps it too: neither side may change its size under the
      * other's feet (a shrunk file would fault on access). */
-    fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL);
+    if (fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL)) {
+        e = errno; /* the peer would refuse it */
+        goto close_fd;
+    }
     void *p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     if (p == MAP_FAILED) {
         e = errno;
@@ -71,7 +74,9 @@ static int attach_memfd(struct shm_seg *seg, pid_t pid, int id, size_t size)
 {
     char path[64];
     snprintf(path, sizeof(path), "/proc/%d/fd/%d", (int)pid, id);
-    int fd = open(path, O_RDWR | O_CLOEXEC);
+    /* O_NONBLOCK, O_NOCTTY: whatever the peer named, opening it must not
+     * block or take a terminal; it is checked before use. */
+    int fd = open(path, O_RDWR | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
     if (fd < 0) return -errno;
     struct stat st;
     int e = 0;
@@ -79,7 +84,11 @@ static int attach_memfd(struct shm_seg *seg, pid_t pid, int id, size_t size)
         e = errno;
         goto close_fd;
     }
-    if (!S_ISREG(st.st_mode) || (size_t)st.st_size < size) {
+    /* A file the peer could still shrink would fault (SIGBUS) on our
+     * next access: only a sealed one is mapped. */
+    int seals = fcntl(fd, F_GET_SEALS);
+    if (!S_ISREG(st.st_mode) || (size_t)st.st_size < size || seals < 0 ||
+        !(seals & F_SEAL_SHRINK)) {
         e = EPROTO;
         goto close_fd;
     }
@@ -97,11 +106,14 @@ close_fd:
     return -e;
 }
 
-static int attach_sysv(struct shm_seg *seg, int id, size_t size)
+static int attach_sysv(struct shm_seg *seg, pid_t pid, int id, size_t size)
 {
     struct shmid_ds ds;
     if (shmctl(id, IPC_STAT, &ds) < 0) return -errno;
-    if (ds.shm_segsz < size) return -EPROTO;
+    /* The kernel says who created it (0 when the creator is outside our
+     * process namespace): the peer, or its process id is not one we may
+     * read and write with cross-memory attach. */
+    if (ds.shm_segsz < size || ds.shm_cpid != pid) return -EPROTO;
     void *p = shmat(id, NULL, 0);
     if (p == (void *)-1) return -errno;
     *seg = (struct shm_seg){SHM_SEG_SYSV, p, size, id};
@@ -116,7 +128,7 @@ int shm_seg_attach(struct shm_seg *seg, enum shm_seg_kind kind, pid_t pid,
     case SHM_SEG_MEMFD:
         return attach_memfd(seg, pid, id, size);
     case SHM_SEG_SYSV:
-        return attach_sysv(seg, id, size);
+        return attach_sysv(seg, pid, id, size);
     default:
         return -EPROTONOSUPPORT;
     }

@@ -30,6 +30,7 @@ struct tcp_con {
     pscom_plugin_con_t *con;
     int fd;
     bool want_out;        /* EPOLLOUT armed: a write would block */
+    bool dead;            /* failed, or the core said stop: no more I/O */
     struct tcp_con *next; /* tcp_cons: open connections */
     struct tcp_con **pprev;
     char *ra;             /* read-ahead buffer */
@@ -115,6 +116,7 @@ static uint32_t wanted_events(struct tcp_con *tc)
 static int tcp_read(struct tcp_con *tc)
 {
     int did = 0;
+    if (tc->dead) return -1;
     for (;;) {
         void *direct;
         size_t dlen = pscom_plugin_rx_direct(tc->con, &direct);
@@ -131,13 +133,17 @@ static int tcp_read(struct tcp_con *tc)
         if (n > 0) {
             did = 1;
             size_t d = (size_t)n < dlen ? (size_t)n : dlen;
-            if (d && pscom_plugin_rx_direct_done(tc->con, d)) return -1;
-            if ((size_t)n > d && pscom_plugin_rx_push(tc->con, tc->ra, n - d))
+            if ((d && pscom_plugin_rx_direct_done(tc->con, d)) ||
+                ((size_t)n > d &&
+                 pscom_plugin_rx_push(tc->con, tc->ra, n - d))) {
+                tc->dead = true;
                 return -1;
+            }
             if ((size_t)n < asked) return did;
             continue;
         }
         if (n == 0) {
+            tc->dead = true;
             pscom_plugin_con_error(tc->con, PSCOM_OP_READ, PSCOM_ERR_EOF,
                                    "read", 0);
             return -1;
@@ -145,6 +151,7 @@ static int tcp_read(struct tcp_con *tc)
         if (errno == EINTR) continue;
         if (errno == EAGAIN || errno == EWOULDBLOCK) return did;
         int e = errno;
+        tc->dead = true;
         pscom_plugin_con_error(tc->con, PSCOM_OP_READ,
                                e == ECONNRESET ? PSCOM_ERR_EOF
                                                : PSCOM_ERR_IOERROR,
@@ -166,7 +173,7 @@ static void tcp_tx_kick(pscom_plugin_con_t *con, void *priv)
     struct iovec iov[IOV_BATCH];
     size_t total;
 
-    for (;;) {
+    while (!tc->dead) {
         int cnt = pscom_plugin_tx_peek(con, iov, IOV_BATCH, &total);
         if (!cnt) {
             set_want_out(tc, false);
@@ -181,6 +188,7 @@ static void tcp_tx_kick(pscom_plugin_con_t *con, void *priv)
                 return;
             }
             int e = errno;
+            tc->dead = true;
             pscom_plugin_con_error(con, PSCOM_OP_WRITE,
                                    e == EPIPE || e == ECONNRESET
                                        ? PSCOM_ERR_EOF
@@ -188,7 +196,10 @@ static void tcp_tx_kick(pscom_plugin_con_t *con, void *priv)
                                    "write", e);
             return;
         }
-        if (pscom_plugin_tx_done(con, (size_t)n)) return;
+        if (pscom_plugin_tx_done(con, (size_t)n)) {
+            tc->dead = true;
+            return;
+        }
         if ((size_t)n < total) {
             set_want_out(tc, true);
             return;
@@ -219,6 +230,7 @@ static int tcp_open(pscom_plugin_con_t *con, void *priv, int fd)
     tc->ra = malloc(cfg_readahead);
     if (!tc->ra) return -ENOMEM;
     tc->con = con;
+    tc->dead = false;
     tc->fd = fd;
     if (cfg_nodelay) setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
     if (cfg_sndbuf) {
@@ -257,7 +269,9 @@ static void tcp_close(pscom_plugin_con_t *con, void *priv)
     bool was_direct = direct_mode();
     tcp_count--;
     pscom_plugin_fd_del(tc->fd);
-    close(tc->fd);
+    /* Not close(): with bytes of the peer unread that sends a reset, and
+     * the reset drops what our send queue still holds. */
+    pscom_plugin_fd_linger(tc->fd);
     tc->fd = -1;
     free(tc->ra);
     tc->ra = NULL;

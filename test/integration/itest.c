@@ -996,3 +996,19 @@ pscom_request_t *itest_request(size_t max_xheader_len)
                          max_xheader_len);
     return req;
 }
+
+void itest_recv_pattern_at(const char *file, int line, pscom_request_t *r,
+                           pscom_connection_t *con, void *buf, size_t len,
+                           uint32_t seed, const char *what)
+{
+    pscom_req_prepare(r, con, buf, len, NULL, 0);
+    pscom_post_recv(r);
+    pscom_wait(r);
+    if (!pscom_req_successful(r))
+        itest_fail_at(file, line, "receive not successful (state %s): %s",
+                      pscom_req_state_str(r->state), what);
+    if (r->header.data_len != len)
+        itest_fail_at(file, line, "received %zu bytes, expected %zu: %s",
+                      (size_t)r->header.data_len, len, what);
+    itest_check_pattern_at(file, line, buf, len, seed, what);
+}

@@ -302,4 +302,13 @@ void itest_progress_ms(unsigned ms);
 /* A request with room for max_xheader_len bytes of xheader; never NULL. */
 pscom_request_t *itest_request(size_t max_xheader_len);
 
+/* Receive the next message of con into buf with r (no xheader) and fail
+ * unless it succeeded, has len bytes and holds the pattern of seed. */
+#define ITEST_RECV_PATTERN(r, con, buf, len, seed, ...)                        \
+    itest_recv_pattern_at(__FILE__, __LINE__, (r), (con), (buf), (len),        \
+                          (seed), itest_fmt(__VA_ARGS__))
+void itest_recv_pattern_at(const char *file, int line, pscom_request_t *r,
+                           pscom_connection_t *con, void *buf, size_t len,
+                           uint32_t seed, const char *what);
+
 #endif

@@ -28,6 +28,8 @@ static bool fk_cts_after_eof; /* answer a rendezvous announcement with a
 static uint64_t fk_rndv_sender; /* the last announcement's sender id */
 static bool fk_req_after_eof; /* the peer announces a rendezvous message
                                * right after our EOF */
+static bool fk_hold_eof;      /* never write the EOF (a peer that stopped
+                               * reading) */
 static uint8_t written_types[16];
 static unsigned nwritten;
 
@@ -77,6 +79,7 @@ static int fk_progress(void)
         if (pscom_plugin_tx_peek(c, iov, 4, &total) <= 0) break;
         pscom_header_net_t h;
         memcpy(&h, iov[0].iov_base, sizeof(h));
+        if (h.msg_type == PSC_MSG_EOF && fk_hold_eof) break;
         assert_true(nwritten < 16);
         written_types[nwritten++] = h.msg_type;
         did = 1;
@@ -132,6 +135,7 @@ static pscom_connection_t *fake_con(pscom_socket_t *s, unsigned batch)
     psc_active.progress[0] = fk_progress;
     fk_batch = batch;
     fk_answered = fk_retire = fk_cts_after_eof = fk_req_after_eof = false;
+    fk_hold_eof = false;
     nwritten = 0;
     return c;
 }
@@ -468,6 +472,33 @@ static void one_eof_when_a_callback_closes_again(void **state)
     }
 }
 
+/* The same with an EOF that never leaves and no PSP_SHUTDOWN_TIMEOUT:
+ * the close from the callback waits for the EOF a bounded time only (it
+ * used to wait for every send again, for ever), and both closes end. */
+static void closing_again_waits_a_bounded_time(void **state)
+{
+    (void)state;
+    pscom_socket_t *s = pscom_open_socket(0, 0, 0, 0);
+    pscom_connection_t *c = fake_con(s, 1);
+    fk_hold_eof = true;
+    again_sock = NULL;
+    nran = 0;
+    saved_timeout = psc_settings.shutdown_timeout_ms;
+    psc_settings.shutdown_timeout_ms = 0; /* wait for sends for ever */
+    pscom_request_t *r[2] = {post_recv(c, NULL, answer_closes_again),
+                             post_send(c, 1, "ask", send_done)};
+    watchdog_start(30);
+    pscom_close_connection(c);
+    watchdog_stop();
+    shutdown_back();
+    assert_int_equal(nran, 2);
+    assert_string_equal(ran[1], "answer");
+    assert_int_equal(nwritten, 1); /* the question; the EOF stayed */
+    assert_true(psc_list_empty(&psc_ctx.zombies)); /* closed and freed */
+    free_all(r, 2);
+    pscom_close_socket(s);
+}
+
 /* A rendezvous send whose clear-to-send comes after the close gave up
  * waiting and sent its EOF: the body does not follow the EOF, and the send
  * fails instead of looking sent. */
@@ -510,6 +541,84 @@ static void no_answer_after_the_eof(void **state)
     pscom_close_socket(s);
 }
 
+/* A message of the peer is half in, with no receive for it, when the
+ * application closes the connection; a receive that the close fails closes
+ * the socket from its callback, and the socket's close releases what its
+ * queues hold. The half message is released once, when the transport is
+ * closed (it was also released by the socket's close, then read and
+ * released again). */
+static pscom_socket_t *halfway;
+
+static int take_nothing(pscom_request_t *r, pscom_connection_t *c,
+                        pscom_header_net_t *h)
+{
+    (void)r;
+    (void)c;
+    (void)h;
+    return 0;
+}
+
+static void close_halfway(pscom_request_t *r)
+{
+    assert_true(r->state & PSCOM_REQ_STATE_ERROR);
+    note("receive");
+    pscom_close_socket(halfway);
+}
+
+/* Over a real tcp connection within this process: its plugin is open. */
+static pscom_connection_t *accepted;
+
+static void on_accept(pscom_connection_t *c)
+{
+    accepted = c;
+}
+
+static void half_message_outlives_its_socket(void **state)
+{
+    (void)state;
+    pscom_socket_t *sa = pscom_open_socket(0, 0, 0, 0);
+    halfway = pscom_open_socket(0, 0, 1, 0);
+    halfway->ops.con_accept = on_accept;
+    pscom_con_type_mask_only(sa, PSCOM_CON_TYPE_TCP);
+    pscom_con_type_mask_only(halfway, PSCOM_CON_TYPE_TCP);
+    assert_int_equal(pscom_listen(halfway, PSCOM_ANYPORT), PSCOM_SUCCESS);
+    char *ep = NULL;
+    assert_int_equal(pscom_socket_get_ep_str(halfway, &ep), PSCOM_SUCCESS);
+    pscom_connection_t *c = pscom_open_connection(sa);
+    accepted = NULL;
+    assert_int_equal(pscom_connect(c, ep, 0, PSCOM_CON_FLAG_DIRECT),
+                     PSCOM_SUCCESS);
+    pscom_socket_free_ep_str(ep);
+    watchdog_start(10);
+    while (!accepted) pscom_test_any();
+    watchdog_stop();
+    nran = 0;
+    static char body[100];
+    struct frame f;
+    uint32_t tag = 3;
+    frame_make(&f, PSC_MSG_USER, &tag, 4, body, sizeof(body), 10);
+    assert_int_equal(feed(accepted, &f), 0);
+    pscom_request_t *r = pscom_request_create(4, 0);
+    r->connection = accepted;
+    r->xheader_len = 4;
+    r->data = rbuf;
+    r->data_len = sizeof(rbuf);
+    r->ops.recv_accept = take_nothing;
+    r->ops.io_done = close_halfway;
+    pscom_post_recv(r);
+    pscom_close_connection(accepted);
+    assert_int_equal(nran, 1);
+    pscom_request_free(r);
+    /* Released twice, a request would be handed out twice. */
+    pscom_request_t *n[8];
+    for (unsigned i = 0; i < 8; i++) {
+        n[i] = pscom_request_create(4, 0);
+        for (unsigned j = 0; j < i; j++) assert_ptr_not_equal(n[i], n[j]);
+    }
+    free_all(n, 8);
+    pscom_close_socket(sa);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -522,8 +631,11 @@ int main(void)
         cmocka_unit_test_teardown(retired_handshake_keeps_the_cut, fake_off),
         cmocka_unit_test_teardown(one_eof_when_a_callback_closes_again,
                                   fake_off),
+        cmocka_unit_test_teardown(closing_again_waits_a_bounded_time,
+                                  fake_off),
         cmocka_unit_test_teardown(no_body_after_the_eof, fake_off),
         cmocka_unit_test_teardown(no_answer_after_the_eof, fake_off),
+        cmocka_unit_test(half_message_outlives_its_socket),
     };
     return cmocka_run_group_tests(tests, setup, NULL);
 }

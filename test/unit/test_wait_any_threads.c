@@ -40,6 +40,14 @@ int __wrap_sched_yield(void)
     return __real_sched_yield();
 }
 
+/* Calls of pscom_wait_any that find nothing, until one yields. */
+static void wait_until_resting(void)
+{
+    yields = 0;
+    for (int i = 0; i < 200000 && !yields; i++) pscom_wait_any();
+    assert_true(yields > 0);
+}
+
 /* A caller that keeps finding nothing (one round per call) still comes to
  * rest, as one long wait would: with threads that means yielding the CPU
  * on every call, which an oversubscribed node needs. */
@@ -48,9 +56,28 @@ static void idle_calls_come_to_yield(void **state)
     (void)state;
     pscom_socket_t *s = pscom_open_socket(0, 0, 0, 0);
     assert_non_null(s);
-    yields = 0;
-    for (int i = 0; i < 200000 && !yields; i++) pscom_wait_any();
-    assert_true(yields > 0);
+    wait_until_resting();
+    pscom_close_socket(s);
+}
+
+/* Once anything has happened since a caller's last call (here: another
+ * thread's round completed a request, which counts an event), its next
+ * call polls again instead of going on resting. */
+static void activity_starts_the_count_again(void **state)
+{
+    (void)state;
+    pscom_socket_t *s = pscom_open_socket(0, 0, 0, 0);
+    assert_non_null(s);
+    wait_until_resting();
+    unsigned long resting = yields;
+    pscom_wait_any();
+    assert_true(yields > resting); /* still resting */
+    psc_lock();
+    psc_ctx.events++; /* what another thread's completion does */
+    psc_unlock();
+    resting = yields;
+    pscom_wait_any();
+    assert_int_equal(yields, resting);
     pscom_close_socket(s);
 }
 
@@ -59,6 +86,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(returns_when_nothing_happens),
         cmocka_unit_test(idle_calls_come_to_yield),
+        cmocka_unit_test(activity_starts_the_count_again),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
