@@ -39,10 +39,10 @@ static int sender(itest_link_t *link, void *arg)
     itest_sleep_ms(600); /* B's small message arrives and stays unread */
     pscom_close_connection(con);
     pscom_request_free(r);
+    free(buf); /* the kernel has it */
     if (getenv("CLOSE_UNREAD_EXIT")) return 0; /* the exit handler's turn */
     itest_sleep_ms(2000);
     pscom_close_socket(s);
-    free(buf);
     return 0;
 }
 
