@@ -136,6 +136,9 @@ struct psc_req {
                      * neither it nor the frames behind it are written */
     bool rndv_pulling; /* in con->rx_deferq: the plugin pulls its body
                         * (rndv_pull_start); a FIN follows */
+    bool exact_reply;  /* a one-sided request whose reply has exactly
+                        * data_len bytes (with a remote key; not
+                        * pscom_post_rma_read) */
 
     /* The one queue the request is in: con->sendq, con->recvq_user,
      * sock->recvq_any, psc_ctx.recvq_any, con->net_recvq, con->rndv_sendq,
@@ -500,8 +503,9 @@ void psc_linger(int fd, unsigned ms);
 /* End the lingering sockets whose time is up or whose peer has
  * acknowledged everything (from psc_precon_check_timeouts). */
 void psc_linger_check(uint64_t now);
-/* At exit: wait until every lingering socket has ended. */
-void psc_linger_finish(void);
+/* At exit: wait until every lingering socket has ended, until until_ms
+ * (psc_now_ms) at most. */
+void psc_linger_finish(uint64_t until_ms);
 
 /* ---------------------------------------------------------------------- */
 /* The library context                                                    */

@@ -596,8 +596,10 @@ void pscom_barrier(pscom_group_t *group)
         s->pub.state = PSCOM_REQ_STATE_SEND_REQUEST | PSCOM_REQ_STATE_POSTED;
 
         psc_lock();
+        psc_enter(); /* a failure's callbacks may close: free after */
         group_recv(rr);
         psc_xmsg_send(to, s, PSC_MSG_BARRIER, &s->pub.header, xlen, NULL, 0);
+        psc_leave();
         psc_unlock();
         pscom_wait(&s->pub);
         pscom_wait(&rr->pub);

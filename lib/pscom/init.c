@@ -76,7 +76,8 @@ static pid_t init_pid;
 #define EXIT_FLUSH_MS 10000
 
 /* At exit, as ParaStation pscom does: close every socket (flushing what is
- * queued, within PSP_SHUTDOWN_TIMEOUT or EXIT_FLUSH_MS) and let the plugins
+ * queued and waiting for the TCP sockets to end gracefully, together within
+ * PSP_SHUTDOWN_TIMEOUT or EXIT_FLUSH_MS) and let the plugins
  * release their resources. Not in a forked child (the connections are its
  * parent's), not from inside the library (exit() in a callback), and not
  * while another thread holds the library. */
@@ -87,8 +88,10 @@ static void at_exit(void)
     if (psc_ctx.depth == 0) {
         if (!psc_settings.shutdown_timeout_ms)
             psc_settings.shutdown_timeout_ms = EXIT_FLUSH_MS;
+        /* One budget for the flush and the sockets' graceful ends. */
+        uint64_t until = psc_now_ms() + psc_settings.shutdown_timeout_ms;
         pscom_close_socket(NULL);
-        psc_linger_finish();
+        psc_linger_finish(until);
         psc_plugins_unload();
         psc_req_cache_drain();
     }

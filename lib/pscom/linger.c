@@ -110,12 +110,14 @@ void psc_linger_check(uint64_t now)
     }
 }
 
-void psc_linger_finish(void)
+void psc_linger_finish(uint64_t until_ms)
 {
     /* At exit no round of progress reads the sockets any more: poll them
-     * here, until each has ended or its deadline has passed. */
+     * here, until each has ended or its deadline has passed, or until
+     * until_ms (the exit's budget), when the rest are closed. */
     while (n_lingering) {
-        psc_linger_check(psc_now_ms());
+        uint64_t now = psc_now_ms();
+        psc_linger_check(now >= until_ms ? UINT64_MAX : now);
         struct psc_list *pos, *tmp;
         psc_list_for_each_safe(pos, tmp, &lingering) {
             struct lingerer *l = psc_list_entry(pos, struct lingerer, next);

@@ -671,6 +671,7 @@ static void frame_core(struct psc_req *m, bool put)
     /* A get: the origin request waits for the answer instead. */
     m->inplace_done = NULL;
     m->inplace_priv = NULL;
+    req->exact_reply = true;
     wait_add(req);
     m->pub.xheader.rma_get.common.id = (void *)(uintptr_t)req->id;
     xmsg_frame(m, PSC_MSG_RMA_GET, &m->pub.header, xlen, NULL, 0);
@@ -814,6 +815,7 @@ static void post_get_like(pscom_request_t *r, const char *fn, uint8_t type,
     }
 
     struct psc_req *req = req_of(r);
+    req->exact_reply = true;
     wait_add(req);
     g->id = (void *)(uintptr_t)req->id;
     memcpy(&m->pub.xheader, &r->xheader, xlen);
@@ -824,55 +826,68 @@ static void post_get_like(pscom_request_t *r, const char *fn, uint8_t type,
 void pscom_post_rma_put(pscom_request_t *request)
 {
     psc_lock();
+    psc_enter(); /* a failure's callbacks may close: free after */
     post_put_like(request, "pscom_post_rma_put", PSC_MSG_RMA_PUT);
+    psc_leave();
     psc_unlock();
 }
 
 void pscom_post_rma_accumulate(pscom_request_t *request)
 {
     psc_lock();
+    psc_enter(); /* a failure's callbacks may close: free after */
     post_put_like(request, "pscom_post_rma_accumulate", PSC_MSG_RMA_ACC);
+    psc_leave();
     psc_unlock();
 }
 
 void pscom_post_rma_get(pscom_request_t *request)
 {
     psc_lock();
+    psc_enter(); /* a failure's callbacks may close: free after */
     post_get_like(request, "pscom_post_rma_get", PSC_MSG_RMA_GET, NULL, NULL,
                   0, request->rma.origin_addr);
+    psc_leave();
     psc_unlock();
 }
 
 void pscom_post_rma_get_accumulate(pscom_request_t *request)
 {
     psc_lock();
+    psc_enter(); /* a failure's callbacks may close: free after */
     post_get_like(request, "pscom_post_rma_get_accumulate", PSC_MSG_RMA_GACC,
                   request->rma.origin_addr, NULL, request->data_len,
                   request->rma.result_addr);
+    psc_leave();
     psc_unlock();
 }
 
 void pscom_post_rma_fetch_op(pscom_request_t *request)
 {
     psc_lock();
+    psc_enter(); /* a failure's callbacks may close: free after */
     post_get_like(request, "pscom_post_rma_fetch_op", PSC_MSG_RMA_FOP,
                   request->rma.origin_addr, NULL, request->data_len,
                   request->rma.result_addr);
+    psc_leave();
     psc_unlock();
 }
 
 void pscom_post_rma_compare_swap(pscom_request_t *request)
 {
     psc_lock();
+    psc_enter(); /* a failure's callbacks may close: free after */
     post_get_like(request, "pscom_post_rma_compare_swap", PSC_MSG_RMA_CAS,
                   request->rma.compare_addr, request->rma.origin_addr,
                   request->data_len, request->rma.result_addr);
+    psc_leave();
     psc_unlock();
 }
 
 void pscom_post_rma_write(pscom_request_t *request)
 {
     psc_lock();
+    psc_enter(); /* a failure's callbacks may close: free after */
     struct psc_con *con = origin_prepare(
         request, "pscom_post_rma_write",
         PSCOM_REQ_STATE_SEND_REQUEST | PSCOM_REQ_STATE_RMA_WRITE_REQUEST,
@@ -883,12 +898,14 @@ void pscom_post_rma_write(pscom_request_t *request)
                       &request->header, sizeof(pscom_xheader_rma_write_t),
                       request->data, request->data_len);
     }
+    psc_leave();
     psc_unlock();
 }
 
 void pscom_post_rma_read(pscom_request_t *request)
 {
     psc_lock();
+    psc_enter(); /* a failure's callbacks may close: free after */
     struct psc_con *con = origin_prepare(request, "pscom_post_rma_read",
                                          PSCOM_REQ_STATE_RMA_READ_REQUEST,
                                          false, 0, 0);
@@ -902,6 +919,7 @@ void pscom_post_rma_read(pscom_request_t *request)
         } else {
             struct psc_req *req = req_of(request);
             m->kind = PSC_REQ_CONTROL;
+            req->exact_reply = false; /* src_len bytes, as the peer says */
             wait_add(req);
             m->pub.xheader.rma_read = request->xheader.rma_read;
             m->pub.xheader.rma_read.id = (void *)(uintptr_t)req->id;
@@ -909,6 +927,7 @@ void pscom_post_rma_read(pscom_request_t *request)
                           NULL, 0);
         }
     }
+    psc_leave();
     psc_unlock();
 }
 
@@ -1149,6 +1168,13 @@ static int rx_reply(struct psc_con *con, pscom_header_net_t *hdr,
                   psc_con_str(con), pscom_err_str(rep.status));
         psc_req_done(req, PSCOM_REQ_STATE_ERROR);
         return 0;
+    }
+    if (req->exact_reply && hdr->data_len != req->pub.data_len) {
+        psc_err("%s: received a one-sided answer of %llu bytes for a request "
+                "of %zu; closing the connection", psc_con_str(con),
+                (unsigned long long)hdr->data_len, req->pub.data_len);
+        psc_con_fail(con, PSCOM_OP_READ, PSCOM_ERR_IOERROR);
+        return -1;
     }
     psc_list_del(&req->next);
     req->pub.header = *hdr;

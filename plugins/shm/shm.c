@@ -310,10 +310,11 @@ static int shm_hs_connect(pscom_plugin_con_t *con, void *priv, const void *blob,
     }
     rc = shm_seg_attach(&sc->peer, (enum shm_seg_kind)b.kind, b.pid, b.id,
                         (size_t)b.size);
-    if (rc) {
+    if (rc < 0) {
         why = "cannot map the peer's segment";
         goto fail;
     }
+    bool pid_unknown = rc == 1;
     /* One copy of the header, checked and then used: the peer can still
      * write its segment, and a geometry it changed after our check would
      * make us write past the mapping. */
@@ -329,6 +330,17 @@ static int shm_hs_connect(pscom_plugin_con_t *con, void *priv, const void *blob,
     }
     sc->peer_hdr = sc->peer.base;
     sc->peer_pid = b.pid;
+    if (pid_unknown) {
+        /* Nothing by cross-memory attach to a process we cannot check:
+         * neither our pulls nor one-sided operations (their keys name a
+         * pid other than 0), and the peer describes no buffers to us. */
+        pscom_plugin_log(4, "shm: %s: the peer's segment was made outside "
+                         "our process namespace; no single-copy transfers "
+                         "on this connection", pscom_plugin_con_str(con));
+        sc->peer_pid = 0;
+        sc->no_pull = true;
+        atomic_store_explicit(&sc->peer_hdr->no_cma, 1, memory_order_relaxed);
+    }
     shm_tx_init(&sc->tx, (uint8_t *)sc->peer.base + SEG_HDR_LEN, h.slots,
                 h.dsize, cfg_chunk);
     shm_seg_prefault(&sc->peer, 0, SEG_HDR_LEN + shm_ring_size(h.slots, 0));

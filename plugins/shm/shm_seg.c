@@ -110,14 +110,16 @@ static int attach_sysv(struct shm_seg *seg, pid_t pid, int id, size_t size)
 {
     struct shmid_ds ds;
     if (shmctl(id, IPC_STAT, &ds) < 0) return -errno;
-    /* The kernel says who created it (0 when the creator is outside our
-     * process namespace): the peer, or its process id is not one we may
-     * read and write with cross-memory attach. */
-    if (ds.shm_segsz < size || ds.shm_cpid != pid) return -EPROTO;
+    /* The kernel says who created it: the peer, or its process id is not
+     * one we may read and write with cross-memory attach. 0: the creator
+     * is outside our process namespace (containers that share only IPC),
+     * so the id cannot be checked. */
+    if (ds.shm_segsz < size || (ds.shm_cpid && ds.shm_cpid != pid))
+        return -EPROTO;
     void *p = shmat(id, NULL, 0);
     if (p == (void *)-1) return -errno;
     *seg = (struct shm_seg){SHM_SEG_SYSV, p, size, id};
-    return 0;
+    return ds.shm_cpid ? 0 : 1;
 }
 
 int shm_seg_attach(struct shm_seg *seg, enum shm_seg_kind kind, pid_t pid,

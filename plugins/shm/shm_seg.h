@@ -46,8 +46,10 @@ struct shm_seg {
 int shm_seg_create(struct shm_seg *seg, enum shm_seg_kind kind, size_t size);
 
 /* Map the segment that process `pid` created and described as (kind, id,
- * size). 0, or a negative errno (the peer is gone, /proc is not reachable,
- * the segment is smaller than claimed, ...). */
+ * size). 0; 1 when it is mapped but whether `pid` created it cannot be
+ * known (a SysV segment whose creator is outside our process namespace);
+ * or a negative errno (the peer is gone, /proc is not reachable, the
+ * segment is smaller than claimed or another process made it, ...). */
 int shm_seg_attach(struct shm_seg *seg, enum shm_seg_kind kind, pid_t pid,
                    int id, size_t size);
 

@@ -31,6 +31,7 @@ struct tcp_con {
     int fd;
     bool want_out;        /* EPOLLOUT armed: a write would block */
     bool dead;            /* failed, or the core said stop: no more I/O */
+    bool write_broken;    /* the peer reset: read what it sent, then fail */
     struct tcp_con *next; /* tcp_cons: open connections */
     struct tcp_con **pprev;
     char *ra;             /* read-ahead buffer */
@@ -173,7 +174,7 @@ static void tcp_tx_kick(pscom_plugin_con_t *con, void *priv)
     struct iovec iov[IOV_BATCH];
     size_t total;
 
-    while (!tc->dead) {
+    while (!tc->dead && !tc->write_broken) {
         int cnt = pscom_plugin_tx_peek(con, iov, IOV_BATCH, &total);
         if (!cnt) {
             set_want_out(tc, false);
@@ -188,11 +189,18 @@ static void tcp_tx_kick(pscom_plugin_con_t *con, void *priv)
                 return;
             }
             int e = errno;
+            if (e == EPIPE || e == ECONNRESET) {
+                /* What the peer sent before it closed is still readable
+                 * (the EOF message included): the read side delivers it
+                 * and then reports the end. Not from here: tx_kick may be
+                 * called while the core handles a message of this
+                 * connection. */
+                tc->write_broken = true;
+                set_want_out(tc, false);
+                return;
+            }
             tc->dead = true;
-            pscom_plugin_con_error(con, PSCOM_OP_WRITE,
-                                   e == EPIPE || e == ECONNRESET
-                                       ? PSCOM_ERR_EOF
-                                       : PSCOM_ERR_IOERROR,
+            pscom_plugin_con_error(con, PSCOM_OP_WRITE, PSCOM_ERR_IOERROR,
                                    "write", e);
             return;
         }
@@ -230,7 +238,7 @@ static int tcp_open(pscom_plugin_con_t *con, void *priv, int fd)
     tc->ra = malloc(cfg_readahead);
     if (!tc->ra) return -ENOMEM;
     tc->con = con;
-    tc->dead = false;
+    tc->dead = tc->write_broken = false;
     tc->fd = fd;
     if (cfg_nodelay) setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
     if (cfg_sndbuf) {

@@ -85,10 +85,5 @@ static int receiver(itest_link_t *link, void *arg)
 int main(void)
 {
     setenv("PSCOM_TEST_TRANSPORT", "tcp", 1);
-    itest_watchdog(60);
-    itest_child_t a, b;
-    itest_spawn(&a, "A", sender, NULL);
-    itest_spawn(&b, "B", receiver, NULL);
-    itest_link_relay(&a.link, &b.link);
-    return itest_children_check((itest_child_t *[]){&a, &b}, 2);
+    return itest_run_pair(60, "A", sender, "B", receiver);
 }

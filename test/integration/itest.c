@@ -1012,3 +1012,14 @@ void itest_recv_pattern_at(const char *file, int line, pscom_request_t *r,
                       (size_t)r->header.data_len, len, what);
     itest_check_pattern_at(file, line, buf, len, seed, what);
 }
+
+int itest_run_pair(unsigned seconds, const char *role_a, itest_child_fn_t a,
+                   const char *role_b, itest_child_fn_t b)
+{
+    itest_watchdog(seconds);
+    itest_child_t ca, cb;
+    itest_spawn(&ca, role_a, a, NULL);
+    itest_spawn(&cb, role_b, b, NULL);
+    itest_link_relay(&ca.link, &cb.link);
+    return itest_children_check((itest_child_t *[]){&ca, &cb}, 2);
+}

@@ -186,6 +186,12 @@ int itest_child_check(itest_child_t *child);
  * 0 when every child exited with status 0. */
 int itest_children_check(itest_child_t **list, int n);
 
+/* The usual two-process test: a watchdog of `seconds`, `a` (which accepts
+ * and sends its endpoint) and `b` (which connects to it) spawned, the
+ * endpoint relayed from a to b; the result of itest_children_check. */
+int itest_run_pair(unsigned seconds, const char *role_a, itest_child_fn_t a,
+                   const char *role_b, itest_child_fn_t b);
+
 /* Send a signal (the child stays to be reaped). */
 void itest_child_kill(itest_child_t *child, int sig);
 

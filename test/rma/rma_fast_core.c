@@ -14,7 +14,10 @@
  *  - failure: a connection that breaks with operations started fails them
  *    after the plugin's close, releases the plugin keys before that close,
  *    and ignores a late or unknown pscom_plugin_rma_done;
- *  - a descriptor of interface 1.0 is never asked for the 1.1 ops.
+ *  - a descriptor of interface 1.0 is never asked for the 1.1 ops;
+ *  - the core's own path: an in-place operand outlives the transport, a
+ *    short answer fails the connection, a post whose on-demand connect
+ *    fails (and whose con_error handler closes) reads nothing freed.
  * Frames are captured from the fake plugin's tx_kick.
  */
 #include <errno.h>
@@ -68,12 +71,14 @@ static void f_close(pscom_plugin_con_t *c, void *p)
     note('C');
 }
 
+static bool tx_async; /* the transport holds what it was given */
+
 static void f_tx_kick(pscom_plugin_con_t *c, void *p)
 {
     struct iovec iov[16];
     size_t total;
     int n = pscom_plugin_tx_peek(c, iov, 16, &total);
-    if (!n) return;
+    if (!n || tx_async) return;
     for (int i = 0; i < n; i++) {
         assert_true(wire_len + iov[i].iov_len <= sizeof(wire));
         memcpy(wire + wire_len, iov[i].iov_base, iov[i].iov_len);
@@ -201,6 +206,7 @@ static pscom_connection_t *open_on(struct psc_plugin *p)
     calls[0] = 0;
     memset(calls, 0, sizeof(calls));
     rkey_rc = op_rc = 0;
+    tx_async = false;
     last_token = NULL;
     con_errors = 0;
     return c;
@@ -616,6 +622,122 @@ static void failed_before_close_then_done(void **state)
     pscom_close_connection(c);
 }
 
+/* A fetch-and-op's and a get-accumulate's operand goes in place: when the
+ * connection fails while the transport still holds the frame, the request
+ * fails only after the plugin's close (it failed before, and an
+ * application that freed the operand in io_done had the transport read
+ * freed memory). */
+static bool closed_at_io_done;
+
+static void note_closed(pscom_request_t *r)
+{
+    closed_at_io_done = strchr(calls, 'C') != NULL;
+    io_done_calls++;
+}
+
+static void operand_kept_until_the_plugin_closed(void **state)
+{
+    void (*post[2])(pscom_request_t *) = {pscom_post_rma_fetch_op,
+                                          pscom_post_rma_get_accumulate};
+    for (int i = 0; i < 2; i++) {
+        pscom_connection_t *c = open_on(&fake);
+        pscom_rkey_t k = key_for(c, true);
+        tx_async = true;
+        char operand[8] = "operand", result[8];
+        pscom_request_t *r = rma_req(c, k, operand, 0, sizeof(operand));
+        r->rma.result_addr = result;
+        r->ops.io_done = note_closed;
+        io_done_calls = 0;
+        closed_at_io_done = false;
+        post[i](r);
+        assert_int_equal(io_done_calls, 0);
+        assert_int_equal(pscom_fail_connection(c, PSCOM_ERR_IOERROR),
+                         PSCOM_SUCCESS);
+        assert_int_equal(io_done_calls, 1);
+        assert_true(closed_at_io_done);
+        assert_true(r->state & PSCOM_REQ_STATE_ERROR);
+        pscom_request_free(r);
+        pscom_rkey_destroy(k);
+        pscom_close_connection(c);
+    }
+}
+
+/* A keyed get's answer has exactly the bytes asked for: a shorter one is
+ * a broken peer's, and fails the connection (it completed the get before,
+ * with the buffer partly unwritten). */
+static void short_answer_fails_the_connection(void **state)
+{
+    pscom_connection_t *c = open_on(&fake);
+    pscom_rkey_t k = key_for(c, true);
+    op_rc = -ENOTSUP; /* the core's message */
+    char dst[8];
+    pscom_request_t *r = rma_req(c, k, dst, 0, sizeof(dst));
+    io_done_calls = 0;
+    pscom_post_rma_get(r);
+    struct wframe f[2];
+    assert_int_equal(wire_frames(f, 2), 1);
+    assert_int_equal(f[0].type, PSC_MSG_RMA_GET);
+    pscom_rma_get_data_t g;
+    memcpy(&g, f[0].x, sizeof(g));
+    struct psc_rma_reply rep = {.id = (uint64_t)(uintptr_t)g.id};
+    struct frame answer;
+    frame_make(&answer, PSC_MSG_RMA_REPLY, &rep, sizeof(rep), "abc", 3, 3);
+    assert_int_equal(feed(c, &answer), -1);
+    assert_int_equal(con_errors, 1);
+    pscom_test_any(); /* the reap: the plugin's close fails the get */
+    assert_int_equal(io_done_calls, 1);
+    assert_true(r->state & PSCOM_REQ_STATE_ERROR);
+    pscom_request_free(r);
+    pscom_rkey_destroy(k);
+    pscom_close_connection(c);
+}
+
+/* The on-demand connection of a one-sided post cannot be made at once (no
+ * socket: wrapped); the application's con_error handler closes the
+ * connection. The post reads nothing freed (under AddressSanitizer; it
+ * read the connection after the handler's close freed it), and the
+ * request fails once. */
+static bool no_sockets;
+int __real_socket(int domain, int type, int protocol);
+int __wrap_socket(int domain, int type, int protocol);
+int __wrap_socket(int domain, int type, int protocol)
+{
+    if (no_sockets) {
+        errno = EMFILE;
+        return -1;
+    }
+    return __real_socket(domain, type, protocol);
+}
+
+static void close_on_error(pscom_connection_t *c, pscom_op_t op,
+                           pscom_err_t err)
+{
+    con_errors++;
+    pscom_close_connection(c);
+}
+
+static void ondemand_failure_closed_by_the_handler(void **state)
+{
+    pscom_connection_t *c = pscom_open_connection(sock);
+    assert_int_equal(pscom_connect(c, "127.0.0.1:9", 1,
+                                   PSCOM_CON_FLAG_ONDEMAND),
+                     PSCOM_SUCCESS);
+    pscom_rkey_t k = key_for(c, true);
+    char src[8] = "source";
+    pscom_request_t *r = rma_req(c, k, src, 0, sizeof(src));
+    sock->ops.con_error = close_on_error;
+    con_errors = io_done_calls = 0;
+    no_sockets = true;
+    pscom_post_rma_put(r);
+    no_sockets = false;
+    sock->ops.con_error = on_error;
+    assert_int_equal(con_errors, 1);
+    assert_int_equal(io_done_calls, 1);
+    assert_true(r->state & PSCOM_REQ_STATE_ERROR);
+    pscom_request_free(r);
+    pscom_rkey_destroy(k);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -629,6 +751,9 @@ int main(void)
         cmocka_unit_test(old_plugin_is_not_asked),
         cmocka_unit_test(broken_connection_fails_started),
         cmocka_unit_test(failed_before_close_then_done),
+        cmocka_unit_test(operand_kept_until_the_plugin_closed),
+        cmocka_unit_test(short_answer_fails_the_connection),
+        cmocka_unit_test(ondemand_failure_closed_by_the_handler),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

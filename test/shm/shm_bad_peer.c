@@ -186,10 +186,5 @@ int main(void)
     setenv("PSP_SHM_CMA", "32k", 1);
     secret_va = calloc(1, MSG_LEN);
     strcpy(secret_va, SECRET);
-    itest_watchdog(60);
-    itest_child_t acc, con;
-    itest_spawn(&acc, "acceptor", acceptor, NULL);
-    itest_spawn(&con, "connector", connector, NULL);
-    itest_link_relay(&acc.link, &con.link);
-    return itest_children_check((itest_child_t *[]){&acc, &con}, 2);
+    return itest_run_pair(60, "acceptor", acceptor, "connector", connector);
 }
