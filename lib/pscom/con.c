@@ -495,24 +495,38 @@ void pscom_flush(pscom_connection_t *connection)
     psc_unlock();
 }
 
+/* How long a close may wait (ms; 0: no limit): `limit`, and at exit no
+ * longer than what is left of the exit handler's budget. */
+static unsigned close_limit(unsigned limit)
+{
+    if (!psc_ctx.exit_until) return limit;
+    uint64_t now = psc_now_ms();
+    uint64_t left = now < psc_ctx.exit_until ? psc_ctx.exit_until - now : 1;
+    return limit && limit < left ? limit : (unsigned)left;
+}
+
 void psc_con_close(struct psc_con *con)
 {
     if (con->zombie || con->closing) return;
     if (con->plugin_open && !con->failed) {
-        unsigned limit = psc_settings.shutdown_timeout_ms;
         /* Once: a callback that the EOF's flush runs may close again. */
         if (!con->eof_sent) {
+            unsigned limit = close_limit(psc_settings.shutdown_timeout_ms);
             if (psc_progress_until(sends_drained, con, limit))
                 psc_warn("%s: closing with sends still pending after "
-                         "PSP_SHUTDOWN_TIMEOUT=%u ms; they fail",
-                         psc_con_str(con), limit);
+                         "%u ms (PSP_SHUTDOWN_TIMEOUT%s); they fail",
+                         psc_con_str(con), limit,
+                         psc_ctx.exit_until ? ", at exit" : "");
             if (!con->failed) {
                 psc_proto_send_eof(con);
                 con->eof_sent = true;
             }
         }
-        if (!con->failed)
-            psc_progress_until(sendq_empty, con, limit ? limit : 10000);
+        if (!con->failed) {
+            unsigned limit = psc_settings.shutdown_timeout_ms;
+            psc_progress_until(sendq_empty, con,
+                               close_limit(limit ? limit : 10000));
+        }
     }
     con->closing = true;
     if (!con->failed) {

@@ -523,6 +523,9 @@ struct psc_ctx {
     struct psc_list closed_socks; /* psc_sock.next_sock: to be freed */
     bool close_called;           /* an application close since the last
                                   * reap: it runs everything held */
+    uint64_t exit_until;         /* ms (psc_now_ms): the end of the exit
+                                  * handler's budget for flushing and
+                                  * closing; 0 outside it */
     struct psc_list dead;        /* psc_con.next_dead: plugin to be closed */
     struct psc_list precons;     /* psc_precon.next: handshakes under way */
     struct psc_list held;        /* psc_req.next_held: done inside a

@@ -89,9 +89,9 @@ static void at_exit(void)
         if (!psc_settings.shutdown_timeout_ms)
             psc_settings.shutdown_timeout_ms = EXIT_FLUSH_MS;
         /* One budget for the flush and the sockets' graceful ends. */
-        uint64_t until = psc_now_ms() + psc_settings.shutdown_timeout_ms;
+        psc_ctx.exit_until = psc_now_ms() + psc_settings.shutdown_timeout_ms;
         pscom_close_socket(NULL);
-        psc_linger_finish(until);
+        psc_linger_finish(psc_ctx.exit_until);
         psc_plugins_unload();
         psc_req_cache_drain();
     }

@@ -1074,6 +1074,7 @@ void psc_proto_fail_receives(struct psc_con *con)
 
     fail_queue(&con->rndv_recvq);
     fail_queue(&con->recvq_user);
+    psc_rma_con_fail(con);
     psc_group_con_fail(con);
 }
 
@@ -1106,9 +1107,5 @@ void psc_proto_fail_requests(struct psc_con *con)
 void psc_proto_plugin_closed(struct psc_con *con)
 {
     psc_proto_fail_sends(con);
-    /* One-sided requests waiting for a reply: a fetch-and-op's or a
-     * get-accumulate's operand goes in place, so the request fails only
-     * when the transport can no longer be reading it. */
-    psc_rma_con_fail(con);
     fail_queue(&con->rx_deferq);
 }

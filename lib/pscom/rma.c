@@ -798,21 +798,19 @@ static void post_get_like(pscom_request_t *r, const char *fn, uint8_t type,
     if (type == PSC_MSG_RMA_GET && fast_post(con, r, false, xlen)) return;
 
     size_t body_len = (body1 ? part : 0) + (body2 ? part : 0);
-    /* One operand is sent in place: the request completes only after the
-     * target has it. Compare-and-swap sends two, copied together. */
-    struct psc_req *m = internal_req(xlen, body2 ? body_len : 0);
+    /* The operands are copied: the request fails as soon as its
+     * connection does (a callback may wait for it), while the transport
+     * may still be reading the frame until its plugin is closed. */
+    struct psc_req *m = internal_req(xlen, body_len);
     if (!m) {
         psc_err("%s on %s: out of memory", fn, psc_con_str(con));
         psc_req_done(req_of(r), PSCOM_REQ_STATE_ERROR);
         return;
     }
     m->kind = PSC_REQ_CONTROL;
-    void *body = (void *)body1;
-    if (body2) {
-        if (part) memcpy(m->pub.user, body1, part);
-        if (part) memcpy((char *)m->pub.user + part, body2, part);
-        body = m->pub.user;
-    }
+    void *body = m->pub.user;
+    if (body1 && part) memcpy(m->pub.user, body1, part);
+    if (body2 && part) memcpy((char *)m->pub.user + part, body2, part);
 
     struct psc_req *req = req_of(r);
     req->exact_reply = true;

@@ -15,9 +15,10 @@
  *    after the plugin's close, releases the plugin keys before that close,
  *    and ignores a late or unknown pscom_plugin_rma_done;
  *  - a descriptor of interface 1.0 is never asked for the 1.1 ops;
- *  - the core's own path: an in-place operand outlives the transport, a
- *    short answer fails the connection, a post whose on-demand connect
- *    fails (and whose con_error handler closes) reads nothing freed.
+ *  - the core's own path: operands are copied, callbacks may wait for a
+ *    failed get, a short answer fails the connection, a post whose
+ *    on-demand connect fails (and whose con_error handler closes) reads
+ *    nothing freed.
  * Frames are captured from the fake plugin's tx_kick.
  */
 #include <errno.h>
@@ -622,20 +623,25 @@ static void failed_before_close_then_done(void **state)
     pscom_close_connection(c);
 }
 
-/* A fetch-and-op's and a get-accumulate's operand goes in place: when the
- * connection fails while the transport still holds the frame, the request
- * fails only after the plugin's close (it failed before, and an
- * application that freed the operand in io_done had the transport read
- * freed memory). */
-static bool closed_at_io_done;
-
-static void note_closed(pscom_request_t *r)
+/* A fetch-and-op's and a get-accumulate's operand is copied into the
+ * frame: the transport (holding the frame, as an asynchronous one does)
+ * never reads the application's buffer, so the request can fail as soon
+ * as its connection does (it went in place before, and the request failed
+ * while the transport could still read it). */
+static bool frame_reads(struct psc_con *con, const char *buf, size_t len)
 {
-    closed_at_io_done = strchr(calls, 'C') != NULL;
-    io_done_calls++;
+    struct psc_list *pos;
+    psc_list_for_each(pos, &con->sendq) {
+        struct psc_req *q = psc_list_entry(pos, struct psc_req, next);
+        for (int i = 0; i < 2; i++) {
+            const char *b = q->iov[i].iov_base;
+            if (b && b < buf + len && buf < b + q->iov[i].iov_len) return true;
+        }
+    }
+    return false;
 }
 
-static void operand_kept_until_the_plugin_closed(void **state)
+static void operands_are_copied(void **state)
 {
     void (*post[2])(pscom_request_t *) = {pscom_post_rma_fetch_op,
                                           pscom_post_rma_get_accumulate};
@@ -646,19 +652,75 @@ static void operand_kept_until_the_plugin_closed(void **state)
         char operand[8] = "operand", result[8];
         pscom_request_t *r = rma_req(c, k, operand, 0, sizeof(operand));
         r->rma.result_addr = result;
-        r->ops.io_done = note_closed;
         io_done_calls = 0;
-        closed_at_io_done = false;
         post[i](r);
         assert_int_equal(io_done_calls, 0);
+        assert_false(pscom_plugin_tx_pending(con_of(c)) == 0);
+        assert_false(frame_reads(con_of(c), operand, sizeof(operand)));
         assert_int_equal(pscom_fail_connection(c, PSCOM_ERR_IOERROR),
                          PSCOM_SUCCESS);
         assert_int_equal(io_done_calls, 1);
-        assert_true(closed_at_io_done);
         assert_true(r->state & PSCOM_REQ_STATE_ERROR);
         pscom_request_free(r);
         pscom_rkey_destroy(k);
         pscom_close_connection(c);
+    }
+}
+
+/* Callbacks may wait: for a get of a connection that failed (its
+ * con_error handler) or that the callback has just closed. The get has
+ * failed by then (it hung when it failed only at the plugin's close, which
+ * comes when the outermost call into the library returns). */
+static pscom_request_t *waited_get;
+static bool get_waited;
+
+static void wait_for_the_get(pscom_connection_t *c, pscom_op_t op,
+                             pscom_err_t err)
+{
+    con_errors++;
+    pscom_wait(waited_get);
+    get_waited = true;
+}
+
+static pscom_connection_t *to_close;
+
+static void close_then_wait(pscom_request_t *r)
+{
+    pscom_close_connection(to_close);
+    pscom_wait(waited_get);
+    get_waited = true;
+}
+
+static void callbacks_wait_for_failed_gets(void **state)
+{
+    for (int closing = 0; closing < 2; closing++) {
+        pscom_connection_t *c = open_on(&fake);
+        pscom_rkey_t k = key_for(c, true);
+        op_rc = -ENOTSUP; /* the core's message: the get waits for an answer */
+        char dst[8], x[4] = "abc";
+        waited_get = rma_req(c, k, dst, 0, sizeof(dst));
+        get_waited = false;
+        pscom_post_rma_get(waited_get);
+        watchdog_start(10);
+        if (closing) {
+            to_close = c;
+            pscom_request_t *s = pscom_request_create(0, 0);
+            pscom_req_prepare(s, c, x, sizeof(x), NULL, 0);
+            s->ops.io_done = close_then_wait;
+            pscom_post_send(s);
+            pscom_test_any();
+            pscom_request_free(s);
+        } else {
+            sock->ops.con_error = wait_for_the_get;
+            pscom_fail_connection(c, PSCOM_ERR_IOERROR);
+            sock->ops.con_error = on_error;
+        }
+        watchdog_stop();
+        assert_true(get_waited);
+        assert_true(waited_get->state & PSCOM_REQ_STATE_ERROR);
+        pscom_request_free(waited_get);
+        pscom_rkey_destroy(k);
+        if (!closing) pscom_close_connection(c);
     }
 }
 
@@ -684,7 +746,6 @@ static void short_answer_fails_the_connection(void **state)
     frame_make(&answer, PSC_MSG_RMA_REPLY, &rep, sizeof(rep), "abc", 3, 3);
     assert_int_equal(feed(c, &answer), -1);
     assert_int_equal(con_errors, 1);
-    pscom_test_any(); /* the reap: the plugin's close fails the get */
     assert_int_equal(io_done_calls, 1);
     assert_true(r->state & PSCOM_REQ_STATE_ERROR);
     pscom_request_free(r);
@@ -751,7 +812,8 @@ int main(void)
         cmocka_unit_test(old_plugin_is_not_asked),
         cmocka_unit_test(broken_connection_fails_started),
         cmocka_unit_test(failed_before_close_then_done),
-        cmocka_unit_test(operand_kept_until_the_plugin_closed),
+        cmocka_unit_test(operands_are_copied),
+        cmocka_unit_test(callbacks_wait_for_failed_gets),
         cmocka_unit_test(short_answer_fails_the_connection),
         cmocka_unit_test(ondemand_failure_closed_by_the_handler),
     };
