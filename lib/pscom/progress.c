@@ -365,9 +365,9 @@ int psc_progress_until(bool (*cond_fn)(void *arg), void *arg,
     while (!cond_fn(arg)) {
         int did = 0;
         if (polls_only(&w) && polls_until(cond_fn, arg, &did)) break;
-        wait_step(&w, did | psc_progress());
+        int woken = wait_step(&w, did | psc_progress());
         /* Every 256 busy rounds, or after every rest (which may sleep). */
-        if (deadline && ((++n & 255) == 0 || w.resting) &&
+        if (deadline && ((++n & 255) == 0 || w.resting || woken) &&
             psc_now_ms() >= deadline)
             return cond_fn(arg) ? 0 : -1;
     }

@@ -169,6 +169,8 @@ void psc_rma_hold_drop(struct psc_req *req)
     psc_list_del(&req->next_any);
 }
 
+static void origin_done(pscom_req_state_t state, void *priv);
+
 void psc_rma_con_fail(struct psc_con *con)
 {
     struct psc_list failed;
@@ -184,6 +186,20 @@ void psc_rma_con_fail(struct psc_con *con)
             psc_list_del(&req->next);
             psc_list_add_tail(&req->next, &failed);
         }
+    }
+    /* Operations whose plugin has moved the bytes (their notice queued,
+     * not held) fail now too, not when their notice fails at the plugin's
+     * close: a callback may wait for them. Those still moving (held) wait
+     * for the close. */
+    struct psc_list *pos;
+    psc_list_for_each(pos, &con->sendq) {
+        struct psc_req *m = psc_list_entry(pos, struct psc_req, next);
+        if (m->inplace_done != origin_done || m->tx_hold) continue;
+        struct psc_req *origin = m->inplace_priv;
+        if (!psc_list_unlinked(&origin->next)) continue;
+        m->inplace_done = NULL;
+        m->inplace_priv = NULL;
+        psc_list_add_tail(&origin->next, &failed);
     }
     while (!psc_list_empty(&failed)) {
         struct psc_req *req = psc_list_first(&failed, struct psc_req, next);
@@ -803,7 +819,10 @@ static void post_get_like(pscom_request_t *r, const char *fn, uint8_t type,
      * may still be reading the frame until its plugin is closed. */
     struct psc_req *m = internal_req(xlen, body_len);
     if (!m) {
-        psc_err("%s on %s: out of memory", fn, psc_con_str(con));
+        psc_err("%s on %s: %s", fn, psc_con_str(con),
+                body_len > UINT32_MAX - 4096
+                    ? "operands larger than a frame's copy (4 GiB)"
+                    : "out of memory");
         psc_req_done(req_of(r), PSCOM_REQ_STATE_ERROR);
         return;
     }

@@ -668,9 +668,11 @@ static void operands_are_copied(void **state)
 }
 
 /* Callbacks may wait: for a get of a connection that failed (its
- * con_error handler) or that the callback has just closed. The get has
- * failed by then (it hung when it failed only at the plugin's close, which
- * comes when the outermost call into the library returns). */
+ * con_error handler) or that the callback has just closed, on the core's
+ * path (waiting for the answer) or done by the plugin with its notice
+ * still queued. The get has failed by then (it hung when it failed only
+ * at the plugin's close, which comes when the outermost call into the
+ * library returns). */
 static pscom_request_t *waited_get;
 static bool get_waited;
 
@@ -693,10 +695,16 @@ static void close_then_wait(pscom_request_t *r)
 
 static void callbacks_wait_for_failed_gets(void **state)
 {
-    for (int closing = 0; closing < 2; closing++) {
+    for (int run = 0; run < 3; run++) {
+        bool closing = run == 1, fast = run == 2;
         pscom_connection_t *c = open_on(&fake);
         pscom_rkey_t k = key_for(c, true);
-        op_rc = -ENOTSUP; /* the core's message: the get waits for an answer */
+        if (fast) {
+            op_rc = 0;       /* the plugin moved the bytes at once */
+            tx_async = true; /* its notice stays queued */
+        } else {
+            op_rc = -ENOTSUP; /* the core's message: it waits for an answer */
+        }
         char dst[8], x[4] = "abc";
         waited_get = rma_req(c, k, dst, 0, sizeof(dst));
         get_waited = false;
