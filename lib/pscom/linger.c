@@ -15,7 +15,6 @@
  */
 #include <errno.h>
 #include <linux/sockios.h>
-#include <poll.h>
 #include <stdlib.h>
 #include <sys/epoll.h>
 #include <sys/ioctl.h>
@@ -112,18 +111,17 @@ void psc_linger_check(uint64_t now)
 
 void psc_linger_finish(uint64_t until_ms)
 {
-    /* At exit no round of progress reads the sockets any more: poll them
-     * here, until each has ended or its deadline has passed, or until
+    /* At exit no round of progress reads the sockets any more: look at
+     * them here, until each has ended or its deadline has passed, or until
      * until_ms (the exit's budget), when the rest are closed. */
     while (n_lingering) {
         uint64_t now = psc_now_ms();
-        psc_linger_check(now >= until_ms ? UINT64_MAX : now);
         struct psc_list *pos, *tmp;
         psc_list_for_each_safe(pos, tmp, &lingering) {
             struct lingerer *l = psc_list_entry(pos, struct lingerer, next);
-            struct pollfd p = {.fd = l->fd, .events = POLLIN | POLLRDHUP};
-            if (poll(&p, 1, 0) > 0 && !drop_input(l->fd)) linger_end(l);
+            if (now >= until_ms || now >= l->deadline || !drop_input(l->fd))
+                linger_end(l);
         }
-        if (n_lingering) poll(NULL, 0, 1);
+        if (n_lingering) usleep(1000);
     }
 }

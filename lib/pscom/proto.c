@@ -1015,6 +1015,14 @@ static void fail_queue(struct psc_list *queue)
     }
 }
 
+/* An unexpected message leaves its connection's and its socket's queues
+ * (harmless when it left them already). */
+static void unqueue_generated(struct psc_req *g)
+{
+    psc_list_del(&g->next);
+    psc_list_del(&g->next_any);
+}
+
 /* End the request that was receiving a body when its connection failed. */
 static void fail_current_receive(struct psc_req *cur)
 {
@@ -1022,8 +1030,7 @@ static void fail_current_receive(struct psc_req *cur)
         /* An unexpected message: its buffer goes, and the receive that
          * took it over while it arrived fails. */
         struct psc_req *u = cur->merged_into;
-        psc_list_del(&cur->next); /* harmless when matched already */
-        psc_list_del(&cur->next_any);
+        unqueue_generated(cur);
         psc_req_release(cur);
         if (u) psc_req_done(u, PSCOM_REQ_STATE_ERROR);
     } else {
@@ -1041,8 +1048,7 @@ static unsigned drop_generated(struct psc_con *con, const struct psc_req *leave,
     psc_list_for_each_safe(pos, tmp, &con->net_recvq) {
         struct psc_req *g = psc_list_entry(pos, struct psc_req, next);
         if (g == leave || (whole_stay && g->got_all && !g->rndv_gen)) continue;
-        psc_list_del(&g->next);
-        psc_list_del(&g->next_any);
+        unqueue_generated(g);
         psc_req_release(g);
         n++;
     }
@@ -1063,10 +1069,7 @@ void psc_proto_fail_receives(struct psc_con *con)
          * can no longer arrive whole leaves the queues now, before the
          * callbacks below run (one may close the socket, which releases
          * what its queues hold). */
-        if (cur->kind == PSC_REQ_GENERATED) {
-            psc_list_del(&cur->next);
-            psc_list_del(&cur->next_any);
-        }
+        if (cur->kind == PSC_REQ_GENERATED) unqueue_generated(cur);
         con->rx_failed = cur;
     } else if (cur) {
         fail_current_receive(cur);

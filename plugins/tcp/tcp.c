@@ -135,30 +135,22 @@ static int tcp_read(struct tcp_con *tc)
             did = 1;
             size_t d = (size_t)n < dlen ? (size_t)n : dlen;
             if ((d && pscom_plugin_rx_direct_done(tc->con, d)) ||
-                ((size_t)n > d &&
-                 pscom_plugin_rx_push(tc->con, tc->ra, n - d))) {
-                tc->dead = true;
-                return -1;
-            }
+                ((size_t)n > d && pscom_plugin_rx_push(tc->con, tc->ra, n - d)))
+                break; /* the core said stop */
             if ((size_t)n < asked) return did;
             continue;
         }
-        if (n == 0) {
-            tc->dead = true;
-            pscom_plugin_con_error(tc->con, PSCOM_OP_READ, PSCOM_ERR_EOF,
-                                   "read", 0);
-            return -1;
-        }
-        if (errno == EINTR) continue;
-        if (errno == EAGAIN || errno == EWOULDBLOCK) return did;
-        int e = errno;
-        tc->dead = true;
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return did;
+        int e = n < 0 ? errno : 0;
         pscom_plugin_con_error(tc->con, PSCOM_OP_READ,
-                               e == ECONNRESET ? PSCOM_ERR_EOF
-                                               : PSCOM_ERR_IOERROR,
+                               !n || e == ECONNRESET ? PSCOM_ERR_EOF
+                                                     : PSCOM_ERR_IOERROR,
                                "read", e);
-        return -1;
+        break;
     }
+    tc->dead = true;
+    return -1;
 }
 
 static void set_want_out(struct tcp_con *tc, bool on)
