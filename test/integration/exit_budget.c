@@ -3,12 +3,12 @@
  * all: the exit handler's flush of every connection and the sockets'
  * graceful ends share that one budget.
  *
- * A accepts three connections from B and posts a send of 16 MiB on each;
- * B never reads. A then calls exit(0) with PSP_SHUTDOWN_TIMEOUT=500. Each
- * close used to wait the whole timeout twice (for the sends, then for the
- * EOF behind them), and a sleeping wait looked at the clock only every
- * 256 rounds: A's exit took about 16 s. The watchdog (8 s) fails the test
- * when A has not ended by then; B is then killed.
+ * A accepts four connections from B and posts a send of 16 MiB on each;
+ * B never reads. A then calls exit(0) with PSP_SHUTDOWN_TIMEOUT=1000, so
+ * its exit should take about 1 s. The watchdog (6 s) fails the test when
+ * A has not ended by then; B is then killed. It fires when each close
+ * waits a timeout of its own (4 closes, each waiting for the sends and
+ * then for the EOF behind them: 8 s).
  */
 #include "itest.h"
 
@@ -16,7 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define NCON 3
+#define NCON 4
 #define LEN  (16u << 20)
 
 /* The sends fail in the exit handler: their requests go then. */
@@ -28,7 +28,7 @@ static void free_failed(pscom_request_t *r)
 static int sender(itest_link_t *link, void *arg)
 {
     (void)arg;
-    setenv("PSP_SHUTDOWN_TIMEOUT", "500", 1);
+    setenv("PSP_SHUTDOWN_TIMEOUT", "1000", 1);
     itest_pscom_init();
     pscom_socket_t *s = itest_open_socket("A", 1);
     char *ep = itest_ep_str(s);
@@ -64,7 +64,7 @@ static int receiver(itest_link_t *link, void *arg)
 int main(void)
 {
     setenv("PSCOM_TEST_TRANSPORT", "tcp", 1);
-    itest_watchdog(8);
+    itest_watchdog(6);
     itest_child_t a, b;
     itest_spawn(&a, "A", sender, NULL);
     itest_spawn(&b, "B", receiver, NULL);
