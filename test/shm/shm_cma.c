@@ -13,14 +13,27 @@
  *   deny:  all messages still arrived intact; the first receiver tried CMA
  *          exactly once and said so once at debug level (PSP_DEBUG=4, into
  *          a PSP_DEBUG_OUT file per process), and nobody tried again.
+ *   pidns: each process runs in a user and pid namespace of its own, as in
+ *          two containers that share the network and SysV IPC only (meson
+ *          sets PSP_SHM_SEGMENT=sysv). Both are pid 1 there, and each
+ *          sees 0 as the creator of the other's segment: the connection
+ *          still runs on shm, but nobody calls process_vm_readv (a pid
+ *          from another namespace names another process here), and all
+ *          messages arrive intact through the ring. Skipped (77) where
+ *          namespaces cannot be made.
  */
 #include "itest.h"
 
 #include <errno.h>
+#include <fcntl.h>
+#include <sched.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/uio.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 ssize_t __real_process_vm_readv(pid_t pid, const struct iovec *local,
@@ -33,6 +46,7 @@ ssize_t __wrap_process_vm_readv(pid_t pid, const struct iovec *local,
                                 unsigned long riovcnt, unsigned long flags);
 
 static int deny;
+static int pidns;
 static int cma_calls;
 
 ssize_t __wrap_process_vm_readv(pid_t pid, const struct iovec *local,
@@ -54,6 +68,65 @@ static const size_t sizes[] = {
 #define N_SIZES (sizeof(sizes) / sizeof(sizes[0]))
 
 static char logdir[] = "/tmp/shm_cma_XXXXXX";
+
+static int write_file(const char *path, const char *text)
+{
+    int fd = open(path, O_WRONLY | O_CLOEXEC);
+    if (fd < 0) return -1;
+    ssize_t n = write(fd, text, strlen(text));
+    close(fd);
+    return n == (ssize_t)strlen(text) ? 0 : -1;
+}
+
+/* A user namespace (so that no privilege is needed) with our ids mapped to
+ * root, and a pid namespace for the next child. 0, or -errno. */
+static int unshare_pid(void)
+{
+    char map[64];
+    uid_t uid = getuid();
+    gid_t gid = getgid();
+    if (unshare(CLONE_NEWUSER | CLONE_NEWPID) < 0) return -errno;
+    snprintf(map, sizeof(map), "0 %u 1", (unsigned)uid);
+    if (write_file("/proc/self/uid_map", map) < 0) return -errno;
+    if (write_file("/proc/self/setgroups", "deny") < 0 && errno != ENOENT)
+        return -errno;
+    snprintf(map, sizeof(map), "0 %u 1", (unsigned)gid);
+    if (write_file("/proc/self/gid_map", map) < 0) return -errno;
+    return 0;
+}
+
+/* Returns in the first process of a new pid namespace; the calling process
+ * waits for it and ends with its status (its watchdog still runs). */
+static void enter_pid_namespace(void)
+{
+    int e = unshare_pid();
+    if (e) ITEST_FAIL("new user and pid namespace: %s", strerror(-e));
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid < 0) ITEST_FAIL("fork(): %s", strerror(errno));
+    if (pid == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        ITEST_ASSERT(getpid() == 1, "pid %d in the new namespace",
+                     (int)getpid());
+        return;
+    }
+    int st;
+    while (waitpid(pid, &st, 0) < 0 && errno == EINTR)
+        ;
+    _exit(WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st));
+}
+
+/* Can this host make them (user namespaces may be disabled)? Tried in a
+ * throw-away child. */
+static int pid_namespaces_work(void)
+{
+    pid_t pid = fork();
+    if (pid < 0) return 0;
+    if (pid == 0) _exit(unshare_pid() ? 1 : 0);
+    int st;
+    return waitpid(pid, &st, 0) == pid && WIFEXITED(st) &&
+           WEXITSTATUS(st) == 0;
+}
 
 static void debug_to_file(const char *role)
 {
@@ -101,6 +174,7 @@ static void check_con(pscom_connection_t *con)
 
 static int server(itest_link_t *link, void *arg)
 {
+    if (pidns) enter_pid_namespace();
     debug_to_file("server");
     itest_pscom_init();
     pscom_socket_t *sock = itest_open_socket("server", 1);
@@ -122,6 +196,7 @@ static int server(itest_link_t *link, void *arg)
 
 static int client(itest_link_t *link, void *arg)
 {
+    if (pidns) enter_pid_namespace();
     debug_to_file("client");
     itest_pscom_init();
     char *ep = itest_link_recv_str(link);
@@ -170,11 +245,17 @@ int main(void)
     const char *mode = getenv("SHM_TEST_CMA");
     itest_child_t srv, cli;
 
-    if (!mode || (strcmp(mode, "deny") && strcmp(mode, "allow"))) {
-        fprintf(stderr, "shm_cma: set SHM_TEST_CMA=deny or allow\n");
+    if (!mode || (strcmp(mode, "deny") && strcmp(mode, "allow") &&
+                  strcmp(mode, "pidns"))) {
+        fprintf(stderr, "shm_cma: set SHM_TEST_CMA=deny, allow or pidns\n");
         return 2;
     }
     deny = !strcmp(mode, "deny");
+    pidns = !strcmp(mode, "pidns");
+    if (pidns && !pid_namespaces_work()) {
+        itest_note("SKIP: this host cannot make user and pid namespaces");
+        return 77;
+    }
     setenv("PSCOM_TEST_TRANSPORT", "shm", 1);
     itest_watchdog(ITEST_DEFAULT_TIMEOUT + 10);
     ITEST_ASSERT(mkdtemp(logdir) != NULL, "mkdtemp: %s", strerror(errno));
@@ -202,7 +283,10 @@ int main(void)
                "messages: server %d, client %d",
                (unsigned long long)srv_calls, (unsigned long long)cli_calls,
                srv_lines, cli_lines);
-    if (deny) {
+    if (pidns) {
+        ITEST_ASSERT_EQ(srv_calls + cli_calls, 0,
+                        "CMA attempts with a peer in another pid namespace");
+    } else if (deny) {
         /* The server receives first: it tries once, remembers, and tells
          * the client not to describe its buffers any more. */
         ITEST_ASSERT_EQ(srv_calls, 1, "CMA attempts by the first receiver");
