@@ -572,7 +572,9 @@ pscom_connection_t *pscom_open_connection(pscom_socket_t *socket);
 /* ---------------------------------------------------------------------- */
 
 /* A request with room for max_xheader_len bytes of extended header and
- * user_size bytes of user storage. NULL when out of memory. */
+ * user_size bytes of user storage. NULL when out of memory, or when
+ * max_xheader_len is more than a message can carry (65535 bytes less the
+ * library's own trailer of 88 bytes). */
 pscom_request_t *pscom_request_create(size_t max_xheader_len, size_t user_size);
 
 #define PSCOM_REQUEST_CREATE()                                                 \
@@ -608,12 +610,16 @@ static inline pscom_request_t *pscom_req_prepare(pscom_request_t *req,
     return req;
 }
 
-/* Send a copy of the buffers; returns at once, the library frees its copy. */
+/* Send a copy of the buffers; returns at once, the library frees its copy.
+ * An xheader longer than pscom_request_create() allows is not sent (an
+ * error is logged). */
 void pscom_send(pscom_connection_t *connection, void *xheader,
                 size_t xheader_len, void *data, size_t data_len);
 
 /* Send the buffers in place; io_done(state, priv) is called when done, and
- * the buffers must stay valid until then. */
+ * the buffers must stay valid until then. An xheader longer than
+ * pscom_request_create() allows is not sent: io_done gets an error state at
+ * once. */
 void pscom_send_inplace(pscom_connection_t *connection, void *xheader,
                         size_t xheader_len, void *data, size_t data_len,
                         void (*io_done)(pscom_req_state_t state, void *priv),

@@ -98,6 +98,9 @@ struct psc_rndv_data_hdr {
 #define PSC_HDR_LEN sizeof(pscom_header_net_t)
 /* Spare xheader room every request has for protocol trailers. */
 #define PSC_XHEADER_SPARE (sizeof(struct psc_rndv_info) + PSC_RNDV_BLOB_MAX)
+/* The longest xheader a message can carry: the header's 16-bit field also
+ * counts the trailer. */
+#define PSC_XHEADER_MAX ((size_t)UINT16_MAX - PSC_XHEADER_SPARE)
 /* Room for a control frame: header + the largest control xheader. */
 #define PSC_CTRL_FRAME_LEN (PSC_HDR_LEN + sizeof(struct psc_rndv_cts))
 

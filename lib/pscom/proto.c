@@ -239,9 +239,6 @@ int pscom_plugin_tx_peek(pscom_plugin_con_t *con, struct iovec *iov,
         /* Waits for a plugin's one-sided operation; order is kept. */
         if (req->tx_hold) break;
         size_t skip = req->iov[0].iov_len + req->iov[1].iov_len - req->tx_left;
-        /* Handed to the transport: no cancel from here on. */
-        if (!(req->pub.state & PSCOM_REQ_STATE_IO_STARTED))
-            psc_req_state_add(req, PSCOM_REQ_STATE_IO_STARTED);
         for (int i = 0; i < 2; i++) {
             size_t len = req->iov[i].iov_len;
             if (skip >= len) {
@@ -249,6 +246,10 @@ int pscom_plugin_tx_peek(pscom_plugin_con_t *con, struct iovec *iov,
                 continue;
             }
             if (n == iov_max) goto out;
+            /* Handed to the transport: no cancel from here on. A frame
+             * that did not fit stays cancellable. */
+            if (!(req->pub.state & PSCOM_REQ_STATE_IO_STARTED))
+                psc_req_state_add(req, PSCOM_REQ_STATE_IO_STARTED);
             iov[n].iov_base = (char *)req->iov[i].iov_base + skip;
             iov[n].iov_len = len - skip;
             sum += len - skip;

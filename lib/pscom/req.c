@@ -95,10 +95,10 @@ void psc_req_release(struct psc_req *req)
 
 pscom_request_t *pscom_request_create(size_t max_xheader_len, size_t user_size)
 {
-    if (max_xheader_len > UINT16_MAX - PSC_XHEADER_SPARE) {
+    if (max_xheader_len > PSC_XHEADER_MAX) {
         psc_err("pscom_request_create: max_xheader_len %zu is larger than "
                 "the %zu bytes an extended header can have",
-                max_xheader_len, (size_t)(UINT16_MAX - PSC_XHEADER_SPARE));
+                max_xheader_len, PSC_XHEADER_MAX);
         return NULL;
     }
     struct psc_req *req = psc_req_alloc(max_xheader_len, user_size);
@@ -305,10 +305,18 @@ static void send_simple(pscom_connection_t *connection, void *xheader,
                         bool copy, void (*done)(pscom_req_state_t, void *),
                         void *priv)
 {
+    const char *who = copy ? "pscom_send" : "pscom_send_inplace";
+    if (xheader_len > PSC_XHEADER_MAX) {
+        /* Its length would not fit the header's field. */
+        psc_err("%s: xheader_len %zu is larger than the %zu bytes an "
+                "extended header can have; the message is not sent",
+                who, xheader_len, PSC_XHEADER_MAX);
+        if (done) done(PSCOM_REQ_STATE_ERROR | PSCOM_REQ_STATE_DONE, priv);
+        return;
+    }
     struct psc_req *req = psc_req_alloc(xheader_len, copy ? data_len : 0);
     if (!req) {
-        psc_err("pscom_send: out of memory for a %zu byte message",
-                data_len);
+        psc_err("%s: out of memory for a %zu byte message", who, data_len);
         if (done) done(PSCOM_REQ_STATE_ERROR | PSCOM_REQ_STATE_DONE, priv);
         return;
     }

@@ -220,6 +220,30 @@ static void failed_connection_is_not_asked(void **state)
     close_con(c);
 }
 
+/* A peek that has no room left for a frame does not hand it out: that
+ * frame can still be cancelled; the one handed out cannot. */
+static void frame_not_handed_out_stays_cancellable(void **state)
+{
+    pscom_connection_t *c = open_on(&plugin_1_2);
+    pscom_request_t *r1 = send_req(c, 1, "one", 3);
+    pscom_request_t *r2 = send_req(c, 2, "two", 3);
+    struct iovec iov[2];
+    size_t total;
+    assert_int_equal(pscom_plugin_tx_peek(con_of(c), iov, 2, &total), 2);
+    assert_int_equal(total, sizeof(pscom_header_net_t) + 4 + 3);
+    assert_true(r1->state & PSCOM_REQ_STATE_IO_STARTED);
+    assert_false(r2->state & PSCOM_REQ_STATE_IO_STARTED);
+    assert_int_equal(pscom_cancel_send(r1), 0);
+    assert_int_equal(pscom_cancel_send(r2), 1);
+    assert_true(r2->state & PSCOM_REQ_STATE_CANCELED);
+    write_one(c);
+    assert_true(pscom_req_successful(r1));
+    assert_false(pscom_plugin_tx_pending(con_of(c)));
+    pscom_request_free(r1);
+    pscom_request_free(r2);
+    close_con(c);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -229,6 +253,8 @@ int main(void)
             left_frame_and_those_behind_it_are_queued, setup, teardown),
         cmocka_unit_test_setup_teardown(older_plugin_is_not_asked, setup,
                                         teardown),
+        cmocka_unit_test_setup_teardown(frame_not_handed_out_stays_cancellable,
+                                        setup, teardown),
         cmocka_unit_test_setup_teardown(failed_connection_is_not_asked, setup,
                                         teardown),
     };
