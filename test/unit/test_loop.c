@@ -29,6 +29,20 @@ static char *listen_ep(pscom_socket_t *s)
     return ep;
 }
 
+/* Connect a new connection of `s` to ep (rank `rank`) and wait until the
+ * listening side has accepted it; it must run on `type`. */
+static pscom_connection_t *connect_to(pscom_socket_t *s, const char *ep,
+                                      int rank, pscom_con_type_t type)
+{
+    pscom_connection_t *c = pscom_open_connection(s);
+    accepted = NULL;
+    assert_int_equal(pscom_connect(c, ep, rank, PSCOM_CON_FLAG_DIRECT),
+                     PSCOM_SUCCESS);
+    while (!accepted) pscom_test_any();
+    assert_int_equal(c->type, type);
+    return c;
+}
+
 static void exchange(pscom_connection_t *from, pscom_connection_t *to,
                      size_t len, unsigned seed)
 {
@@ -55,12 +69,7 @@ static void self_connection(void **state)
     pscom_socket_t *s = pscom_open_socket(0, 0, 0, 0);
     s->ops.con_accept = on_accept;
     char *ep = listen_ep(s);
-    pscom_connection_t *c = pscom_open_connection(s);
-    accepted = NULL;
-    assert_int_equal(pscom_connect(c, ep, 0, PSCOM_CON_FLAG_DIRECT),
-                     PSCOM_SUCCESS);
-    while (!accepted) pscom_test_any();
-    assert_int_equal(c->type, PSCOM_CON_TYPE_LOOP);
+    pscom_connection_t *c = connect_to(s, ep, 0, PSCOM_CON_TYPE_LOOP);
     assert_int_equal(accepted->type, PSCOM_CON_TYPE_LOOP);
 
     size_t sizes[] = {0, 1, 100, 70000, 3 << 20};
@@ -79,23 +88,13 @@ static void two_sockets_and_fallback(void **state)
     b->ops.con_accept = on_accept;
     char *ep = listen_ep(b);
 
-    pscom_connection_t *c = pscom_open_connection(a);
-    accepted = NULL;
-    assert_int_equal(pscom_connect(c, ep, 1, PSCOM_CON_FLAG_DIRECT),
-                     PSCOM_SUCCESS);
-    while (!accepted) pscom_test_any();
-    assert_int_equal(c->type, PSCOM_CON_TYPE_LOOP);
+    pscom_connection_t *c = connect_to(a, ep, 1, PSCOM_CON_TYPE_LOOP);
     exchange(c, accepted, 12345, 3);
 
     /* Without the loop (and shared memory) transport the pair talks tcp. */
     pscom_con_type_mask_del(a, PSCOM_CON_TYPE_LOOP);
     pscom_con_type_mask_del(a, PSCOM_CON_TYPE_SHM);
-    pscom_connection_t *c2 = pscom_open_connection(a);
-    accepted = NULL;
-    assert_int_equal(pscom_connect(c2, ep, 1, PSCOM_CON_FLAG_DIRECT),
-                     PSCOM_SUCCESS);
-    while (!accepted) pscom_test_any();
-    assert_int_equal(c2->type, PSCOM_CON_TYPE_TCP);
+    pscom_connection_t *c2 = connect_to(a, ep, 1, PSCOM_CON_TYPE_TCP);
     exchange(accepted, c2, 54321, 4);
 
     /* Closing one end is seen by the other. */
@@ -149,12 +148,7 @@ static void xheader_limit(void **state)
     char *ep = listen_ep(b);
     pscom_con_type_mask_del(a, PSCOM_CON_TYPE_LOOP);
     pscom_con_type_mask_del(a, PSCOM_CON_TYPE_SHM);
-    pscom_connection_t *c = pscom_open_connection(a);
-    accepted = NULL;
-    assert_int_equal(pscom_connect(c, ep, 1, PSCOM_CON_FLAG_DIRECT),
-                     PSCOM_SUCCESS);
-    while (!accepted) pscom_test_any();
-    assert_int_equal(c->type, PSCOM_CON_TYPE_TCP);
+    pscom_connection_t *c = connect_to(a, ep, 1, PSCOM_CON_TYPE_TCP);
 
     assert_null(pscom_request_create(max + 1, 0));
     char *x = malloc(max + 64);
