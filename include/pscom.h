@@ -669,7 +669,9 @@ int pscom_test_any(void);
 void pscom_wait_any(void);
 
 /* Cancel a request whose I/O has not started; 1 when it was cancelled.
- * A broadcast (pscom_post_bcast) is not cancelled: 0. */
+ * A broadcast (pscom_post_bcast) is not cancelled: 0. Nor is a rendezvous
+ * send whose buffer the transport has taken already (ucx, verbs and shm
+ * with cross-memory attach describe it to the peer when it is posted). */
 int pscom_cancel(pscom_request_t *request);
 int pscom_cancel_send(pscom_request_t *request);
 int pscom_cancel_recv(pscom_request_t *request);

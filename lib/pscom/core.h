@@ -142,6 +142,9 @@ struct psc_req {
     bool exact_reply;  /* a one-sided request whose reply has exactly
                         * data_len bytes (with a remote key; not
                         * pscom_post_rma_read) */
+    bool rndv_described; /* a rendezvous send whose buffer the plugin took
+                          * (rndv_describe): it has no way to give it
+                          * back, so the send is not cancelled */
 
     /* The one queue the request is in: con->sendq, con->recvq_user,
      * sock->recvq_any, psc_ctx.recvq_any, con->net_recvq, con->rndv_sendq,

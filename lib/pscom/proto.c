@@ -186,6 +186,7 @@ void psc_proto_send(struct psc_con *con, struct psc_req *req)
         size_t n = ops->rndv_describe(con, con->plugin_priv, r->data,
                                       r->data_len, x);
         info.blob_len = n <= PSC_RNDV_BLOB_MAX ? (uint32_t)n : 0;
+        req->rndv_described = info.blob_len > 0;
     }
     req->id = info.sender_id;
     req->rndv_answer = 0;

@@ -445,7 +445,8 @@ static int cancel_locked(struct psc_req *req, pscom_req_state_t kind)
     pscom_req_state_t st = req->pub.state;
     if (!(st & kind) || !(st & PSCOM_REQ_STATE_POSTED) ||
         (st & (PSCOM_REQ_STATE_IO_STARTED | PSCOM_REQ_STATE_DONE)) ||
-        !psc_list_unlinked(&req->next_held) || psc_list_unlinked(&req->next))
+        !psc_list_unlinked(&req->next_held) || psc_list_unlinked(&req->next) ||
+        req->rndv_described)
         return 0;
     psc_list_del(&req->next);
     psc_req_done(req, PSCOM_REQ_STATE_CANCELED);

@@ -61,6 +61,27 @@ static const pscom_plugin_t desc_1_2 = {
 static struct psc_plugin plugin_now = {.desc = &desc_now, .name = "fake"};
 static struct psc_plugin plugin_1_2 = {.desc = &desc_1_2, .name = "fake12"};
 
+/* A plugin with zero-copy rendezvous: it takes the buffer when the send is
+ * posted. */
+static int describes;
+
+static size_t fake_describe(pscom_plugin_con_t *c, void *priv,
+                            const void *data, size_t len, void *blob)
+{
+    describes++;
+    memset(blob, 0xab, 8);
+    return 8;
+}
+
+static const pscom_plugin_ops_t rndv_ops = {
+    .tx_kick = fake_tx_kick,
+    .close = fake_close,
+    .rndv_describe = fake_describe,
+};
+static const pscom_plugin_t desc_rndv = {
+    .api_version = PSCOM_PLUGIN_API_VERSION, .name = "rndv", .ops = &rndv_ops};
+static struct psc_plugin plugin_rndv = {.desc = &desc_rndv, .name = "rndv"};
+
 static pscom_socket_t *sock;
 
 static int setup(void **state)
@@ -78,9 +99,14 @@ static pscom_connection_t *cur; /* the test's connection, until closed */
 
 static int teardown(void **state)
 {
-    /* A failed test may leave frames queued, which closing waits for. */
+    /* A failed test may leave frames queued, which closing waits for, or a
+     * rendezvous send waiting for its answer: its connection fails. */
     kick_writes = 1;
-    if (cur) fake_tx_kick(con_of(cur), NULL);
+    if (cur) {
+        fake_tx_kick(con_of(cur), NULL);
+        pscom_plugin_con_error(con_of(cur), PSCOM_OP_WRITE, PSCOM_ERR_IOERROR,
+                               "test failed", 0);
+    }
     cur = NULL;
     pscom_close_socket(sock);
     return 0;
@@ -244,6 +270,38 @@ static void frame_not_handed_out_stays_cancellable(void **state)
     close_con(c);
 }
 
+/* A queued rendezvous send can be cancelled unless a plugin has taken its
+ * buffer (rndv_describe): the plugin cannot give it back, and the
+ * application would free what the transport may still read. */
+static void described_rendezvous_is_not_cancelled(void **state)
+{
+    static char big[64];
+    struct psc_plugin *plugins[] = {&plugin_1_2, &plugin_rndv};
+    for (int i = 0; i < 2; i++) {
+        kick_writes = 0; /* the announcement stays queued */
+        pscom_connection_t *c = open_on(plugins[i]);
+        con_of(c)->rndv_threshold = 16;
+        describes = 0;
+        pscom_request_t *r = send_req(c, 1, big, sizeof(big));
+        assert_true(r->state & PSCOM_REQ_STATE_RENDEZVOUS_REQUEST);
+        assert_false(r->state & PSCOM_REQ_STATE_IO_STARTED);
+        assert_int_equal(describes, i);
+        assert_int_equal(pscom_cancel_send(r), i ? 0 : 1);
+        if (i) {
+            /* It ends with its connection. */
+            pscom_plugin_con_error(con_of(c), PSCOM_OP_WRITE,
+                                   PSCOM_ERR_IOERROR, "test", 0);
+            close_con(c);
+            assert_true(pscom_req_is_done(r));
+            assert_false(pscom_req_successful(r));
+        } else {
+            assert_true(r->state & PSCOM_REQ_STATE_CANCELED);
+            close_con(c);
+        }
+        pscom_request_free(r);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -254,6 +312,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(older_plugin_is_not_asked, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(frame_not_handed_out_stays_cancellable,
+                                        setup, teardown),
+        cmocka_unit_test_setup_teardown(described_rendezvous_is_not_cancelled,
                                         setup, teardown),
         cmocka_unit_test_setup_teardown(failed_connection_is_not_asked, setup,
                                         teardown),
