@@ -681,7 +681,12 @@ int pscom_cancel_recv(pscom_request_t *request);
  * is not consumed. */
 int pscom_iprobe(pscom_request_t *request);
 
-/* Wait until pscom_iprobe() would return 1. */
+/* Wait until pscom_iprobe() would return 1. As with ParaStation pscom, this
+ * waits for ever on a connection that has failed and holds no message: it
+ * has no way to report the failure (ParaStation MPI takes whatever header
+ * the request holds when it returns). Where the peer may fail, loop on
+ * pscom_iprobe() and look at connection->state, or rely on the socket's
+ * con_error callback. */
 void pscom_probe(pscom_request_t *request);
 
 static inline int pscom_req_state_successful(pscom_req_state_t state)
