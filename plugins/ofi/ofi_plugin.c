@@ -887,6 +887,21 @@ static int body_pull(struct ofi_con *oc, const ofi_pull_desc_t *d,
         }
         int err = ofw_cma_read((pid_t)d->pid, b, d->addr + off, n);
         if (!err && off + n == d->len) {
+            /* Did the peer close and give the buffer back to its
+             * application meanwhile (OFI_ACK_REVOKED)? Read after the
+             * copy: a word not yet revoked means no byte copied was
+             * written again. */
+            uint64_t w = 0;
+            err = ofw_cma_read((pid_t)d->pid, &w, d->ack, sizeof(w));
+            if (!err && w == OFI_ACK_REVOKED) {
+                free(tmp);
+                fail_con(oc, PSCOM_OP_READ, PSCOM_ERR_EOF,
+                         "the peer closed while its message was copied; "
+                         "what was copied is dropped", 0);
+                return -1;
+            }
+        }
+        if (!err && off + n == d->len) {
             /* The peer may reuse its buffer: say so before the upcall. */
             uint64_t v = frame + 1;
             err = ofw_cma_write((pid_t)d->pid, &v, d->ack, sizeof(v));
@@ -1967,14 +1982,22 @@ static void release(struct ofi_con *oc)
     free(oc->ring);
     oc->ring = NULL;
     /* Frames the peer has not acknowledged: it may still copy them and
-     * write their acknowledgements. */
+     * write their acknowledgements. The core fails those it counts as
+     * unsent after this and gives their buffers back to the application:
+     * their words say so before (the peer drops such a copy). Our own
+     * copies (tmp) stay as they are. */
     for (uint64_t f = oc->tx_head; oc->fifo && f != oc->tx_tail; f++) {
         struct txe *e = &oc->fifo[f % oc->nfifo];
+        if (e->offer && e->pending && !e->tmp)
+            __atomic_store_n(&oc->acks[f % oc->nfifo], OFI_ACK_REVOKED,
+                             __ATOMIC_SEQ_CST);
         if (e->tmp && e->pending)
             bury(e->tmp);
         else
             free(e->tmp);
     }
+    /* Before the application can write the buffers again. */
+    __atomic_thread_fence(__ATOMIC_SEQ_CST);
     if (oc->offers)
         bury(oc->acks);
     else

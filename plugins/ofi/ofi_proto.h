@@ -91,6 +91,12 @@ typedef struct ofi_pull_desc {
 
 #define OFI_PULL_DESC_LEN 32
 
+/* What a sender that closes writes into the acknowledgement word of a
+ * frame the peer may still copy from the core's buffer: that buffer goes
+ * back to the application. A receiver reads the word after its copy and
+ * drops what it copied when it finds this. */
+#define OFI_ACK_REVOKED UINT64_MAX
+
 /* Split frames (pull mode): a descriptor with flag OFI_DESC_SPLIT (and
  * neither process nor acknowledgement word) announces the rest as injected
  * chunks of `addr` bytes (at most OFI_SPLIT_CHUNK_MAX), only with providers

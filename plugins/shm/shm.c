@@ -69,6 +69,10 @@ struct seg_hdr {
     /* Written by the peer: it cannot read this process's memory with
      * process_vm_readv, so rendezvous sends need not describe buffers. */
     _Atomic uint32_t no_cma;
+    /* Written by the peer when it closes: the buffers it described may go
+     * back to its application, and a pull that ends after this may have
+     * copied bytes written again. */
+    _Atomic uint32_t pulls_revoked;
 };
 
 _Static_assert(sizeof(struct seg_hdr) <= SEG_HDR_LEN, "segment header size");
@@ -615,6 +619,13 @@ static void shm_close(pscom_plugin_con_t *con, void *priv)
     close(sc->fd);
     sc->fd = -1;
     sc->dead = true;
+    /* The core fails the rendezvous sends the peer has not pulled after
+     * this: before their buffers can be written again, the peer learns
+     * that its pulls can no longer be trusted. */
+    if (sc->peer_hdr)
+        atomic_store_explicit(&sc->peer_hdr->pulls_revoked, 1,
+                              memory_order_seq_cst);
+    atomic_thread_fence(memory_order_seq_cst);
     release_segments(sc);
 }
 
@@ -680,8 +691,23 @@ static int shm_rndv_pull(pscom_plugin_con_t *con, void *priv, const void *blob,
         goto tell_peer;
     }
 
+    if (atomic_load_explicit(&sc->my_hdr->pulls_revoked,
+                             memory_order_acquire))
+        return -ECONNRESET;
     int rc = cma_move(b.pid, dst, b.addr, len, false);
-    if (!rc) return 0;
+    if (!rc) {
+        /* Read after the copy: not revoked yet means no byte copied was
+         * written again (shm_close). Else the body takes the generic path,
+         * which the closed peer no longer serves. */
+        atomic_thread_fence(memory_order_seq_cst);
+        if (!atomic_load_explicit(&sc->my_hdr->pulls_revoked,
+                                  memory_order_acquire))
+            return 0;
+        pscom_plugin_log(3, "shm: %s: the peer closed while its message "
+                         "was pulled; what was copied is dropped",
+                         pscom_plugin_con_str(con));
+        return -ECONNRESET;
+    }
     int e = -rc;
     if (e == EPERM || e == ENOSYS) {
         cma_denied = true;

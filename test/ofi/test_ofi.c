@@ -1259,7 +1259,32 @@ static void test_pull_direct(void **state)
 {
     pull_setup();
     direct_and_eager();
-    assert_int_equal(fake.cma_read_bytes, 200000);
+    /* Two bodies, and each frame's acknowledgement word after its copy. */
+    assert_int_equal(fake.cma_read_bytes, 200000 + 2 * sizeof(uint64_t));
+}
+
+/* A closes before B copied its frame: the core fails that send and gives
+ * its buffer back to the application. B's copy after the close is
+ * dropped, and B's connection ends (EOF) instead of delivering bytes the
+ * application may have written again. */
+static void test_pull_revoked_by_close(void **state)
+{
+    pull_setup();
+    struct pair p;
+    pair_open(&p);
+    struct fake_frame *f = fake_frame_new(0, 0, 9000, 1);
+    uint8_t expect[10000];
+    send_frames(&p, &p.a, &f, 1, expect);
+    ops->close(&p.a, p.pa);
+    progress(20);
+    assert_true(fake.cma_reads >= 2); /* the body, then the word */
+    assert_int_equal(p.b.errors, 1);
+    assert_int_equal(p.b.err, PSCOM_ERR_EOF);
+    assert_int_equal(p.b.frames_in, 0);
+    ops->close(&p.b, p.pb);
+    pair_free(&p);
+    progress(4);
+    ops->destroy();
 }
 
 /* The sender's process is gone (or its memory not readable) when the
@@ -1549,6 +1574,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_pull_ack_before_answer, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_pull_eagain, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_pull_revoked_by_close, setup,
+                                        teardown),
         cmocka_unit_test_setup_teardown(test_pull_direct, setup, teardown),
         cmocka_unit_test_setup_teardown(test_pull_copy_fails, setup,
                                         teardown),
