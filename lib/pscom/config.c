@@ -931,7 +931,8 @@ static void print_markdown(FILE *out, struct entry **v)
             "`on`/`off`. A value that does not parse is reported and the "
             "default is kept; a value outside the range a row gives is "
             "reported and the nearer end of the range used. A set `PSP_*` variable that no row below "
-            "knows is reported with the closest known name. `pscom_info -c` "
+            "knows is reported with the closest known name (not those of a plugin that "
+            "its `PSP_<NAME>=0` disables). `pscom_info -c` "
             "shows the current values and where they came from.\n");
 
     for (size_t i = 0; i < n_entries; i++) {

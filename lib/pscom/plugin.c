@@ -424,9 +424,7 @@ const char *const *psc_plugins_pending_prefixes(void)
     unsigned n = 0;
     for (unsigned i = 0; i < count; i++) {
         struct slot *s = (struct slot *)order[i];
-        if (s->p.state != PSC_PLUGIN_PENDING &&
-            !(s->p.state == PSC_PLUGIN_LOADED && !s->p.initialised))
-            continue;
+        if (s->p.state == PSC_PLUGIN_LOADED && s->p.initialised) continue;
         snprintf(names[n], sizeof(names[n]), "%s_", s->row_name);
         list[n] = names[n];
         n++;

@@ -69,8 +69,10 @@ int psc_plugin_start(struct psc_plugin *p);
  * the type it will have)? */
 bool psc_plugin_offerable(const struct psc_plugin *p, uint64_t mask);
 
-/* PSP_ prefixes of the settings of loadable plugins not loaded yet
- * (NULL-terminated), for the unknown-variable check at initialisation. */
+/* PSP_ prefixes of the settings of plugins that have not declared them:
+ * loadable ones not loaded yet, and those disabled (PSP_<NAME>=0) or
+ * failed (NULL-terminated), for the unknown-variable check at
+ * initialisation. A setting of a disabled plugin is not unknown. */
 const char *const *psc_plugins_pending_prefixes(void);
 
 /* Number of known plugins (in any state) and the i-th in priority order:
