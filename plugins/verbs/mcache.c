@@ -153,7 +153,16 @@ int vb_mcache_get(vb_mcache_t *mc, const void *addr, size_t len, int access,
 void vb_mcache_put(vb_mcache_t *mc, vb_mentry_t *e)
 {
     if (!e || !e->refs) return;
-    if (--e->refs == 0 && !e->cached) release(mc, e);
+    if (--e->refs) return;
+    /* The peer's rights end with the last user: a key given out for them
+     * must stop working (a revoked region, a buffer freed after its send),
+     * and only deregistering revokes it. */
+    if (e->cached && (e->reg.access & mc->exact)) {
+        unlink_entry(mc, e);
+        e->cached = false;
+        mc->count--;
+    }
+    if (!e->cached) release(mc, e);
 }
 
 size_t vb_mcache_invalidate(vb_mcache_t *mc, const void *addr, size_t len)

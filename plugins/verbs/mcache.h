@@ -1,7 +1,7 @@
 /*
  * The registration cache of the verbs plugin: a bounded LRU list of memory
- * registrations, so that a buffer sent or received by rendezvous again is
- * not registered again. Pure logic: registering and deregistering are the
+ * registrations, so that a buffer received into by rendezvous again (or
+ * the local buffer of a one-sided operation) is not registered again. Pure logic: registering and deregistering are the
  * caller's callbacks, so the cache is tested without hardware.
  *
  * A registration covers whole pages: [addr, addr + len) rounded out to page
@@ -10,8 +10,10 @@
  * share it. Except for the peer's rights (exact_access of
  * vb_mcache_create): the HCA checks a peer's access against the
  * registration its key names, so such a registration covers the bytes
- * asked for and no more, and a lookup hits only an entry of exactly that
- * range and those peer rights. Overlapping entries may coexist.
+ * asked for and no more, a lookup hits only an entry of exactly that range
+ * and those peer rights, and the entry is deregistered with its last
+ * reference, cached or not: the peer's key must stop working when the last
+ * user of the registration lets go of it. Overlapping entries may coexist.
  * Entries in use (references held) are never evicted; when every cached
  * entry is in use and the cache is full, a new registration is handed out
  * uncached and deregistered when its last reference goes. A bound of 0
@@ -85,8 +87,8 @@ void vb_mcache_destroy(vb_mcache_t *mc);
 int vb_mcache_get(vb_mcache_t *mc, const void *addr, size_t len, int access,
                   vb_mentry_t **entry_p);
 
-/* Drop the reference from vb_mcache_get(). An uncached entry is
- * deregistered and freed with its last reference. */
+/* Drop the reference from vb_mcache_get(). An uncached entry, or one with
+ * the peer's rights, is deregistered and freed with its last reference. */
 void vb_mcache_put(vb_mcache_t *mc, vb_mentry_t *e);
 
 /* Drop every cached entry overlapping [addr, addr + len): unreferenced ones

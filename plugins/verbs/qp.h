@@ -31,7 +31,9 @@ typedef struct vb_qp_local {
     uint8_t link_layer; /* IBV_LINK_LAYER_* */
     bool gid_valid;
     uint8_t gid[16];
-    uint8_t gid_index;  /* index of gid in the port's table */
+    uint8_t gid_index;  /* index of gid in the port's table (an address
+                         * vector holds 8 bits: PSP_VERBS_GID_INDEX is
+                         * limited to 255) */
     uint8_t rd_atom;    /* RDMA read depth this HCA allows (0: none) */
     uint8_t sl;         /* service level */
 } vb_qp_local_t;

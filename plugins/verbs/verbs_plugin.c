@@ -82,21 +82,24 @@ enum wr_kind { WR_RECV = 1, WR_SEND = 2, WR_READ = 3, WR_RMA = 4 };
 #define KEY_IDX_MAX (1u << KEY_IDX_BITS)
 
 static char *cfg_hca;
-static unsigned cfg_port, cfg_gid_index, cfg_sl, cfg_mcache_size;
+static unsigned cfg_port, cfg_sl, cfg_mcache_size;
+static int cfg_gid_index; /* -1: chosen per port (pick_gid_index) */
 static unsigned cfg_recvq, cfg_sendq, cfg_cq_size, cfg_timeout, cfg_retry;
 static size_t cfg_bufsize, cfg_rendezvous, cfg_rma;
 static int cfg_fork;
 
 static const pscom_config_row_t vb_rows[] = {
     {"PSP_VERBS_HCA", PSCOM_CONFIG_STR, NULL,
-     "RDMA device to use (e.g. mlx5_0); unset: the first with an active port",
+     "RDMA device to use (e.g. mlx5_0); unset: the first with an active "
+     "InfiniBand port, else the first with an active RoCE port",
      "verbs", NULL, &cfg_hca},
     {"PSP_VERBS_PORT", PSCOM_CONFIG_UINT, "0",
-     "port of the RDMA device; 0: the first active port", "verbs", NULL,
-     &cfg_port},
-    {"PSP_VERBS_GID_INDEX", PSCOM_CONFIG_UINT, "0",
-     "index of the port's GID used for routing by GID (RoCE: pick the "
-     "RoCE v2 entry, see show_gids)", "verbs", NULL, &cfg_gid_index},
+     "port of the RDMA device; 0: the first active port (InfiniBand before "
+     "RoCE)", "verbs", NULL, &cfg_port},
+    {"PSP_VERBS_GID_INDEX", PSCOM_CONFIG_INT, "-1",
+     "index of the port's GID used for routing by GID; -1: 0 on InfiniBand, "
+     "on RoCE the first RoCE v2 entry with an IPv4 address, else the first "
+     "RoCE v2 entry, else 0", "verbs", NULL, &cfg_gid_index},
     {"PSP_VERBS_SL", PSCOM_CONFIG_UINT, "0",
      "InfiniBand service level of verbs connections", "verbs", NULL, &cfg_sl},
     {"PSP_VERBS_MCACHE_SIZE", PSCOM_CONFIG_UINT, "0",
@@ -144,6 +147,9 @@ static const pscom_config_range_t vb_ranges[] = {
     {"PSP_VERBS_TIMEOUT", 1, 31},
     {"PSP_VERBS_RETRY", 0, 7},
     {"PSP_VERBS_SL", 0, 15},
+    {"PSP_VERBS_PORT", 0, 255},
+    /* An address vector names the source GID with 8 bits. */
+    {"PSP_VERBS_GID_INDEX", -1, 255},
 };
 
 
@@ -157,7 +163,10 @@ struct vb_con {
     pscom_plugin_con_t *con;
     uint32_t key;               /* in the connection table; 0: not keyed */
     bool open;                  /* open() succeeded */
-    bool dead;                  /* failed or closing: no more upcalls */
+    bool dead;                  /* failed, or the core said it is closing:
+                                 * no more upcalls */
+    bool failed;                /* the transport failed: close() need not
+                                 * wait for posted sends */
     bool err_pending;           /* a failure waits to be reported */
     const char *err_what;
     int err_errno;
@@ -179,7 +188,7 @@ struct vb_con {
 
     vb_credit_t cr;
 
-    bool rndv_ok;               /* both HCAs do RDMA read */
+    bool read_ok;               /* both HCAs do RDMA read (rendezvous, get) */
     unsigned reads_out;         /* RDMA reads in flight */
     int read_status;            /* first failed read (IBV_WC_*), 0: none */
 
@@ -188,8 +197,11 @@ struct vb_con {
     uint32_t *rel;              /* handles to return to the peer, in order */
     uint32_t rel_count, rel_cap;
 
-    struct ibv_wc *early;       /* completions that came before open() */
-    uint32_t early_count, early_cap;
+    /* Completions that came before open(), and those that come while
+     * they are replayed (they queue behind them): early[early_next ..
+     * early_count) are still to be handled. */
+    struct ibv_wc *early;
+    uint32_t early_next, early_count, early_cap;
 
     uint16_t peer_lid;          /* the peer's port, to check its keys */
     uint8_t peer_gid[16];
@@ -203,7 +215,8 @@ struct vb_con {
     bool dirty;
     struct vb_con *dirty_next;  /* vb.dirty: to flush at the end of progress */
     bool replay;
-    struct vb_con *replay_next; /* vb.replay: open with early completions */
+    struct vb_con *replay_next; /* vb.replay: open, with early completions
+                                 * to replay */
     struct vb_con *next;        /* vb.cons: open connections */
     struct vb_con **pprev;
 };
@@ -281,6 +294,7 @@ static const char *mtu_str(uint8_t mtu)
 static void con_fail(struct vb_con *vc, pscom_op_t op, pscom_err_t err,
                      const char *what, int sys_errno)
 {
+    vc->failed = true;
     if (vc->dead) return;
     vc->dead = true;
     if (vc->open) pscom_plugin_con_error(vc->con, op, err, what, sys_errno);
@@ -389,6 +403,7 @@ static void unlink_lists(struct vb_con *vc)
 
 static void con_fail_later(struct vb_con *vc, const char *what, int sys_errno)
 {
+    vc->failed = true;
     if (vc->dead || vc->err_pending) return;
     vc->err_pending = true;
     vc->err_what = what;
@@ -465,75 +480,200 @@ static void fork_policy(void)
                          "(ibv_fork_init)");
 }
 
-/* Find an active port on dev (PSP_VERBS_PORT, or the first). Fills vb. */
-static int try_device(struct ibv_device *dev)
+/* An active port the device search found. */
+struct port_pick {
+    struct ibv_context *ctx;   /* open; NULL: none found */
+    char name[64];
+    uint8_t port;
+    struct ibv_device_attr da;
+    struct ibv_port_attr pa;
+    union ibv_gid gid;
+    bool gid_valid;
+    uint8_t gid_index;
+};
+
+static const char *transport_str(enum ibv_transport_type t)
+{
+    switch (t) {
+    case IBV_TRANSPORT_IB: return "InfiniBand";
+    case IBV_TRANSPORT_IWARP: return "iWARP";
+    case IBV_TRANSPORT_USNIC:
+    case IBV_TRANSPORT_USNIC_UDP: return "usNIC";
+    default: return "unknown";
+    }
+}
+
+static bool gid_zero(const uint8_t *raw)
+{
+    for (int i = 0; i < 16; i++)
+        if (raw[i]) return false;
+    return true;
+}
+
+/* ::ffff:a.b.c.d, the form of a RoCE v2 GID of an IPv4 address. */
+static bool gid_ipv4(const uint8_t *raw)
+{
+    for (int i = 0; i < 10; i++)
+        if (raw[i]) return false;
+    return raw[10] == 0xff && raw[11] == 0xff;
+}
+
+/* The GID index to route by: PSP_VERBS_GID_INDEX when it is given; else 0
+ * on InfiniBand, and on Ethernet the first RoCE v2 entry with an IPv4
+ * address, else the first RoCE v2 entry, else 0. Index 0 of a RoCE port is
+ * its RoCE v1 link-local entry on most HCAs, which a fabric routing
+ * RoCE v2 only does not carry: connections would fail after the handshake
+ * with retries exceeded. IPv4 is preferred because that is how most RoCE
+ * fabrics are addressed, and a link-local IPv6 entry does not leave its
+ * subnet. */
+static int pick_gid_index(struct ibv_context *ctx, const char *name,
+                          uint8_t port, const struct ibv_port_attr *pa)
+{
+    if (cfg_gid_index >= 0) return cfg_gid_index;
+    if (pa->link_layer != IBV_LINK_LAYER_ETHERNET) return 0;
+    int n = pa->gid_tbl_len < 256 ? pa->gid_tbl_len : 256;
+    int first_v2 = -1;
+    for (int i = 0; i < n; i++) {
+        struct ibv_gid_entry e;
+        memset(&e, 0, sizeof(e));
+        if (vb_query_gid_ex(ctx, port, (uint32_t)i, &e)) continue;
+        if (e.gid_type != IBV_GID_TYPE_ROCE_V2 || gid_zero(e.gid.raw))
+            continue;
+        if (gid_ipv4(e.gid.raw)) {
+            pscom_plugin_log(LOG_DEBUG, "verbs: %s port %u: GID index %d "
+                             "(RoCE v2, IPv4) chosen; PSP_VERBS_GID_INDEX "
+                             "overrides", name, port, i);
+            return i;
+        }
+        if (first_v2 < 0) first_v2 = i;
+    }
+    if (first_v2 >= 0) {
+        pscom_plugin_log(LOG_DEBUG, "verbs: %s port %u: GID index %d (RoCE "
+                         "v2, IPv6) chosen; PSP_VERBS_GID_INDEX overrides",
+                         name, port, first_v2);
+        return first_v2;
+    }
+    pscom_plugin_log(LOG_DEBUG, "verbs: %s port %u: no RoCE v2 GID found; "
+                     "using GID index 0 (RoCE v1)", name, port);
+    return 0;
+}
+
+/* Look at the active ports of dev (PSP_VERBS_PORT, or all): the first
+ * InfiniBand port goes to *ib, the first Ethernet (RoCE) port to *eth
+ * unless it holds one already; the search stops at an InfiniBand port.
+ * The device stays open while a pick holds it. 0 when a port was picked,
+ * else a negative errno. */
+static int search_device(struct ibv_device *dev, struct port_pick *ib,
+                         struct port_pick *eth)
 {
     const char *name = vb_get_device_name(dev);
+    if (!name) name = "?";
     struct ibv_context *ctx = vb_open_device(dev);
     if (!ctx) {
         int e = errno ? errno : ENODEV;
-        pscom_plugin_log(LOG_DEBUG, "verbs: cannot open %s: %s",
-                         name ? name : "?", strerror(e));
+        pscom_plugin_log(LOG_DEBUG, "verbs: cannot open %s: %s", name,
+                         strerror(e));
         return -e;
     }
     struct ibv_device_attr da;
     int rc = vb_query_device(ctx, &da);
     if (rc) {
         pscom_plugin_log(LOG_DEBUG, "verbs: ibv_query_device(%s) failed: %s",
-                         name ? name : "?", strerror(rc));
+                         name, strerror(rc));
         vb_close_device(ctx);
         return -rc;
     }
+    bool picked = false;
     unsigned first = cfg_port ? cfg_port : 1;
     unsigned last = cfg_port ? cfg_port : da.phys_port_cnt;
-    for (unsigned p = first; p <= last && p <= 255; p++) {
+    for (unsigned p = first; p <= last && p <= 255 && !ib->ctx; p++) {
         struct ibv_port_attr pa;
         if (vb_query_port(ctx, (uint8_t)p, &pa)) continue;
         if (pa.state != IBV_PORT_ACTIVE) {
             pscom_plugin_log(LOG_DEBUG, "verbs: %s port %u is not active",
-                             name ? name : "?", p);
+                             name, p);
             continue;
         }
+        bool ethernet = pa.link_layer == IBV_LINK_LAYER_ETHERNET;
+        struct port_pick *pick = ethernet ? eth : ib;
+        if (pick->ctx) continue; /* a RoCE port was found before */
+        int gid_index = pick_gid_index(ctx, name, (uint8_t)p, &pa);
         union ibv_gid gid;
         memset(&gid, 0, sizeof(gid));
-        bool gid_valid = !vb_query_gid(ctx, (uint8_t)p, (int)cfg_gid_index,
-                                       &gid);
-        if (gid_valid) {
-            gid_valid = false;
-            for (int i = 0; i < 16; i++) gid_valid |= gid.raw[i] != 0;
-        }
-        if (pa.link_layer == IBV_LINK_LAYER_ETHERNET && !gid_valid) {
+        bool gid_valid = !vb_query_gid(ctx, (uint8_t)p, gid_index, &gid) &&
+                         !gid_zero(gid.raw);
+        if (ethernet && !gid_valid) {
             pscom_plugin_log(LOG_DEBUG, "verbs: %s port %u is Ethernet (RoCE) "
-                             "but has no GID at PSP_VERBS_GID_INDEX=%u",
-                             name ? name : "?", p, cfg_gid_index);
+                             "but has no GID at index %d", name, p, gid_index);
             continue;
         }
-        unsigned rd = da.max_qp_rd_atom < da.max_qp_init_rd_atom
-                          ? (unsigned)da.max_qp_rd_atom
-                          : (unsigned)da.max_qp_init_rd_atom;
-        if (rd > 16) rd = 16;
-        vb.ctx = ctx;
-        snprintf(vb.dev_name, sizeof(vb.dev_name), "%s", name ? name : "?");
-        vb.local = (vb_qp_local_t){
+        *pick = (struct port_pick){
+            .ctx = ctx,
             .port = (uint8_t)p,
-            .mtu = (uint8_t)pa.active_mtu,
-            .lid = pa.lid,
-            .link_layer = pa.link_layer,
+            .da = da,
+            .pa = pa,
+            .gid = gid,
             .gid_valid = gid_valid,
-            .gid_index = (uint8_t)cfg_gid_index,
-            .rd_atom = (uint8_t)rd,
-            .sl = (uint8_t)cfg_sl,
+            .gid_index = (uint8_t)gid_index,
         };
-        memcpy(vb.local.gid, gid.raw, 16);
-        vb.max_msg_sz = pa.max_msg_sz ? pa.max_msg_sz : (1u << 30);
-        if (vb.max_msg_sz > (1u << 30)) vb.max_msg_sz = 1u << 30;
-        vb.cq_size = cfg_cq_size;
-        if (da.max_cqe > 0 && (unsigned)da.max_cqe < vb.cq_size)
-            vb.cq_size = (unsigned)da.max_cqe;
-        return 0;
+        snprintf(pick->name, sizeof(pick->name), "%s", name);
+        picked = true;
     }
-    vb_close_device(ctx);
-    return -ENETDOWN;
+    if (!picked) {
+        vb_close_device(ctx);
+        return -ENETDOWN;
+    }
+    return 0;
+}
+
+/* Make pick the plugin's device and port. */
+static void use_port(const struct port_pick *pick)
+{
+    const struct ibv_device_attr *da = &pick->da;
+    const struct ibv_port_attr *pa = &pick->pa;
+    unsigned rd = da->max_qp_rd_atom < da->max_qp_init_rd_atom
+                      ? (unsigned)da->max_qp_rd_atom
+                      : (unsigned)da->max_qp_init_rd_atom;
+    if (rd > 16) rd = 16;
+    vb.ctx = pick->ctx;
+    snprintf(vb.dev_name, sizeof(vb.dev_name), "%s", pick->name);
+    vb.local = (vb_qp_local_t){
+        .port = pick->port,
+        .mtu = (uint8_t)pa->active_mtu,
+        .lid = pa->lid,
+        .link_layer = pa->link_layer,
+        .gid_valid = pick->gid_valid,
+        .gid_index = pick->gid_index,
+        .rd_atom = (uint8_t)rd,
+        .sl = (uint8_t)cfg_sl,
+    };
+    memcpy(vb.local.gid, pick->gid.raw, 16);
+    vb.max_msg_sz = pa->max_msg_sz ? pa->max_msg_sz : (1u << 30);
+    if (vb.max_msg_sz > (1u << 30)) vb.max_msg_sz = 1u << 30;
+    vb.cq_size = cfg_cq_size;
+    if (da->max_cqe > 0 && (unsigned)da->max_cqe < vb.cq_size)
+        vb.cq_size = (unsigned)da->max_cqe;
+}
+
+/* Devices the plugin may use: PSP_VERBS_HCA's (or all), and of those only
+ * the ones speaking the InfiniBand transport (InfiniBand and RoCE): an
+ * iWARP device has no RC queue pairs of this kind, and every connection
+ * over it would fail. */
+static bool device_wanted(struct ibv_device *dev, bool *named_found)
+{
+    const char *name = vb_get_device_name(dev);
+    if (cfg_hca && cfg_hca[0]) {
+        if (!name || strcmp(name, cfg_hca)) return false;
+        *named_found = true;
+    }
+    if (dev->transport_type != IBV_TRANSPORT_IB) {
+        pscom_plugin_log(LOG_DEBUG, "verbs: skipping %s: its transport is %s; "
+                         "the plugin needs InfiniBand or RoCE",
+                         name ? name : "?",
+                         transport_str(dev->transport_type));
+        return false;
+    }
+    return true;
 }
 
 static int vb_init(void)
@@ -561,13 +701,19 @@ static int vb_init(void)
 
     int rc = -ENODEV;
     bool named_found = false;
-    for (int i = 0; i < n && !vb.ctx; i++) {
-        const char *name = vb_get_device_name(list[i]);
-        if (cfg_hca && cfg_hca[0]) {
-            if (!name || strcmp(name, cfg_hca)) continue;
-            named_found = true;
-        }
-        rc = try_device(list[i]);
+    int wanted = 0;
+    struct port_pick ib = {0}, eth = {0};
+    for (int i = 0; i < n && !ib.ctx; i++) {
+        if (!device_wanted(list[i], &named_found)) continue;
+        wanted++;
+        rc = search_device(list[i], &ib, &eth);
+    }
+    /* InfiniBand first: RoCE only when no InfiniBand port is active. */
+    if (ib.ctx) {
+        if (eth.ctx && eth.ctx != ib.ctx) vb_close_device(eth.ctx);
+        use_port(&ib);
+    } else if (eth.ctx) {
+        use_port(&eth);
     }
     if (!vb.ctx) {
         if (cfg_hca && cfg_hca[0] && !named_found) {
@@ -580,6 +726,13 @@ static int vb_init(void)
             }
             pscom_plugin_log(LOG_WARN, "verbs: PSP_VERBS_HCA=%s: no such RDMA "
                              "device (found: %s)", cfg_hca, names);
+            rc = -ENODEV;
+        } else if (!wanted) {
+            pscom_plugin_log(LOG_DEBUG, "verbs: no InfiniBand or RoCE device "
+                             "among the %d RDMA devices found", n);
+            pscom_plugin_set_reason("no InfiniBand or RoCE device found "
+                                    "(iWARP and other RDMA devices are not "
+                                    "supported)");
             rc = -ENODEV;
         } else {
             pscom_plugin_log(LOG_DEBUG, "verbs: no usable active port on %s "
@@ -622,12 +775,14 @@ static int vb_init(void)
                          "heap memory is no longer returned to the system "
                          "(see doc/plugins/verbs.md)", cfg_mcache_size);
     }
-    pscom_plugin_log(LOG_DEBUG, "verbs: using %s port %u (%s, LID %u, MTU %s, "
-                     "RDMA read depth %u)", vb.dev_name, vb.local.port,
+    pscom_plugin_log(LOG_DEBUG, "verbs: using %s port %u (%s, LID %u, GID "
+                     "index %u, MTU %s, RDMA read depth %u)", vb.dev_name,
+                     vb.local.port,
                      vb.local.link_layer == IBV_LINK_LAYER_ETHERNET
                          ? "Ethernet/RoCE"
                          : "InfiniBand",
-                     vb.local.lid, mtu_str(vb.local.mtu), vb.local.rd_atom);
+                     vb.local.lid, vb.local.gid_index, mtu_str(vb.local.mtu),
+                     vb.local.rd_atom);
     return 0;
 
 destroy_cq:
@@ -714,7 +869,7 @@ static void teardown(struct vb_con *vc)
     vc->rel_count = vc->rel_cap = 0;
     free(vc->early);
     vc->early = NULL;
-    vc->early_count = vc->early_cap = 0;
+    vc->early_next = vc->early_count = vc->early_cap = 0;
     vb.cq_used -= vc->cq_reserved;
     vc->cq_reserved = 0;
 }
@@ -773,7 +928,9 @@ static int vb_hs_start(pscom_plugin_con_t *con, void *priv, void *blob,
     size_t tx_bytes = (size_t)cfg_sendq * vc->tx_slot_size;
     vc->rx_buf = alloc_ring(rx_bytes);
     vc->tx_buf = alloc_ring(tx_bytes);
-    vc->early_cap = vc->rx_slots * 2;
+    /* Every completion of the connection not yet handled has a posted
+     * receive or a send slot of its own. */
+    vc->early_cap = vc->rx_slots + cfg_sendq;
     vc->early = calloc(vc->early_cap, sizeof(*vc->early));
     if (!vc->rx_buf || !vc->tx_buf || !vc->early) {
         rc = -ENOMEM;
@@ -920,7 +1077,7 @@ static int vb_hs_connect(pscom_plugin_con_t *con, void *priv, const void *blob,
     rc = vb_credit_init(&vc->cr, vc->rx_slots, w.ring, 0);
     if (rc) return -EPROTO;
     vc->tx_cap = vc->tx_slot_size < w.slot_size ? vc->tx_slot_size : w.slot_size;
-    vc->rndv_ok = path.rd_atom > 0;
+    vc->read_ok = path.rd_atom > 0;
     vc->peer_lid = w.lid;
     vc->peer_gid_valid = w.flags & VB_WIREUP_GID_VALID;
     memcpy(vc->peer_gid, w.gid, 16);
@@ -951,6 +1108,9 @@ static int vb_open(pscom_plugin_con_t *con, void *priv, int fd)
     if (vb.cons) vb.cons->pprev = &vc->next;
     vb.cons = vc;
     if (vc->early_count) {
+        pscom_plugin_log(LOG_VERBOSE, "verbs: %s: %u completions arrived "
+                         "before the connection was open", con_str(vc),
+                         vc->early_count);
         vc->replay = true;
         vc->replay_next = vb.replay;
         vb.replay = vc;
@@ -976,9 +1136,28 @@ static int own_done(struct vb_con *vc, const struct ibv_wc *wc)
     return wc->status != IBV_WC_SUCCESS;
 }
 
+/* Handle vc's completions of `kind` among q[first, *end) and close the
+ * gaps, keeping the others in order. 1 when the wait should end. */
+static int take_own(struct vb_con *vc, unsigned kind, struct ibv_wc *q,
+                    uint32_t first, uint32_t *end)
+{
+    uint32_t keep = first;
+    int stop = 0;
+    for (uint32_t i = first; i < *end; i++) {
+        if (WR_KEY(q[i].wr_id) == vc->key && WR_KIND(q[i].wr_id) == kind)
+            stop |= own_done(vc, &q[i]);
+        else
+            q[keep++] = q[i];
+    }
+    *end = keep;
+    return stop;
+}
+
 /* Wait for this connection's completions of `kind` (WR_READ or WR_SEND)
  * until done(vc) or the deadline (0: none). Other completions are deferred,
- * in order; own ones deferred by an earlier wait are taken first. */
+ * in order. Own ones taken already are handled first: those deferred by an
+ * earlier wait, and those an outer progress call took and has not handled
+ * yet (we may be inside one of its upcalls). */
 static void wait_own(struct vb_con *vc, unsigned kind,
                      bool (*done)(struct vb_con *), uint64_t deadline)
 {
@@ -993,6 +1172,9 @@ static void wait_own(struct vb_con *vc, unsigned kind,
         vb.dq[(vb.dq_head + keep++) % vb.dq_cap] = *w;
     }
     vb.dq_count = keep;
+    uint32_t wc_end = (uint32_t)vb.wc_n;
+    stop |= take_own(vc, kind, vb.wc, (uint32_t)vb.wc_next, &wc_end);
+    vb.wc_n = (int)wc_end;
 
     struct ibv_wc wc[CQ_BATCH];
     while (!stop && !done(vc)) {
@@ -1033,8 +1215,9 @@ static void vb_close(pscom_plugin_con_t *con, void *priv)
         vc->fd = -1;
     }
     /* What was posted (the EOF message, at least) must reach the peer
-     * before the queue pair goes. */
-    if (!vc->dead && vc->qp)
+     * before the queue pair goes, also when the core said it is closing;
+     * only a failed transport delivers nothing more. */
+    if (!vc->failed && vc->qp)
         wait_own(vc, WR_SEND, sends_done, now_ms() + CLOSE_DRAIN_MS);
     vc->dead = true;
     teardown(vc);
@@ -1191,6 +1374,7 @@ static void on_recv(struct vb_con *vc, uint32_t slot, uint32_t byte_len)
 
 static void on_wc_error(struct vb_con *vc, const struct ibv_wc *wc)
 {
+    vc->failed = true;
     if (vc->dead) return;
     const char *what;
     switch (WR_KIND(wc->wr_id)) {
@@ -1212,8 +1396,15 @@ static void on_wc_error(struct vb_con *vc, const struct ibv_wc *wc)
 
 static void keep_early(struct vb_con *vc, const struct ibv_wc *wc)
 {
+    if (vc->early_count == vc->early_cap && vc->early_next) {
+        /* Those replayed already make room. */
+        memmove(vc->early, vc->early + vc->early_next,
+                (vc->early_count - vc->early_next) * sizeof(*vc->early));
+        vc->early_count -= vc->early_next;
+        vc->early_next = 0;
+    }
     if (vc->early_count == vc->early_cap) {
-        /* More than the peer may send before open: it broke the rules. */
+        /* More than the connection has work requests posted. */
         con_fail_later(vc, "completions before the connection was open", EPROTO);
         return;
     }
@@ -1240,33 +1431,37 @@ static void dispatch(const struct ibv_wc *wc, bool replaying)
         keep_early(vc, wc);
         return;
     }
+    /* Also on a closing connection: close() waits for the ring to empty. */
+    if (kind == WR_SEND && !vb_ring_empty(&vc->tx)) vb_ring_pop(&vc->tx);
     if (vc->dead) return;
     if (wc->status != IBV_WC_SUCCESS) {
         on_wc_error(vc, wc);
         return;
     }
-    if (kind == WR_RECV) {
+    if (kind == WR_RECV)
         on_recv(vc, WR_SLOT(wc->wr_id), wc->byte_len);
-    } else if (kind == WR_SEND) {
-        if (!vb_ring_empty(&vc->tx)) vb_ring_pop(&vc->tx);
+    else if (kind == WR_SEND)
         mark_dirty(vc);
-    }
 }
 
+/* Handle the kept completions of connections opened since, in order.
+ * Each leaves the queue as it is handled, and the queue stays non-empty
+ * until the last one has: a completion that comes meanwhile (an upcall
+ * waiting in a nested progress call) queues behind the kept ones, and the
+ * nested call goes on with the replay where this one is. */
 static void replay_early(void)
 {
-    while (vb.replay) {
-        struct vb_con *vc = vb.replay;
+    struct vb_con *vc;
+    while ((vc = vb.replay)) {
+        if (vc->early_next < vc->early_count) {
+            /* A copy: closing the connection frees the queue. */
+            struct ibv_wc wc = vc->early[vc->early_next++];
+            dispatch(&wc, true);
+            continue;
+        }
         vb.replay = vc->replay_next;
         vc->replay = false;
-        struct ibv_wc *q = vc->early;
-        uint32_t n = vc->early_count;
-        vc->early = NULL;
-        vc->early_count = vc->early_cap = 0;
-        pscom_plugin_log(LOG_VERBOSE, "verbs: %s: %u completions arrived "
-                         "before the connection was open", con_str(vc), n);
-        for (uint32_t i = 0; i < n; i++) dispatch(&q[i], true);
-        free(q);
+        vc->early_next = vc->early_count = 0;
     }
 }
 
@@ -1376,7 +1571,7 @@ static size_t vb_rndv_describe(pscom_plugin_con_t *con, void *priv,
                                const void *data, size_t len, void *blob)
 {
     struct vb_con *vc = priv;
-    if (!vc->rndv_ok || vc->dead || !len) return 0;
+    if (!vc->read_ok || vc->dead || !len) return 0;
     int i = lent_alloc(vc);
     if (i < 0) return 0;
     vb_mentry_t *e;
@@ -1426,7 +1621,7 @@ static int vb_rndv_pull(pscom_plugin_con_t *con, void *priv, const void *blob,
     vb_rndv_desc_t d;
     if (vc->dead || !vc->open) return -ENOTCONN;
     if (vb_rndv_decode(blob, blob_len, &d)) return -EPROTO;
-    if (!vc->rndv_ok) {
+    if (!vc->read_ok) {
         queue_release(vc, d.handle);
         return -EOPNOTSUPP;
     }
@@ -1671,6 +1866,9 @@ static int rma_start(struct vb_con *vc, struct vb_rkey *rk, bool put,
                      void *local, uint64_t raddr, size_t len, void *token)
 {
     if (len < cfg_rma) return -ENOTSUP;
+    /* A queue pair with read depth 0 breaks at its first RDMA read: the
+     * core carries gets on such a connection. */
+    if (!put && !vc->read_ok) return -ENOTSUP;
     if (vc->dead || !vc->open || vc->err_pending) return -ENOTCONN;
     if (raddr < rk->addr || len > rk->len || raddr - rk->addr > rk->len - len)
         return -ERANGE;

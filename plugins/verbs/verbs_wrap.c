@@ -46,6 +46,12 @@ int vb_query_gid(struct ibv_context *context, uint8_t port, int index,
     return ibv_query_gid(context, port, index, gid);
 }
 
+int vb_query_gid_ex(struct ibv_context *context, uint32_t port,
+                    uint32_t index, struct ibv_gid_entry *entry)
+{
+    return ibv_query_gid_ex(context, port, index, entry, 0);
+}
+
 struct ibv_pd *vb_alloc_pd(struct ibv_context *context)
 {
     return ibv_alloc_pd(context);

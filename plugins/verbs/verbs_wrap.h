@@ -29,6 +29,9 @@ int vb_query_port(struct ibv_context *context, uint8_t port,
                   struct ibv_port_attr *attr);
 int vb_query_gid(struct ibv_context *context, uint8_t port, int index,
                  union ibv_gid *gid);
+/* ibv_query_gid_ex with flags 0: the entry with its type (RoCE v1/v2). */
+int vb_query_gid_ex(struct ibv_context *context, uint32_t port,
+                    uint32_t index, struct ibv_gid_entry *entry);
 
 struct ibv_pd *vb_alloc_pd(struct ibv_context *context);
 int vb_dealloc_pd(struct ibv_pd *pd);

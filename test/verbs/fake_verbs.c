@@ -43,8 +43,20 @@ struct fake_mr {
     struct fake_mr *next;
 };
 
+/* A posted work request waiting to be executed (fake_cfg.send_lag). */
+struct pending {
+    struct fake_qp *q;
+    struct ibv_send_wr wr;
+    struct ibv_sge sge;       /* wr.sg_list points here */
+    int polls;                /* vb_poll_cq calls since it was posted */
+    struct pending *next;     /* the `pending` list, oldest first */
+};
+
 static bool configured;
-static struct ibv_device devs[4];
+static struct ibv_device devs[FAKE_DEV_MAX];
+static struct pending *pending;
+static void run_pending(void);
+static void flush_pending(struct fake_qp *q, bool with_completions);
 static struct fake_qp *qps;
 static struct fake_mr *mrs;
 static uint32_t next_qpn = 0x100, next_key = 0x1000;
@@ -67,6 +79,7 @@ void fake_reset(void)
         .fail_errno = EINVAL,
         .fork_status = IBV_FORK_DISABLED,
         .max_msg_sz = (uint32_t)env_int("FAKE_VERBS_MAX_MSG", 0),
+        .send_lag = env_int("FAKE_VERBS_SEND_LAG", 0),
     };
     memset(&fake_stats, 0, sizeof(fake_stats));
     configured = true;
@@ -75,6 +88,13 @@ void fake_reset(void)
 static void configure_once(void)
 {
     if (!configured) fake_reset();
+}
+
+int fake_rkey_valid(uint32_t rkey)
+{
+    for (struct fake_mr *m = mrs; m; m = m->next)
+        if (m->mr.rkey == rkey) return 1;
+    return 0;
 }
 
 void fake_break_all(void)
@@ -137,10 +157,15 @@ struct ibv_device **vb_get_device_list(int *num_devices)
         }
         return calloc(1, sizeof(struct ibv_device *));
     }
-    int n = fake_cfg.ndev > 4 ? 4 : fake_cfg.ndev;
+    int n = fake_cfg.ndev > FAKE_DEV_MAX ? FAKE_DEV_MAX : fake_cfg.ndev;
     struct ibv_device **l = calloc(n + 1, sizeof(*l));
     for (int i = 0; i < n; i++) {
         snprintf(devs[i].name, sizeof(devs[i].name), "fake%d", i);
+        devs[i].transport_type =
+            (enum ibv_transport_type)fake_cfg.dev_transport[i];
+        devs[i].node_type = devs[i].transport_type == IBV_TRANSPORT_IWARP
+                                ? IBV_NODE_RNIC
+                                : IBV_NODE_CA;
         l[i] = &devs[i];
     }
     if (num_devices) *num_devices = n;
@@ -183,6 +208,14 @@ int vb_query_device(struct ibv_context *context, struct ibv_device_attr *attr)
     return 0;
 }
 
+static int link_layer_of(struct ibv_context *context)
+{
+    long i = context->device - devs;
+    if (i >= 0 && i < FAKE_DEV_MAX && fake_cfg.dev_link_layer[i])
+        return fake_cfg.dev_link_layer[i];
+    return fake_cfg.link_layer;
+}
+
 int vb_query_port(struct ibv_context *context, uint8_t port,
                   struct ibv_port_attr *attr)
 {
@@ -192,19 +225,54 @@ int vb_query_port(struct ibv_context *context, uint8_t port,
     attr->active_mtu = IBV_MTU_4096;
     attr->max_mtu = IBV_MTU_4096;
     attr->lid = fake_cfg.lid;
-    attr->link_layer = (uint8_t)fake_cfg.link_layer;
+    attr->link_layer = (uint8_t)link_layer_of(context);
     attr->max_msg_sz = fake_cfg.max_msg_sz ? fake_cfg.max_msg_sz : 1u << 31;
+    attr->gid_tbl_len = fake_cfg.ngid ? fake_cfg.ngid : 1;
     return 0;
+}
+
+/* Entry `index` of the GID table of the port; false when there is none. */
+static bool gid_entry(struct ibv_context *context, uint8_t port, int index,
+                      struct fake_gid *g)
+{
+    if (port < 1 || port > 2 || index < 0) return false;
+    if (fake_cfg.ngid) {
+        if (index >= fake_cfg.ngid || index >= FAKE_GID_MAX) return false;
+        *g = fake_cfg.gid[index];
+        return true;
+    }
+    if (index != 0) return false;
+    memset(g, 0, sizeof(*g));
+    g->raw[0] = 0xfe;
+    g->raw[1] = 0x80;
+    g->raw[15] = port;
+    g->type = link_layer_of(context) == IBV_LINK_LAYER_ETHERNET
+                  ? IBV_GID_TYPE_ROCE_V1
+                  : IBV_GID_TYPE_IB;
+    return true;
 }
 
 int vb_query_gid(struct ibv_context *context, uint8_t port, int index,
                  union ibv_gid *gid)
 {
-    if (index != 0) return EINVAL;
-    memset(gid, 0, sizeof(*gid));
-    gid->raw[0] = 0xfe;
-    gid->raw[1] = 0x80;
-    gid->raw[15] = port;
+    struct fake_gid g;
+    if (!gid_entry(context, port, index, &g)) return EINVAL;
+    memcpy(gid->raw, g.raw, 16);
+    return 0;
+}
+
+int vb_query_gid_ex(struct ibv_context *context, uint32_t port,
+                    uint32_t index, struct ibv_gid_entry *entry)
+{
+    struct fake_gid g;
+    if (port > 255 || index > 255 ||
+        !gid_entry(context, (uint8_t)port, (int)index, &g))
+        return ENODATA;
+    memset(entry, 0, sizeof(*entry));
+    memcpy(entry->gid.raw, g.raw, 16);
+    entry->gid_index = index;
+    entry->port_num = port;
+    entry->gid_type = (uint32_t)g.type;
     return 0;
 }
 
@@ -284,6 +352,8 @@ int vb_poll_cq(struct ibv_cq *cq, int num_entries, struct ibv_wc *wc)
 {
     struct fake_cq *c = (struct fake_cq *)cq;
     int n = 0;
+    fake_stats.polls++;
+    run_pending();
     while (n < num_entries && c->count) {
         wc[n] = c->q[c->head];
         c->head = (c->head + 1) % c->cap;
@@ -384,7 +454,9 @@ int vb_modify_qp(struct ibv_qp *qp, struct ibv_qp_attr *attr, int attr_mask)
         q->max_rd = attr->max_rd_atomic;
         break;
     case IBV_QPS_ERR:
-        /* A real HCA flushes the posted receives. */
+        /* A real HCA flushes the work requests not yet executed and the
+         * posted receives. */
+        flush_pending(q, true);
         while (q->rq_count) {
             struct ibv_wc wc = {
                 .wr_id = q->rq[q->rq_head].wr_id,
@@ -409,6 +481,7 @@ int vb_destroy_qp(struct ibv_qp *qp)
     for (struct fake_qp **p = &qps; *p; p = &(*p)->next) {
         if (&(*p)->qp != qp) continue;
         struct fake_qp *q = *p;
+        flush_pending(q, false);
         *p = q->next;
         free(q->rq);
         free(q);
@@ -458,11 +531,9 @@ static bool receive(struct fake_qp *q, const void *buf, uint32_t len)
     return fits;
 }
 
-static int post_one(struct fake_qp *q, struct ibv_send_wr *wr)
+/* Carry out a posted work request (sq_out counts it once it completes). */
+static int execute(struct fake_qp *q, struct ibv_send_wr *wr)
 {
-    if (q->qp.state != IBV_QPS_RTS && q->qp.state != IBV_QPS_ERR)
-        return EINVAL;
-    if (q->sq_out >= q->sq_cap) return ENOMEM; /* send queue full */
     enum ibv_wc_opcode op = wr->opcode == IBV_WR_RDMA_READ    ? IBV_WC_RDMA_READ
                             : wr->opcode == IBV_WR_RDMA_WRITE ? IBV_WC_RDMA_WRITE
                                                               : IBV_WC_SEND;
@@ -529,6 +600,68 @@ static int post_one(struct fake_qp *q, struct ibv_send_wr *wr)
         return 0;
     }
     return EINVAL;
+}
+
+static int post_one(struct fake_qp *q, struct ibv_send_wr *wr)
+{
+    if (q->qp.state != IBV_QPS_RTS && q->qp.state != IBV_QPS_ERR)
+        return EINVAL;
+    if (q->sq_out >= q->sq_cap) return ENOMEM; /* send queue full */
+    if (fake_cfg.send_lag <= 0 || q->qp.state != IBV_QPS_RTS || q->broken)
+        return execute(q, wr);
+    if (wr->num_sge != 1 ||
+        (wr->opcode != IBV_WR_SEND && wr->opcode != IBV_WR_RDMA_READ &&
+         wr->opcode != IBV_WR_RDMA_WRITE))
+        return EINVAL;
+    struct pending *p = calloc(1, sizeof(*p));
+    p->q = q;
+    p->wr = *wr;
+    p->wr.next = NULL;
+    p->sge = *wr->sg_list;
+    p->wr.sg_list = &p->sge;
+    struct pending **tail = &pending;
+    while (*tail) tail = &(*tail)->next;
+    *tail = p;
+    q->sq_out++;
+    return 0;
+}
+
+/* Execute the work requests that have waited send_lag polls, in order. */
+static void run_pending(void)
+{
+    for (struct pending *p = pending; p; p = p->next) p->polls++;
+    while (pending && pending->polls >= fake_cfg.send_lag) {
+        struct pending *p = pending;
+        pending = p->next;
+        p->q->sq_out--; /* complete() counts it again */
+        execute(p->q, &p->wr);
+        free(p);
+    }
+}
+
+/* The work requests of q that have not executed: flushed with an error
+ * completion (queue pair to ERR), or dropped (queue pair destroyed). */
+static void flush_pending(struct fake_qp *q, bool with_completions)
+{
+    struct pending **pp = &pending;
+    while (*pp) {
+        struct pending *p = *pp;
+        if (p->q != q) {
+            pp = &p->next;
+            continue;
+        }
+        *pp = p->next;
+        fake_stats.flushed++;
+        q->sq_out--;
+        if (with_completions) {
+            enum ibv_wc_opcode op =
+                p->wr.opcode == IBV_WR_RDMA_READ    ? IBV_WC_RDMA_READ
+                : p->wr.opcode == IBV_WR_RDMA_WRITE ? IBV_WC_RDMA_WRITE
+                                                    : IBV_WC_SEND;
+            complete(q, &p->wr, IBV_WC_WR_FLUSH_ERR, op, 0);
+        }
+        free(p);
+    }
 }
 
 int fake_deliver(uint32_t qpn, const void *buf, uint32_t len)

@@ -1,11 +1,12 @@
 /*
  * The verbs plugin's glue (plugins/verbs/verbs_plugin.c) against the fake
  * HCA and a stand-in for the core's services: the descriptor, init without
- * a device (the "no RDMA device" path), device and port selection, the fork
+ * a device (the "no RDMA device" path), device and port selection (iWARP
+ * devices skipped, InfiniBand before RoCE, the RoCE v2 GID), the fork
  * policy, the handshake between two connections, a failing INIT->RTR that
  * makes hs_connect fail (so the core tries the next plugin), malformed
- * wire-up blobs from the network, and that aborting or destroying releases
- * every verbs object.
+ * wire-up blobs from the network, one-sided operations, and that aborting
+ * or destroying releases every verbs object.
  */
 #include <errno.h>
 #include <setjmp.h>
@@ -102,6 +103,8 @@ static int setup(void **state)
     unsetenv("PSP_VERBS_RMA");
     unsetenv("PSP_VERBS_FORK");
     unsetenv("PSP_VERBS_CQ_SIZE");
+    unsetenv("PSP_VERBS_MCACHE_SIZE");
+    unsetenv("PSP_VERBS_GID_INDEX");
     ops = pscom_plugin_verbs.ops;
     return 0;
 }
@@ -191,6 +194,62 @@ static void port_down(void **state)
     fake_cfg.port_state = IBV_PORT_DOWN;
     assert_int_equal(ops->init(), -ENETDOWN);
     assert_non_null(strstr(fake_core_log, "no usable active port"));
+    all_released();
+}
+
+static void iwarp_device_skipped(void **state)
+{
+    fake_cfg.ndev = 2;
+    fake_cfg.dev_transport[0] = IBV_TRANSPORT_IWARP;
+    assert_int_equal(ops->init(), 0);
+    assert_non_null(strstr(fake_core_log, "using fake1 port 1"));
+    assert_non_null(strstr(fake_core_log, "skipping fake0: its transport is "
+                                          "iWARP"));
+    ops->destroy();
+    all_released();
+}
+
+static void only_iwarp_devices(void **state)
+{
+    fake_cfg.ndev = 2;
+    fake_cfg.dev_transport[0] = IBV_TRANSPORT_IWARP;
+    fake_cfg.dev_transport[1] = IBV_TRANSPORT_IWARP;
+    assert_int_equal(ops->init(), -ENODEV);
+    assert_string_equal(fake_core_reason, "no InfiniBand or RoCE device found "
+                                          "(iWARP and other RDMA devices are "
+                                          "not supported)");
+    all_released();
+
+    /* Named, too. */
+    fake_reset();
+    fake_core_reset();
+    fake_cfg.ndev = 2;
+    fake_cfg.dev_transport[1] = IBV_TRANSPORT_IWARP;
+    setenv("PSP_VERBS_HCA", "fake1", 1);
+    assert_int_equal(ops->init(), -ENODEV);
+    assert_non_null(strstr(fake_core_log, "skipping fake1"));
+    assert_non_null(strstr(fake_core_reason, "no InfiniBand or RoCE device"));
+    unsetenv("PSP_VERBS_HCA");
+    all_released();
+}
+
+static void infiniband_before_roce(void **state)
+{
+    /* A RoCE device listed first, an InfiniBand one second. */
+    fake_cfg.ndev = 2;
+    fake_cfg.dev_link_layer[0] = IBV_LINK_LAYER_ETHERNET;
+    fake_cfg.dev_link_layer[1] = IBV_LINK_LAYER_INFINIBAND;
+    assert_int_equal(ops->init(), 0);
+    assert_non_null(strstr(fake_core_log, "using fake1 port 1 (InfiniBand"));
+    ops->destroy();
+    all_released();
+
+    /* RoCE only: the first RoCE port. */
+    fake_core_reset();
+    fake_cfg.dev_link_layer[1] = IBV_LINK_LAYER_ETHERNET;
+    assert_int_equal(ops->init(), 0);
+    assert_non_null(strstr(fake_core_log, "using fake0 port 1 (Ethernet"));
+    ops->destroy();
     all_released();
 }
 
@@ -286,6 +345,79 @@ static void handshake(void **state)
     all_released();
 }
 
+/* The GID index the queue pairs route by (INIT->RTR of a handshake), and
+ * that the blob carries that entry's GID. */
+static int routed_gid_index(void)
+{
+    assert_int_equal(ops->init(), 0);
+    struct pair p;
+    pair_start(&p);
+    assert_int_equal(ops->hs_connect((pscom_plugin_con_t *)&con_b, p.b,
+                                     p.blob_a, p.len_a), 0);
+    int index = -1;
+    for (int i = 0; i < fake_stats.nmodify; i++) {
+        const struct fake_modify *m = &fake_stats.modify[i];
+        if (m->attr.qp_state != IBV_QPS_RTR) continue;
+        assert_true(m->attr.ah_attr.is_global);
+        index = m->attr.ah_attr.grh.sgid_index;
+    }
+    vb_wireup_t w;
+    assert_int_equal(vb_wireup_decode(p.blob_a, p.len_a, &w), 0);
+    assert_in_range(index, 0, FAKE_GID_MAX - 1);
+    assert_memory_equal(w.gid, fake_cfg.gid[index].raw, 16);
+    pair_abort(&p);
+    ops->destroy();
+    all_released();
+    fake_stats.nmodify = 0;
+    return index;
+}
+
+static void set_gid(int i, const char *kind, int type)
+{
+    struct fake_gid *g = &fake_cfg.gid[i];
+    memset(g, 0, sizeof(*g));
+    if (!strcmp(kind, "ipv4")) { /* ::ffff:10.0.0.7 */
+        g->raw[10] = g->raw[11] = 0xff;
+        g->raw[12] = 10;
+        g->raw[15] = 7;
+    } else { /* fe80::7 */
+        g->raw[0] = 0xfe;
+        g->raw[1] = 0x80;
+        g->raw[15] = 7;
+    }
+    g->type = type;
+}
+
+static void roce_v2_gid_chosen(void **state)
+{
+    /* The table of an mlx5 RoCE port: v1 and v2 of the link-local address,
+     * then v1 and v2 of the IPv4 address. */
+    fake_cfg.link_layer = IBV_LINK_LAYER_ETHERNET;
+    fake_cfg.ngid = 4;
+    set_gid(0, "ipv6", IBV_GID_TYPE_ROCE_V1);
+    set_gid(1, "ipv6", IBV_GID_TYPE_ROCE_V2);
+    set_gid(2, "ipv4", IBV_GID_TYPE_ROCE_V1);
+    set_gid(3, "ipv4", IBV_GID_TYPE_ROCE_V2);
+    assert_int_equal(routed_gid_index(), 3);
+    assert_non_null(strstr(fake_core_log, "GID index 3 (RoCE v2, IPv4)"));
+
+    /* No IPv4 entry: the first v2 one. */
+    fake_cfg.ngid = 2;
+    assert_int_equal(routed_gid_index(), 1);
+
+    /* No v2 entry: 0. */
+    fake_cfg.ngid = 1;
+    assert_int_equal(routed_gid_index(), 0);
+
+    /* An explicit index wins, 0 included. */
+    fake_cfg.ngid = 4;
+    setenv("PSP_VERBS_GID_INDEX", "2", 1);
+    assert_int_equal(routed_gid_index(), 2);
+    setenv("PSP_VERBS_GID_INDEX", "0", 1);
+    assert_int_equal(routed_gid_index(), 0);
+    unsetenv("PSP_VERBS_GID_INDEX");
+}
+
 static void rtr_failure_fails_hs_connect(void **state)
 {
     assert_int_equal(ops->init(), 0);
@@ -343,7 +475,7 @@ static void malformed_blobs(void **state)
 
 static void cq_full_skips_plugin(void **state)
 {
-    /* 64 CQ entries: one connection with 16 + 16 + 4 fits, two do not. */
+    /* 64 CQ entries: one connection with 16 + 16 + 12 fits, two do not. */
     setenv("PSP_VERBS_CQ_SIZE", "64", 1);
     assert_int_equal(ops->init(), 0);
     void *a = calloc(1, pscom_plugin_verbs.con_priv_size);
@@ -623,6 +755,87 @@ static void rma_close_and_destroy(void **state)
     free(src);
 }
 
+/* Queue pairs with read depth 0: gets take the core's path, puts do not
+ * need reads. */
+static void rma_get_without_rdma_read(void **state)
+{
+    fake_cfg.rd_atom = 0;
+    assert_int_equal(ops->init(), 0);
+    struct pair p;
+    pair_open(&p);
+    static uint8_t target[16384], buf[16384];
+    struct region r;
+    region_register(&r, target, sizeof(target));
+    void *rk = rkey_on_a(&p, &r);
+    int tok;
+    assert_int_equal(ops->rma_get((pscom_plugin_con_t *)&con_a, p.a, rk, buf,
+                                  (uintptr_t)target, sizeof(buf), &tok),
+                     -ENOTSUP);
+    memset(buf, 0x5a, sizeof(buf));
+    assert_int_equal(ops->rma_put((pscom_plugin_con_t *)&con_a, p.a, rk, buf,
+                                  (uintptr_t)target, sizeof(buf), &tok), 1);
+    progress_until(1);
+    assert_int_equal(ndone, 1);
+    assert_int_equal(done[0].err, 0);
+    assert_memory_equal(target, buf, sizeof(buf));
+    assert_int_equal(fake_stats.reads, 0);
+    assert_int_equal(fake_stats.bad_key, 0);
+    assert_int_equal(errors_reported, 0);
+    ops->rma_rkey_release((pscom_plugin_con_t *)&con_a, p.a, rk);
+    ops->rma_deregister(NULL, r.handle);
+    pair_close(&p);
+    ops->destroy();
+    all_released();
+}
+
+/* With the registration cache on, keys the peer was given stop working
+ * when their registration's last user lets go: a deregistered region,
+ * a rendezvous send buffer whose handle came back. */
+static void peer_keys_revoked_with_cache(void **state)
+{
+    setenv("PSP_VERBS_MCACHE_SIZE", "8", 1);
+    assert_int_equal(ops->init(), 0);
+    struct pair p;
+    pair_open(&p);
+    static uint8_t target[16384], src[16384];
+    memset(src, 'X', sizeof(src));
+    struct region r;
+    region_register(&r, target, sizeof(target));
+    vb_rmakey_t k;
+    assert_int_equal(vb_rmakey_decode(r.key, r.key_len, &k), 0);
+    void *rk = rkey_on_a(&p, &r);
+    ops->rma_deregister(NULL, r.handle);
+    assert_false(fake_rkey_valid(k.rkey));
+    int tok;
+    assert_int_equal(ops->rma_put((pscom_plugin_con_t *)&con_a, p.a, rk, src,
+                                  (uintptr_t)target, sizeof(src), &tok), 1);
+    progress_until(1);
+    assert_int_equal(ndone, 1);
+    assert_int_equal(done[0].err, -EACCES);
+    assert_int_equal(target[0], 0); /* nothing written */
+    ops->rma_rkey_release((pscom_plugin_con_t *)&con_a, p.a, rk);
+    pair_close(&p);
+
+    /* Rendezvous: B lends src, A reads it and returns the handle. */
+    pair_open(&p);
+    static uint8_t dst[40000], big[40000];
+    uint8_t blob[64];
+    size_t blen = ops->rndv_describe((pscom_plugin_con_t *)&con_b, p.b, big,
+                                     sizeof(big), blob);
+    assert_true(blen > 0);
+    vb_rndv_desc_t d;
+    assert_int_equal(vb_rndv_decode(blob, blen, &d), 0);
+    assert_true(fake_rkey_valid(d.rkey));
+    assert_int_equal(ops->rndv_pull((pscom_plugin_con_t *)&con_a, p.a, blob,
+                                    blen, dst, sizeof(dst)), 0);
+    for (int i = 0; i < 10; i++) ops->progress();
+    assert_false(fake_rkey_valid(d.rkey));
+    assert_int_equal(errors_reported, 1); /* the first pair's put */
+    pair_close(&p);
+    ops->destroy();
+    all_released();
+}
+
 static void rma_off(void **state)
 {
     setenv("PSP_VERBS_RMA", "inf", 1);
@@ -651,6 +864,10 @@ int main(void)
         cmocka_unit_test_setup(named_device_missing, setup),
         cmocka_unit_test_setup(named_device_chosen, setup),
         cmocka_unit_test_setup(port_down, setup),
+        cmocka_unit_test_setup(iwarp_device_skipped, setup),
+        cmocka_unit_test_setup(only_iwarp_devices, setup),
+        cmocka_unit_test_setup(infiniband_before_roce, setup),
+        cmocka_unit_test_setup(roce_v2_gid_chosen, setup),
         cmocka_unit_test_setup(fork_policy, setup),
         cmocka_unit_test_setup(handshake, setup),
         cmocka_unit_test_setup(rtr_failure_fails_hs_connect, setup),
@@ -661,6 +878,8 @@ int main(void)
         cmocka_unit_test_setup(rma_keys_are_checked, setup),
         cmocka_unit_test_setup(rma_failed_completion, setup),
         cmocka_unit_test_setup(rma_close_and_destroy, setup),
+        cmocka_unit_test_setup(rma_get_without_rdma_read, setup),
+        cmocka_unit_test_setup(peer_keys_revoked_with_cache, setup),
         cmocka_unit_test_setup(rma_off, setup),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

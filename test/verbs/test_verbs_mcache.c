@@ -2,7 +2,8 @@
  * The registration cache of the verbs plugin (plugins/verbs/mcache.c):
  * hits, LRU eviction at the bound, entries in use never evicted,
  * invalidation, overlapping regions, access rights, size 0 = off, and
- * registrations of the peer's rights covering the bytes asked for only.
+ * registrations of the peer's rights covering the bytes asked for only and
+ * ending with their last user.
  * Registration is a callback that only counts.
  */
 #include <errno.h>
@@ -310,6 +311,38 @@ static void peer_rights_registered_exactly(void **state)
     assert_int_equal(regs, deregs);
 }
 
+/* The peer's key must stop working once the registration's last user
+ * let go of it (a revoked region, a send buffer freed after its message):
+ * such entries are shared while in use, then deregistered. */
+static void peer_rights_end_with_last_put(void **state)
+{
+    vb_mcache_t *mc = vb_mcache_create(8, R | P, &ops, NULL);
+    vb_mentry_t *a = get_exact(mc, 100, 1000, R | P | W);
+    vb_mentry_t *b = get_exact(mc, 100, 1000, R | P | W);
+    assert_ptr_equal(a, b);
+    assert_int_equal(regs, 1);
+    vb_mcache_put(mc, a);
+    assert_int_equal(deregs, 0);
+    vb_mcache_put(mc, b);
+    assert_int_equal(deregs, 1);
+    assert_int_equal(vb_mcache_count(mc), 0);
+    /* Registered anew, with a new key. */
+    vb_mentry_t *c = get_exact(mc, 100, 1000, R | P | W);
+    assert_int_equal(regs, 2);
+    vb_mcache_put(mc, c);
+    assert_int_equal(deregs, 2);
+    /* Local rights stay cached for reuse. */
+    vb_mentry_t *w = get(mc, 100, 10, W);
+    vb_mcache_put(mc, w);
+    assert_int_equal(deregs, 2);
+    assert_int_equal(vb_mcache_count(mc), 1);
+    w = get(mc, 100, 10, W);
+    assert_int_equal(regs, 3);
+    vb_mcache_put(mc, w);
+    vb_mcache_destroy(mc);
+    assert_int_equal(regs, deregs);
+}
+
 static void random_use_stays_bounded(void **state)
 {
     vb_mcache_t *mc = vb_mcache_create(5, 0, &ops, NULL);
@@ -347,6 +380,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(errors, setup, teardown),
         cmocka_unit_test_setup_teardown(random_use_stays_bounded, setup, teardown),
         cmocka_unit_test_setup_teardown(peer_rights_registered_exactly, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(peer_rights_end_with_last_put, setup,
                                         teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
