@@ -885,23 +885,23 @@ static int body_pull(struct ofi_con *oc, const ofi_pull_desc_t *d,
             }
             b = tmp;
         }
-        int err = ofw_cma_read((pid_t)d->pid, b, d->addr + off, n);
-        if (!err && off + n == d->len) {
-            /* Did the peer close and give the buffer back to its
-             * application meanwhile (OFI_ACK_REVOKED)? Read after the
-             * copy: a word not yet revoked means no byte copied was
-             * written again. */
-            uint64_t w = 0;
-            err = ofw_cma_read((pid_t)d->pid, &w, d->ack, sizeof(w));
-            if (!err && w == OFI_ACK_REVOKED) {
-                free(tmp);
-                fail_con(oc, PSCOM_OP_READ, PSCOM_ERR_EOF,
-                         "the peer closed while its message was copied; "
-                         "what was copied is dropped", 0);
-                return -1;
-            }
+        bool last = off + n == d->len;
+        uint64_t w = 0;
+        /* With the last bytes, the acknowledgement word: did the peer
+         * close and give the buffer back to its application meanwhile
+         * (OFI_ACK_REVOKED)? Read after the copy: a word not yet revoked
+         * means no byte copied was written again. */
+        int err = last ? ofw_cma_read_word((pid_t)d->pid, b, d->addr + off, n,
+                                           &w, d->ack)
+                       : ofw_cma_read((pid_t)d->pid, b, d->addr + off, n);
+        if (!err && last && w == OFI_ACK_REVOKED) {
+            free(tmp);
+            fail_con(oc, PSCOM_OP_READ, PSCOM_ERR_EOF,
+                     "the peer closed while its message was copied; what "
+                     "was copied is dropped", 0);
+            return -1;
         }
-        if (!err && off + n == d->len) {
+        if (!err && last) {
             /* The peer may reuse its buffer: say so before the upcall. */
             uint64_t v = frame + 1;
             err = ofw_cma_write((pid_t)d->pid, &v, d->ack, sizeof(v));

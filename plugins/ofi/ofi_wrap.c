@@ -456,3 +456,31 @@ int ofw_cma_write(pid_t pid, const void *buf, uint64_t raddr, size_t len)
 {
     return cma_copy(pid, (void *)buf, raddr, len, 1);
 }
+
+int ofw_cma_read_word(pid_t pid, void *buf, uint64_t raddr, size_t len,
+                      uint64_t *word, uint64_t waddr)
+{
+    /* The kernel copies the remote ranges in order. */
+    size_t wdone = 0;
+    while (len || wdone < sizeof(*word)) {
+        struct iovec l[2], r[2];
+        unsigned long n = 0;
+        if (len) {
+            l[n] = (struct iovec){buf, len};
+            r[n++] = (struct iovec){(void *)(uintptr_t)raddr, len};
+        }
+        l[n] = (struct iovec){(char *)word + wdone, sizeof(*word) - wdone};
+        r[n++] = (struct iovec){(void *)(uintptr_t)(waddr + wdone),
+                                sizeof(*word) - wdone};
+        ssize_t got = process_vm_readv(pid, l, n, r, n, 0);
+        if (got < 0 && errno == EINTR) continue;
+        if (got < 0) return -errno;
+        if (got == 0) return -EFAULT;
+        size_t m = (size_t)got < len ? (size_t)got : len;
+        buf = (char *)buf + m;
+        raddr += m;
+        len -= m;
+        wdone += (size_t)got - m;
+    }
+    return 0;
+}

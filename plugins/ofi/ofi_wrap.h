@@ -136,5 +136,10 @@ int ofw_cma_usable(char *why, size_t why_len);
  * mapped there), -EPERM (not allowed), ... */
 int ofw_cma_read(pid_t pid, void *buf, uint64_t raddr, size_t len);
 int ofw_cma_write(pid_t pid, const void *buf, uint64_t raddr, size_t len);
+/* ofw_cma_read of len bytes at raddr, then of the 8-byte word at waddr into
+ * *word, in as few system calls as it takes (one, normally): the word is
+ * read after the last of the bytes. */
+int ofw_cma_read_word(pid_t pid, void *buf, uint64_t raddr, size_t len,
+                      uint64_t *word, uint64_t waddr);
 
 #endif /* OFI_WRAP_H_ */

@@ -391,6 +391,15 @@ int ofw_cma_read(pid_t pid, void *buf, uint64_t raddr, size_t len)
     return 0;
 }
 
+int ofw_cma_read_word(pid_t pid, void *buf, uint64_t raddr, size_t len,
+                      uint64_t *word, uint64_t waddr)
+{
+    int rc = ofw_cma_read(pid, buf, raddr, len);
+    if (rc) return rc;
+    fake.cma_reads--; /* one system call for both */
+    return ofw_cma_read(pid, word, waddr, sizeof(*word));
+}
+
 int ofw_cma_write(pid_t pid, const void *buf, uint64_t raddr, size_t len)
 {
     fake.cma_writes++;
