@@ -156,6 +156,8 @@ void psc_proto_send(struct psc_con *con, struct psc_req *req)
 {
     pscom_request_t *r = &req->pub;
 
+    req->rndv_described = false; /* a request posted again */
+
     if (psc_con_sends_over(con)) {
         psc_debug("send on %s refused: the connection is %s",
                   psc_con_str(con), con->failed ? "broken" : "closing");

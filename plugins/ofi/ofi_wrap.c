@@ -460,7 +460,16 @@ int ofw_cma_write(pid_t pid, const void *buf, uint64_t raddr, size_t len)
 int ofw_cma_read_word(pid_t pid, void *buf, uint64_t raddr, size_t len,
                       uint64_t *word, uint64_t waddr)
 {
-    /* The kernel copies the remote ranges in order. */
+#if !defined(__x86_64__) && !defined(__i386__)
+    /* Loads may pass each other here: the word after a fence, in a call of
+     * its own. */
+    int rc = cma_copy(pid, buf, raddr, len, 0);
+    if (rc) return rc;
+    __atomic_thread_fence(__ATOMIC_SEQ_CST);
+    return cma_copy(pid, word, waddr, sizeof(*word), 0);
+#else
+    /* The kernel copies the remote ranges in order, and x86 keeps loads in
+     * order: one call reads the word after the bytes. */
     size_t wdone = 0;
     while (len || wdone < sizeof(*word)) {
         struct iovec l[2], r[2];
@@ -483,4 +492,5 @@ int ofw_cma_read_word(pid_t pid, void *buf, uint64_t raddr, size_t len,
         wdone += (size_t)got - m;
     }
     return 0;
+#endif
 }

@@ -77,15 +77,17 @@ void vb_mcache_destroy(vb_mcache_t *mc)
 /* May e serve a request for [start, end) with `access`? With the peer's
  * rights only an entry of exactly that range and of the same peer rights
  * does: a larger one would let the peer reach more bytes, one with more
- * peer rights would let it do more with them. */
+ * peer rights would let it do more with them. Nor does an entry with the
+ * peer's rights serve a request without them: its reference would keep
+ * the peer's key working after its owner let go (rma_deregister). */
 static bool serves(const vb_mcache_t *mc, const vb_mentry_t *e,
                    uintptr_t start, uintptr_t end, int access)
 {
     uintptr_t s = (uintptr_t)e->reg.addr;
     if ((e->reg.access & access) != access) return false;
+    if ((e->reg.access & mc->exact) != (access & mc->exact)) return false;
     if (access & mc->exact)
-        return s == start && e->reg.len == end - start &&
-               (e->reg.access & mc->exact) == (access & mc->exact);
+        return s == start && e->reg.len == end - start;
     return s <= start && end <= s + e->reg.len;
 }
 

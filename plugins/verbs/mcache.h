@@ -11,7 +11,8 @@
  * vb_mcache_create): the HCA checks a peer's access against the
  * registration its key names, so such a registration covers the bytes
  * asked for and no more, a lookup hits only an entry of exactly that range
- * and those peer rights, and the entry is deregistered with its last
+ * and those peer rights (and one without them never hits such an entry),
+ * and the entry is deregistered with its last
  * reference, cached or not: the peer's key must stop working when the last
  * user of the registration lets go of it. Overlapping entries may coexist.
  * Entries in use (references held) are never evicted; when every cached

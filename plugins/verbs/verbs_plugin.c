@@ -1201,6 +1201,15 @@ static bool sends_done(struct vb_con *vc)
     return vb_ring_empty(&vc->tx);
 }
 
+/* Has the peer closed its end of the control socket (or is it broken)? */
+static bool control_socket_ended(int fd)
+{
+    char c;
+    ssize_t n = recv(fd, &c, 1, MSG_DONTWAIT | MSG_PEEK);
+    return n == 0 ||
+           (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
+}
+
 static void vb_close(pscom_plugin_con_t *con, void *priv)
 {
     struct vb_con *vc = priv;
@@ -1211,14 +1220,21 @@ static void vb_close(pscom_plugin_con_t *con, void *priv)
     }
     if (vc->fd >= 0) {
         pscom_plugin_fd_del(vc->fd);
-        close(vc->fd);
-        vc->fd = -1;
+        /* A peer whose control socket ended is gone or closing: what we
+         * posted can no longer complete, or is not waited for. */
+        if (control_socket_ended(vc->fd)) vc->failed = true;
     }
     /* What was posted (the EOF message, at least) must reach the peer
      * before the queue pair goes, also when the core said it is closing;
-     * only a failed transport delivers nothing more. */
+     * only a failed transport delivers nothing more. The socket closes
+     * after that: its end makes the peer fail the connection, which must
+     * not overtake the last messages. */
     if (!vc->failed && vc->qp)
         wait_own(vc, WR_SEND, sends_done, now_ms() + CLOSE_DRAIN_MS);
+    if (vc->fd >= 0) {
+        close(vc->fd);
+        vc->fd = -1;
+    }
     vc->dead = true;
     teardown(vc);
 }
@@ -1541,6 +1557,9 @@ static void on_fd(int fd, uint32_t events, void *arg)
         return;
     int e = n < 0 ? errno : 0;
     pscom_plugin_fd_mod(fd, 0);
+    /* Nothing we post from now on completes (also when the core is
+     * closing the connection already: close() need not wait). */
+    vc->failed = true;
     /* Deliver what the peer sent before it went: its EOF message, maybe. */
     vb_progress();
     if (vc->dead) return;

@@ -294,6 +294,13 @@ static void described_rendezvous_is_not_cancelled(void **state)
             close_con(c);
             assert_true(pscom_req_is_done(r));
             assert_false(pscom_req_successful(r));
+            /* Posted again where nothing describes it: cancellable. */
+            kick_writes = 0;
+            c = open_on(&plugin_1_2);
+            r->connection = c;
+            pscom_post_send(r);
+            assert_int_equal(pscom_cancel_send(r), 1);
+            close_con(c);
         } else {
             assert_true(r->state & PSCOM_REQ_STATE_CANCELED);
             close_con(c);

@@ -15,6 +15,8 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
 #include <cmocka.h>
 
 #include "fake_core_common.h"
@@ -119,6 +121,9 @@ static int setup(void **state)
     return 0;
 }
 
+/* The control sockets connect_pair opens A and B with (-1: none). */
+static int fd_a = -1, fd_b = -1;
+
 /* A connects to B the way precon.c does; A is opened, B only if open_b. */
 static void connect_pair(bool open_b)
 {
@@ -134,8 +139,8 @@ static void connect_pair(bool open_b)
     assert_int_equal(ops->hs_start(b, B.priv, blob_b, &len_b), 0);
     assert_int_equal(ops->hs_connect(b, B.priv, blob_a, len_a), 0);
     assert_int_equal(ops->hs_connect(a, A.priv, blob_b, len_b), 0);
-    assert_int_equal(ops->open(a, A.priv, -1), 1);
-    if (open_b) assert_int_equal(ops->open(b, B.priv, -1), 1);
+    assert_int_equal(ops->open(a, A.priv, fd_a), 1);
+    if (open_b) assert_int_equal(ops->open(b, B.priv, fd_b), 1);
 }
 
 static void send_str(struct con *k, const char *s)
@@ -246,12 +251,39 @@ static void close_in_upcall_finds_taken_completions(void **state)
     assert_int_equal(fake_stats.live_mr, 0);
 }
 
+/* B's process is gone (its end of the control socket closed) while A has
+ * a send posted that will not complete: A's close() does not wait for it
+ * (it used to poll until its 2 s deadline). */
+static void close_after_the_peer_ended_does_not_wait(void **state)
+{
+    int sv[2];
+    assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+    fd_a = sv[0];
+    fd_b = -1;
+    fake_cfg.send_lag = 1000000; /* posted sends stay pending */
+    connect_pair(true);
+    send_str(&A, "tail");
+    close(sv[1]);
+    int polls = fake_stats.polls;
+    ops->close((pscom_plugin_con_t *)&A, A.priv);
+    assert_in_range(fake_stats.polls - polls, 0, CLOSE_POLLS_MAX);
+    fake_cfg.send_lag = 0;
+    ops->close((pscom_plugin_con_t *)&B, B.priv);
+    free(A.priv);
+    free(B.priv);
+    fd_a = -1;
+    ops->destroy();
+    assert_int_equal(fake_stats.live_qp, 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup(early_messages_keep_their_order, setup),
         cmocka_unit_test_setup(close_delivers_what_the_core_handed_over, setup),
         cmocka_unit_test_setup(close_in_upcall_finds_taken_completions, setup),
+        cmocka_unit_test_setup(close_after_the_peer_ended_does_not_wait,
+                               setup),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
