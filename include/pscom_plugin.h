@@ -55,8 +55,9 @@ extern "C" {
  * pscom_plugin_wait_until; 1.8 no op, only the service
  * pscom_plugin_config_ranges; 1.9 no op, only the service
  * pscom_plugin_hold_progress; 1.10 no op, only the service
- * pscom_plugin_fd_linger). */
-#define PSCOM_PLUGIN_API_VERSION 0x010a
+ * pscom_plugin_fd_linger; 1.11 no op, only the services
+ * pscom_plugin_tx_lend and pscom_plugin_tx_returned). */
+#define PSCOM_PLUGIN_API_VERSION 0x010b
 #define PSCOM_PLUGIN_API_MAJOR(v) (((v) >> 8) & 0xff)
 #define PSCOM_PLUGIN_API_MINOR(v) ((v) & 0xff)
 
@@ -318,6 +319,17 @@ int pscom_plugin_tx_peek(pscom_plugin_con_t *con, struct iovec *iov,
  * progress, the core runs the receive's callback one round later, so the
  * caller sees the send done first. */
 int pscom_plugin_tx_done(pscom_plugin_con_t *con, size_t n);
+/* Only from close(): the frame whose head tx_peek handed out at `head`
+ * (its first iovec's address), or the rendezvous send whose data `head` is
+ * (described by rndv_describe), is still being read by an operation the
+ * transport cannot withdraw. The core then ends its send only when the
+ * plugin passes the returned token to pscom_plugin_tx_returned, in error
+ * (until then its buffers stay the application's send buffers, and a
+ * copy of the core's stays allocated). NULL when no such frame is queued.
+ * (API 1.11) */
+void *pscom_plugin_tx_lend(pscom_plugin_con_t *con, const void *head);
+/* The transport no longer reads the frame of a token of tx_lend. */
+void pscom_plugin_tx_returned(void *token);
 /* 1 when frames are queued. */
 int pscom_plugin_tx_pending(pscom_plugin_con_t *con);
 

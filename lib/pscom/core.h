@@ -142,6 +142,10 @@ struct psc_req {
     bool exact_reply;  /* a one-sided request whose reply has exactly
                         * data_len bytes (with a remote key; not
                         * pscom_post_rma_read) */
+    bool lent;           /* its frame is still read by a transport
+                          * operation after the plugin's close
+                          * (pscom_plugin_tx_lend): ended by
+                          * pscom_plugin_tx_returned, not by the failure */
     bool rndv_described; /* a rendezvous send whose buffer the plugin took
                           * (rndv_describe): it has no way to give it
                           * back, so the send is not cancelled */

@@ -1006,17 +1006,51 @@ void psc_proto_post_recv(struct psc_req *req)
 /* Failure                                                                */
 /* ---------------------------------------------------------------------- */
 
+/* A send the connection's failure ends; a control frame is released. */
+static void end_failed_send(struct psc_req *req)
+{
+    if (req->kind == PSC_REQ_CONTROL)
+        psc_req_release(req);
+    else
+        psc_req_done(req, PSCOM_REQ_STATE_ERROR);
+}
+
 static void fail_queue(struct psc_list *queue)
 {
     while (!psc_list_empty(queue)) {
         struct psc_req *req = psc_list_first(queue, struct psc_req, next);
         psc_list_del(&req->next);
         if (req->tx_hold) psc_rma_hold_drop(req);
-        if (req->kind == PSC_REQ_CONTROL)
-            psc_req_release(req);
-        else
-            psc_req_done(req, PSCOM_REQ_STATE_ERROR);
+        /* A lent frame ends when the transport gives it back. */
+        if (!req->lent) end_failed_send(req);
     }
+}
+
+void *pscom_plugin_tx_lend(pscom_plugin_con_t *con, const void *head)
+{
+    struct psc_list *pos;
+    psc_list_for_each(pos, &con->sendq) {
+        struct psc_req *req = psc_list_entry(pos, struct psc_req, next);
+        if (req->iov[0].iov_base != head) continue;
+        req->lent = true;
+        return req;
+    }
+    psc_list_for_each(pos, &con->rndv_sendq) {
+        struct psc_req *req = psc_list_entry(pos, struct psc_req, next);
+        if (!req->rndv_described || req->pub.data != head) continue;
+        req->lent = true;
+        return req;
+    }
+    return NULL;
+}
+
+void pscom_plugin_tx_returned(void *token)
+{
+    struct psc_req *req = token;
+    if (!req || !req->lent) return;
+    req->lent = false;
+    /* Still queued: the connection has not failed it yet, and will. */
+    if (psc_list_unlinked(&req->next)) end_failed_send(req);
 }
 
 /* An unexpected message leaves its connection's and its socket's queues

@@ -239,6 +239,14 @@ struct parting {
 /* One libfabric operation. Owned by its connection (oc) while that is
  * open; when the connection closes, operations the provider still holds
  * become orphans (oc NULL, on ofi.orphans) until their completion. */
+/* A frame the provider still reads from the core's buffers after its
+ * connection closed: the core ends its send (pscom_plugin_tx_returned)
+ * when the last of its operations is done. */
+struct loan {
+    void *token; /* of pscom_plugin_tx_lend */
+    unsigned ops;
+};
+
 struct op {
     ofw_ctx_t ctx; /* first: the provider's scratch space */
     uint8_t kind;  /* enum op_kind */
@@ -247,6 +255,7 @@ struct op {
     uint8_t state; /* OP_SLOT: enum slot_state */
     struct ofi_con *oc;
     struct parting *parting; /* an orphaned OP_COPY: its connection's */
+    struct loan *loan; /* an orphaned OP_TX reading the core's buffers */
     struct dl link; /* oc->ops (not slots), or ofi.orphans, ofi.sinks,
                      * ofi.owed (an idle slot) */
     uint32_t seq;   /* OP_SLOT: the frame it is posted (or owed) for */
@@ -270,6 +279,7 @@ struct txe {
     bool gone;        /* no longer queued (the send was canceled) */
     bool offer;       /* pull mode: the peer copies its rest */
     void *tmp;        /* offer: the rest of a long head and the body */
+    struct loan *loan; /* at close: its operations outlive the connection */
 };
 
 struct ofi_con {
@@ -419,6 +429,10 @@ static void op_free(struct op *op)
 {
     dl_del(&op->link);
     free(op->tmp);
+    if (op->loan && !--op->loan->ops) {
+        pscom_plugin_tx_returned(op->loan->token);
+        free(op->loan);
+    }
     free(op);
 }
 
@@ -2067,10 +2081,36 @@ nomem:
     return -ENOMEM;
 }
 
+/* At close: op (posted, of frame op->frame) reads the core's buffers, and
+ * the provider cannot withdraw it. Its frame stays lent until the last
+ * such operation is done: the core must not give the buffers back to the
+ * application, which would write them while the provider still sends
+ * them to the peer. */
+static void lend_frame(struct ofi_con *oc, struct op *op)
+{
+    struct txe *e = &oc->fifo[op->frame % oc->nfifo];
+    if (e->gone) return;
+    if (!e->loan) {
+        struct loan *l = calloc(1, sizeof(*l));
+        if (!l) return;
+        l->token = pscom_plugin_tx_lend(oc->con, e->head);
+        if (!l->token) {
+            free(l);
+            return;
+        }
+        e->loan = l;
+    }
+    e->loan->ops++;
+    op->loan = e->loan;
+}
+
 static void ofi_close(pscom_plugin_con_t *con, void *priv)
 {
     struct ofi_con *oc = priv;
     if (!oc->open) return;
+    /* A connection that failed (its peer gone, say) has nobody left to
+     * read what its sends still hold; one closed by the core may. */
+    bool peer_reads = !oc->dead;
     oc->open = false;
     oc->dead = true;
     clear_attn(oc);
@@ -2092,7 +2132,8 @@ static void ofi_close(pscom_plugin_con_t *con, void *priv)
         oc->fd = -1;
     }
 
-    /* Operations the provider still holds outlive the connection. */
+    /* Operations the provider still holds outlive the connection; sends
+     * that read the core's buffers keep their frames from the core. */
     while (!dl_empty(&oc->ops)) {
         struct op *op = dl_entry(oc->ops.next, struct op, link);
         dl_del(&op->link);
@@ -2100,6 +2141,7 @@ static void ofi_close(pscom_plugin_con_t *con, void *priv)
             op_free(op);
             continue;
         }
+        if (op->kind == OP_TX && !op->tmp && peer_reads) lend_frame(oc, op);
         op->oc = NULL;
         if (op->kind == OP_COPY && pt) {
             op->parting = pt;

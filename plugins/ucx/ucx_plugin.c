@@ -139,6 +139,11 @@ struct ux_txe {
     const void *base;    /* the frame's head in the core's send queue */
     size_t len;          /* head + body bytes */
     bool done;           /* UCX no longer needs the buffers */
+    bool borrows;        /* UCX reads the core's buffers (a body, a long
+                          * head), not only hdr */
+    void *token;         /* an orphan's frame lent (pscom_plugin_tx_lend) */
+    struct ux_sock *lent_us;     /* then: its worker */
+    struct ux_txe *lent_next;    /* lent_txes */
     int status;          /* how the send ended */
     uxw_op_t op;         /* tx_cb(this) */
     struct iovec iov[2]; /* the data, which UCX may read until done */
@@ -188,6 +193,8 @@ struct ux_bsend {
     struct ux_con *uc;     /* NULL once its connection closed (orphan) */
     struct ux_sock *us;
     uxw_op_t op;           /* bsend_cb(this) */
+    const void *data;      /* the body UCX reads */
+    void *token;           /* an orphan's send lent (pscom_plugin_tx_lend) */
     uint8_t hdr[BODY_HDR_LEN]; /* read by UCX until done */
 };
 
@@ -270,6 +277,10 @@ struct ux_sock {
 static struct ux_sock *socks;
 static uxw_context_t *spare_ctx; /* made by init, taken by the first socket */
 static struct ux_txe *txe_pool;
+/* Orphaned sends whose frames the core lent us (their buffers are read by
+ * UCX after their connection closed): returned by tx_cb, or when their
+ * worker is destroyed. */
+static struct ux_txe *lent_txes;
 static struct ux_rx *rx_pool;
 static unsigned txe_pool_n, rx_pool_n;
 static bool warned_cancel;
@@ -307,6 +318,7 @@ static struct ux_txe *txe_get(void)
     e->next = NULL;
     e->done = false;
     e->status = 0;
+    e->token = NULL;
     e->hdr = e->hinline;
     return e;
 }
@@ -506,6 +518,19 @@ static void set_ucx_error(struct ux_con *uc, pscom_op_t op, const char *what,
 /* UCX callbacks: they only record                                       */
 /* ---------------------------------------------------------------------- */
 
+/* An orphan's lent frame goes back to the core. */
+static void txe_return(struct ux_txe *e)
+{
+    for (struct ux_txe **pp = &lent_txes; *pp; pp = &(*pp)->lent_next)
+        if (*pp == e) {
+            *pp = e->lent_next;
+            break;
+        }
+    void *token = e->token;
+    e->token = NULL;
+    pscom_plugin_tx_returned(token);
+}
+
 static void tx_cb(void *user, int status)
 {
     struct ux_txe *e = user;
@@ -513,6 +538,7 @@ static void tx_cb(void *user, int status)
     e->done = true;
     e->status = status;
     if (!e->uc) {
+        if (e->token) txe_return(e);
         txe_put(e);
         return;
     }
@@ -812,6 +838,7 @@ static int send_frame(struct ux_con *uc, const struct iovec *head,
                           blen ? body->iov_base : NULL, blen);
     else if (eager)
         plen = pack_prefix(e->hdr, uc, head->iov_base, head->iov_len, blen);
+    e->borrows = !small && (blen || head->iov_len > us->max_head);
     if (plen) {
         id = UXW_AM_FRAME_PACKED;
         hlen = 0;
@@ -1097,6 +1124,7 @@ static void bsend_cb(void *user, int status)
     struct ux_con *uc = b->uc;
     bsend_unlink(uc ? &uc->bsends : &b->us->bsends_left, b);
     if (uc && status) set_ucx_error(uc, PSCOM_OP_WRITE, "UCX send", status);
+    if (b->token) pscom_plugin_tx_returned(b->token);
     free(b);
 }
 
@@ -1109,6 +1137,8 @@ static size_t ux_rndv_describe(pscom_plugin_con_t *con, void *priv,
     struct ux_bsend *b = malloc(sizeof(*b));
     if (!b) return 0;
     uint64_t id = ++uc->body_seq;
+    b->data = data;
+    b->token = NULL;
     key_put(b->hdr, uc->peer_slot, uc->peer_gen);
     memcpy(b->hdr + KEY_LEN, &id, sizeof(id));
     b->uc = uc;
@@ -1497,10 +1527,23 @@ static void sock_destroy(struct ux_sock *us)
     if (closed) {
         uxw_worker_destroy(us->w);
         rma_rkeys_left_drop(us);
-        while (us->bsends_left) { /* UCX calls back no more */
+        /* UCX calls back no more, nor reads the buffers of lent sends. */
+        while (us->bsends_left) {
             struct ux_bsend *b = us->bsends_left;
             us->bsends_left = b->next;
+            if (b->token) pscom_plugin_tx_returned(b->token);
             free(b);
+        }
+        for (struct ux_txe **pp = &lent_txes; *pp;) {
+            struct ux_txe *e = *pp;
+            if (e->lent_us != us) {
+                pp = &e->lent_next;
+                continue;
+            }
+            *pp = e->lent_next;
+            void *token = e->token;
+            e->token = NULL; /* the entry is left to tx_cb, as any orphan */
+            pscom_plugin_tx_returned(token);
         }
     }
     free(us->slots);
@@ -1512,6 +1555,19 @@ static void sock_destroy(struct ux_sock *us)
 /* ---------------------------------------------------------------------- */
 /* Connections                                                            */
 /* ---------------------------------------------------------------------- */
+
+/* Does UCX still read the core's buffers for a send of uc? */
+static bool sends_lent(const struct ux_con *uc)
+{
+    for (const struct ux_txe *e = uc->txq; e; e = e->next)
+        if (!e->done && e->borrows) return true;
+    return false;
+}
+
+static bool sends_returned(void *arg)
+{
+    return !sends_lent(arg);
+}
 
 /* UCX is done with every receive buffer of the core it had for uc. */
 static bool bodies_done(void *arg)
@@ -1560,9 +1616,14 @@ static void con_release(struct ux_con *uc)
     bodies_release(uc); /* the senders' UCX ends their sends */
     bool bodies_waiting = uc->bsends != NULL;
     rma_con_release(uc); /* before the endpoint goes, as UCX wants */
+    /* A connection that failed (its peer gone, say) has nobody left to
+     * read what its sends still hold; one closed by the core may. */
+    bool peer_reads = !(uc->ep_failed || uc->err || uc->hup);
     while (uc->bsends) { /* bsend_cb frees them, or sock_destroy */
         struct ux_bsend *b = uc->bsends;
         uc->bsends = b->next;
+        /* Until UCX ends it, the peer may still pull the body. */
+        if (peer_reads) b->token = pscom_plugin_tx_lend(uc->con, b->data);
         b->uc = NULL;
         b->next = us->bsends_left;
         us->bsends_left = b;
@@ -1571,9 +1632,12 @@ static void con_release(struct ux_con *uc)
     /* A broken connection (or a dead peer) is dropped. Otherwise UCX
      * flushes what it has (the EOF message): the socket's last connection
      * waits for that before the worker goes. A body still waiting for its
-     * pull belongs to a send the core gave up (PSP_SHUTDOWN_TIMEOUT): it
-     * is dropped too, so that the peer cannot read the buffer later. */
-    bool broken = uc->ep_failed || uc->err || uc->hup || bodies_waiting;
+     * pull, or a send UCX still reads from the core's buffers, belongs to
+     * a send the core gave up (PSP_SHUTDOWN_TIMEOUT) and fails after this:
+     * the endpoint is dropped too, which ends them, so that UCX does not
+     * read the buffers once the application has them back. */
+    bool lent = peer_reads && sends_lent(uc);
+    bool broken = uc->ep_failed || uc->err || uc->hup || bodies_waiting || lent;
     if (uc->ep) {
         uxw_ep_t *ep = uc->ep;
         uc->ep = NULL;
@@ -1586,15 +1650,20 @@ static void con_release(struct ux_con *uc)
                 us->closing--;
         }
     }
-    /* Bodies on their way into receive buffers: the core hands the
-     * buffers back once we return, so UCX must be done with them first (a
-     * live peer sends them; for a dropped endpoint UCX ends them). Sends
-     * need no wait: closing waits until they are done, and after a failure
-     * nobody reads their buffers any more. */
+    /* Bodies on their way into receive buffers, and sends reading the
+     * core's: the core hands the buffers back once we return, so UCX must
+     * be done with them first (a live peer sends the bodies; for a dropped
+     * endpoint UCX ends both, in peer error-handling mode). */
     if (!wait_for(us, bodies_done, uc, CLOSE_WAIT_MS))
         pscom_plugin_log(1, "ucx: %s: UCX was still receiving message bodies "
                          "%u ms after the connection closed; their receives "
                          "fail, and UCX may still write their buffers",
+                         pscom_plugin_con_str(uc->con), CLOSE_WAIT_MS);
+    if (lent && !wait_for(us, sends_returned, uc, CLOSE_WAIT_MS))
+        pscom_plugin_log(2, "ucx: %s: UCX still had sends %u ms after the "
+                         "connection closed (PSP_UCX_PEER_ERRORS=0 does not "
+                         "let UCX end them); they fail when UCX lets go of "
+                         "their buffers",
                          pscom_plugin_con_str(uc->con), CLOSE_WAIT_MS);
     while (uc->txq) {
         struct ux_txe *e = uc->txq;
@@ -1602,6 +1671,14 @@ static void con_release(struct ux_con *uc)
         if (e->done) {
             txe_put(e);
         } else { /* tx_cb frees it; it no longer counts */
+            /* The core must not give back buffers UCX still reads. */
+            if (e->borrows && peer_reads)
+                e->token = pscom_plugin_tx_lend(uc->con, e->base);
+            if (e->token) {
+                e->lent_us = us;
+                e->lent_next = lent_txes;
+                lent_txes = e;
+            }
             e->uc = NULL;
             e->us = NULL;
             us->inflight--;

@@ -94,6 +94,7 @@ struct psc_con {
     size_t partial;   /* bytes of frame qdone already reported */
     unsigned tx_done_calls;
     size_t tx_done_bytes;
+    unsigned lent, returned; /* pscom_plugin_tx_lend, _tx_returned */
     int close_on_tx_done; /* tx_done returns -1 (closing) */
     void (*on_push)(struct psc_con *c); /* called as rx_push starts */
     /* receive: the byte stream as the application would see it */

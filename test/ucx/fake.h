@@ -155,6 +155,7 @@ struct psc_con {
     size_t done_calls[FAKE_MAX_FRAMES * 2]; /* the n of each tx_done */
     int ndone;
     bool closing; /* upcalls return -1 */
+    int lent, returned; /* pscom_plugin_tx_lend, _tx_returned */
 
     /* Receive side: messages as the core saw them. */
     struct fake_msg {
