@@ -82,6 +82,26 @@ static const pscom_plugin_t desc_rndv = {
     .api_version = PSCOM_PLUGIN_API_VERSION, .name = "rndv", .ops = &rndv_ops};
 static struct psc_plugin plugin_rndv = {.desc = &desc_rndv, .name = "rndv"};
 
+/* A plugin whose close() lends the first frame still queued, as one whose
+ * transport cannot withdraw a send (pscom_plugin_tx_lend). */
+static void *lent_token;
+
+static void lend_close(pscom_plugin_con_t *c, void *priv)
+{
+    struct iovec iov[2];
+    size_t total;
+    if (pscom_plugin_tx_peek(c, iov, 2, &total))
+        lent_token = pscom_plugin_tx_lend(c, iov[0].iov_base);
+}
+
+static const pscom_plugin_ops_t lend_ops = {
+    .tx_kick = fake_tx_kick,
+    .close = lend_close,
+};
+static const pscom_plugin_t desc_lend = {
+    .api_version = PSCOM_PLUGIN_API_VERSION, .name = "lend", .ops = &lend_ops};
+static struct psc_plugin plugin_lend = {.desc = &desc_lend, .name = "lend"};
+
 static pscom_socket_t *sock;
 
 static int setup(void **state)
@@ -309,6 +329,34 @@ static void described_rendezvous_is_not_cancelled(void **state)
     }
 }
 
+/* A frame the plugin lends in its close() is not ended with the other
+ * sends of the failed connection: its request stays undone (the
+ * application must not write the buffer) until the plugin returns it. */
+static void lent_frame_ends_when_returned(void **state)
+{
+    pscom_connection_t *c = open_on(&plugin_lend);
+    pscom_request_t *r1 = send_req(c, 1, "one", 3);
+    pscom_request_t *r2 = send_req(c, 2, "two", 3);
+    lent_token = NULL;
+    pscom_plugin_con_error(con_of(c), PSCOM_OP_WRITE, PSCOM_ERR_IOERROR,
+                           "test", 0);
+    close_con(c);
+    assert_non_null(lent_token);
+    assert_false(pscom_req_is_done(r1));
+    assert_int_equal(pscom_cancel_send(r1), 0);
+    assert_true(pscom_req_is_done(r2));
+    assert_false(pscom_req_successful(r2));
+    pscom_plugin_tx_returned(lent_token);
+    assert_true(pscom_req_is_done(r1));
+    assert_false(pscom_req_successful(r1));
+    /* A head no frame has: nothing to lend. */
+    c = open_on(&plugin_lend);
+    assert_null(pscom_plugin_tx_lend(con_of(c), "no such head"));
+    close_con(c);
+    pscom_request_free(r1);
+    pscom_request_free(r2);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -322,6 +370,8 @@ int main(void)
                                         setup, teardown),
         cmocka_unit_test_setup_teardown(described_rendezvous_is_not_cancelled,
                                         setup, teardown),
+        cmocka_unit_test_setup_teardown(lent_frame_ends_when_returned, setup,
+                                        teardown),
         cmocka_unit_test_setup_teardown(failed_connection_is_not_asked, setup,
                                         teardown),
     };
