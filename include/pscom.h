@@ -540,7 +540,11 @@ void pscom_resume_listen(pscom_socket_t *socket);
 void pscom_flush(pscom_connection_t *connection);
 
 /* Send what is queued, tell the peer, fail the pending receives, and free the
- * connection. */
+ * connection. It waits for the queued sends at most PSP_SHUTDOWN_TIMEOUT
+ * milliseconds (0: without limit); those still pending then fail. A send
+ * whose buffer the transport still reads and cannot withdraw (ucx, ofi)
+ * fails only once the transport lets go of it: until then its request is
+ * not done and the buffer must stay as it is. */
 void pscom_close_connection(pscom_connection_t *connection);
 
 /* Extension of this library (not in ParaStation pscom).
