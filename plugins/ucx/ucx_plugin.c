@@ -1564,11 +1564,6 @@ static bool sends_lent(const struct ux_con *uc)
     return false;
 }
 
-static bool sends_returned(void *arg)
-{
-    return !sends_lent(arg);
-}
-
 /* UCX is done with every receive buffer of the core it had for uc. */
 static bool bodies_done(void *arg)
 {
@@ -1650,20 +1645,16 @@ static void con_release(struct ux_con *uc)
                 us->closing--;
         }
     }
-    /* Bodies on their way into receive buffers, and sends reading the
-     * core's: the core hands the buffers back once we return, so UCX must
-     * be done with them first (a live peer sends the bodies; for a dropped
-     * endpoint UCX ends both, in peer error-handling mode). */
+    /* Bodies on their way into receive buffers: the core hands the
+     * buffers back once we return, so UCX must be done with them first (a
+     * live peer sends them; for a dropped endpoint UCX ends them). Sends
+     * still reading the core's buffers are lent below: the core ends them
+     * when tx_cb comes (at once for a dropped endpoint in peer
+     * error-handling mode). */
     if (!wait_for(us, bodies_done, uc, CLOSE_WAIT_MS))
         pscom_plugin_log(1, "ucx: %s: UCX was still receiving message bodies "
                          "%u ms after the connection closed; their receives "
                          "fail, and UCX may still write their buffers",
-                         pscom_plugin_con_str(uc->con), CLOSE_WAIT_MS);
-    if (lent && !wait_for(us, sends_returned, uc, CLOSE_WAIT_MS))
-        pscom_plugin_log(2, "ucx: %s: UCX still had sends %u ms after the "
-                         "connection closed (PSP_UCX_PEER_ERRORS=0 does not "
-                         "let UCX end them); they fail when UCX lets go of "
-                         "their buffers",
                          pscom_plugin_con_str(uc->con), CLOSE_WAIT_MS);
     while (uc->txq) {
         struct ux_txe *e = uc->txq;
