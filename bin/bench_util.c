@@ -422,14 +422,15 @@ static void add_size(struct bench_opts *o, size_t s)
 
 static void list_sizes(struct bench_opts *o)
 {
-    char *copy = strdup(o->size_list), *save = NULL, *tok;
+    char *copy = strdup(o->size_list), *next = copy, *tok;
 
     if (!copy)
         exit(1);
-    for (tok = strtok_r(copy, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+    /* Not strtok: it would pass over an empty item ("4k,,8"). */
+    while ((tok = strsep(&next, ","))) {
         size_t s;
 
-        if (parse_size(tok, &s)) {
+        if (!*tok || parse_size(tok, &s)) {
             fprintf(stderr, "%s: bad size '%s' in --sizes (a number up to 1G, "
                             "optional k/M/G suffix)\n", bench_prog, tok);
             exit(1);

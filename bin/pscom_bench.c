@@ -50,7 +50,7 @@
 #include "pscom_bench_pmix.h"
 #endif
 
-#define MAX_XHEADER    65535
+#define MAX_XHEADER    (65535 - 88) /* what a message carries (pscom.h) */
 #define PARAMS_MAGIC   0x5053424eu /* "PSBN" */
 #define PARAMS_VERSION 1
 #define PARAMS_F_THREADED 0x1u /* wire_params.flags: pscom_init_thread */

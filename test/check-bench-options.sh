@@ -4,7 +4,7 @@
 # ping-pong or --verify it is refused with a message. --huge-pages: a run
 # with every byte verified, sizes on both sides of 2 MiB, in both directions
 # and streaming, is reported as such (JSON "huge_pages": true; false
-# without it).
+# without it). Bad --sizes and --xheader values are refused.
 #
 # Usage: check-bench-options.sh PSCOM_BENCH
 set -u
@@ -51,4 +51,20 @@ for args in "--one-buffer" "--bw --one-buffer --verify"; do
     fi
     grep -q -- "--one-buffer goes with" "$tmp" || fail "'$args': no reason given"
 done
+# An empty item of --sizes is an error, not skipped; an xheader longer
+# than a message carries (65535 less the library's 88 bytes) is refused
+# before anything runs, the longest one runs.
+for sizes in "4k,,8" ",8" "8,"; do
+    if "$bench" --sizes "$sizes" >"$tmp" 2>&1; then
+        fail "--sizes '$sizes' was accepted"
+    fi
+    grep -q "bad size '' in --sizes" "$tmp" || fail "--sizes '$sizes': no reason given"
+done
+if "$bench" --xheader 65448 --sizes 8 >"$tmp" 2>&1; then
+    fail "--xheader 65448 was accepted"
+fi
+grep -q -- "--xheader" "$tmp" || fail "--xheader 65448: no reason given"
+PSP_SHM=0 "$bench" --transport tcp --xheader 65447 --verify --sizes 8 \
+    --iters 3 --warmup 1 --timeout 60 >"$tmp" 2>&1 ||
+    fail "--xheader 65447 failed"
 echo "check-bench-options: ok"

@@ -4,7 +4,8 @@
 # saying how large the record was and what it accepts, and tells the
 # connector so, which fails at once with that text instead of trying again
 # PSP_RETRY times. The acceptor closes gracefully after the ERROR record
-# (no reset), so the record is not lost over a lossy network.
+# (no reset), so the record is not lost over a lossy network. Then
+# PSP_CONNECT_TIMEOUT=0 (no limit) connects.
 #
 # Usage: check-precon-limit.sh PSCOM_BENCH
 set -u
@@ -70,4 +71,15 @@ if 7 not in types:
     sys.exit("no ERROR record (7) among the records %r" % types)
 print("records %r, then EOF" % types)
 EOF
+kill "$srv_pid" 2>/dev/null
+wait "$srv_pid" 2>/dev/null
+srv_pid=
+
+# PSP_CONNECT_TIMEOUT=0 on both sides means no limit, as for the other
+# timeouts; it made every handshake fail at its first step ("stalled for
+# 0 ms").
+start_bench_server "$dir/srv0" PSP_CONNECT_TIMEOUT=0 -- "$bench" --timeout 60
+PSP_CONNECT_TIMEOUT=0 "$bench" -c "127.0.0.1:$port" --sizes 8 --iters 10 \
+    --timeout 30 >"$dir/cli0" 2>&1 ||
+    fail "no connection with PSP_CONNECT_TIMEOUT=0 (no limit)"
 echo "check-precon-limit: ok"

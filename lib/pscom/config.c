@@ -71,6 +71,9 @@ static const char *type_name(pscom_config_type_t type)
     return "?";
 }
 
+#define PARSE_AUTO 1
+#define PARSE_TOO_LARGE (-2)
+
 /* What a person should have written, for messages. */
 static const char *type_expected(pscom_config_type_t type)
 {
@@ -90,6 +93,24 @@ static const char *type_expected(pscom_config_type_t type)
         return "a string";
     }
     return "?";
+}
+
+/* Why a text was refused (parse_typed's result rc): "is not <what
+ * should have been written>", or for a number beyond the type "is out of
+ * the range of <type>". */
+static const char *refusal(pscom_config_type_t type, int rc, char *buf,
+                           size_t len)
+{
+    const char *span = type == PSCOM_CONFIG_INT ? "an int, -2147483648.."
+                                                  "2147483647"
+                       : type == PSCOM_CONFIG_UINT ? "an unsigned int, 0.."
+                                                     "4294967295 (or inf)"
+                                                   : "a size (or inf)";
+    if (rc == PARSE_TOO_LARGE)
+        snprintf(buf, len, "is out of the range of %s", span);
+    else
+        snprintf(buf, len, "is not %s", type_expected(type));
+    return buf;
 }
 
 static bool type_valid(pscom_config_type_t type)
@@ -123,7 +144,8 @@ static bool trim_copy(const char *text, char *buf, size_t len)
 
 /* Digits in decimal or with a 0x prefix in hexadecimal, an optional sign
  * (allow_sign) and an optional k/M/G suffix (allow_suffix). Octal is not a
- * thing here: "010" is ten. */
+ * thing here: "010" is ten. 0, -1 when it is no such number,
+ * PARSE_TOO_LARGE when it is one beyond 64 bits. */
 static int parse_integer(const char *s, bool allow_sign, bool allow_suffix,
                          unsigned long long *mag_p, bool *neg_p)
 {
@@ -146,7 +168,7 @@ static int parse_integer(const char *s, bool allow_sign, bool allow_suffix,
 
     errno = 0;
     v = strtoull(s, &end, base);
-    if (errno == ERANGE) return -1;
+    bool huge = errno == ERANGE;
 
     if (allow_suffix && *end) {
         unsigned shift;
@@ -157,11 +179,12 @@ static int parse_integer(const char *s, bool allow_sign, bool allow_suffix,
         case 'g': case 'G': shift = 30; break;
         default: return -1;
         }
-        if (v > (ULLONG_MAX >> shift)) return -1;
+        if (v > (ULLONG_MAX >> shift)) huge = true;
         v <<= shift;
         end++;
     }
     if (*end) return -1;
+    if (huge) return PARSE_TOO_LARGE;
 
     *mag_p = v;
     *neg_p = neg;
@@ -202,16 +225,16 @@ static char *dir_dup(const char *text)
     return s;
 }
 
-#define PARSE_AUTO 1
-
 /* Parse text as `type` into out. 0 on success, -1 when it does not parse
- * (nothing written), PARSE_AUTO for "auto" of UINT/SIZE (nothing written:
- * the caller knows the default). */
+ * (nothing written), PARSE_TOO_LARGE for a number beyond the type's range,
+ * PARSE_AUTO for "auto" of UINT/SIZE (nothing written: the caller knows
+ * the default). */
 static int parse_typed(pscom_config_type_t type, const char *text, void *out)
 {
     char buf[72];
     unsigned long long mag;
     bool neg;
+    int rc;
 
     if (!text) return -1;
 
@@ -230,9 +253,9 @@ static int parse_typed(pscom_config_type_t type, const char *text, void *out)
 
     switch (type) {
     case PSCOM_CONFIG_INT:
-        if (parse_integer(buf, true, false, &mag, &neg) != 0) return -1;
+        if ((rc = parse_integer(buf, true, false, &mag, &neg)) != 0) return rc;
         if (neg ? mag > (unsigned long long)INT_MAX + 1 : mag > INT_MAX)
-            return -1;
+            return PARSE_TOO_LARGE;
         /* -(INT_MAX + 1) without signed overflow. */
         *(int *)out = neg ? (int)(-(long long)mag) : (int)mag;
         return 0;
@@ -243,8 +266,8 @@ static int parse_typed(pscom_config_type_t type, const char *text, void *out)
             return 0;
         }
         if (strcasecmp(buf, "auto") == 0) return PARSE_AUTO;
-        if (parse_integer(buf, false, false, &mag, &neg) != 0) return -1;
-        if (mag > UINT_MAX) return -1;
+        if ((rc = parse_integer(buf, false, false, &mag, &neg)) != 0) return rc;
+        if (mag > UINT_MAX) return PARSE_TOO_LARGE;
         *(unsigned *)out = (unsigned)mag;
         return 0;
 
@@ -254,8 +277,8 @@ static int parse_typed(pscom_config_type_t type, const char *text, void *out)
             return 0;
         }
         if (strcasecmp(buf, "auto") == 0) return PARSE_AUTO;
-        if (parse_integer(buf, false, true, &mag, &neg) != 0) return -1;
-        if (mag > SIZE_MAX) return -1;
+        if ((rc = parse_integer(buf, false, true, &mag, &neg)) != 0) return rc;
+        if (mag > SIZE_MAX) return PARSE_TOO_LARGE;
         *(size_t *)out = (size_t)mag;
         return 0;
 
@@ -331,7 +354,8 @@ static int entry_set(struct entry *e, const char *text)
     if (is_string_type(row->type)) {
         char *s;
 
-        if (parse_typed(row->type, text, &s) != 0) return -1;
+        int rc = parse_typed(row->type, text, &s);
+        if (rc != 0) return rc;
         entry_set_string(e, s);
         return 0;
     }
@@ -488,39 +512,44 @@ static void entry_clamp(struct entry *e, const char *from, const char *text)
                 above ? "above" : "below", span, now);
 }
 
-/* Default, then the row's own variable, else its parent. */
+/* Default, then the row's own variable, else (also when its own value is
+ * refused) its parent. A parent that is a row of its own reports its bad
+ * value itself, once. */
 static void entry_load(struct entry *e)
 {
     const pscom_config_row_t *row = e->row;
-    const char *from = row->name;
-    enum source src = SRC_ENVIRONMENT;
-    const char *text;
+    const char *text = pscom_env_get(row->name);
+    const char *parent = row->parent ? pscom_env_get(row->parent) : NULL;
+    char def[128], why[160];
+    int rc;
 
     entry_set_default(e);
+    psc_config_value_str(row, def, sizeof(def));
 
-    text = pscom_env_get(row->name);
-    if (!text && row->parent) {
-        text = pscom_env_get(row->parent);
-        from = row->parent;
-        src = SRC_PARENT;
-    }
-    if (!text) return;
-
-    if (entry_set(e, text) == 0) {
-        e->src = src;
-        entry_clamp(e, from, text);
-    } else {
-        char def[128];
-
-        psc_config_value_str(row, def, sizeof(def));
-        if (src == SRC_PARENT)
-            psc_err("%s=\"%s\" (read for %s) is not %s; %s keeps its "
-                    "default %s",
-                    from, text, row->name, type_expected(row->type),
-                    row->name, def);
+    if (text) {
+        rc = entry_set(e, text);
+        if (rc == 0) {
+            e->src = SRC_ENVIRONMENT;
+            entry_clamp(e, row->name, text);
+            return;
+        }
+        if (parent)
+            psc_err("%s=\"%s\" %s; reading %s instead", row->name, text,
+                    refusal(row->type, rc, why, sizeof(why)), row->parent);
         else
-            psc_err("%s=\"%s\" is not %s; keeping the default %s", from,
-                    text, type_expected(row->type), def);
+            psc_err("%s=\"%s\" %s; keeping the default %s", row->name, text,
+                    refusal(row->type, rc, why, sizeof(why)), def);
+    }
+    if (!parent) return;
+
+    rc = entry_set(e, parent);
+    if (rc == 0) {
+        e->src = SRC_PARENT;
+        entry_clamp(e, row->parent, parent);
+    } else if (!entry_by_name(row->parent)) {
+        psc_err("%s=\"%s\" (read for %s) %s; %s keeps its default %s",
+                row->parent, parent, row->name,
+                refusal(row->type, rc, why, sizeof(why)), row->name, def);
     }
 }
 
@@ -1007,8 +1036,9 @@ static int env_read(const char *name, pscom_config_type_t type, void *tmp,
         return 0;
     }
     if (rc != 0) {
-        psc_err("%s=\"%s\" is not %s; keeping the value %s", name, text,
-                type_expected(type), current);
+        char why[160];
+        psc_err("%s=\"%s\" %s; keeping the value %s", name, text,
+                refusal(type, rc, why, sizeof(why)), current);
         return 0;
     }
     return 1;

@@ -42,8 +42,9 @@ void psc_config_core_register(void);
 void psc_config_register(const pscom_config_row_t *rows, size_t count);
 
 /* Parse `text` as a value of `row`'s type into `out` (which points to a
- * variable of that type). 0 on success, -1 when it does not parse (nothing
- * written). Strings are strdup'ed. */
+ * variable of that type). 0 on success, -1 when it does not parse, -2 when
+ * it is a number beyond the type's range (nothing written either way).
+ * Strings are strdup'ed. */
 int psc_config_parse(const pscom_config_row_t *row, const char *text,
                      void *out);
 

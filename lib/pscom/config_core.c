@@ -52,7 +52,8 @@ static const pscom_config_row_t core_rows[] = {
              "Connection attempts before a connection fails."),
     CORE_ROW("PSP_CONNECT_TIMEOUT", PSCOM_CONFIG_UINT, "10000",
              connect_timeout_ms,
-             "Milliseconds a connection setup may take before it fails."),
+             "Milliseconds a step of a connection's setup may stall before "
+             "the attempt fails (PSP_RETRY attempts); 0: no limit."),
     CORE_ROW("PSP_SHUTDOWN_TIMEOUT", PSCOM_CONFIG_UINT, "0",
              shutdown_timeout_ms,
              "Milliseconds to wait for pending sends when closing; 0 waits "

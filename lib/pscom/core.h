@@ -129,7 +129,8 @@ struct psc_con;
 
 struct psc_req {
     uint32_t magic;
-    uint32_t alloc_size; /* bytes allocated for it (with xheader, user) */
+    uint32_t alloc_size; /* bytes allocated for it (with xheader, user);
+                          * UINT32_MAX: that many or more */
     uint8_t kind;  /* enum psc_req_kind */
     uint8_t frame; /* enum psc_frame, while in a send queue */
     bool self_free; /* free after io_done (pscom_send, control frames) */

@@ -6,6 +6,7 @@
 #include "log.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdlib.h>
@@ -133,21 +134,19 @@ static void log_close(void)
     log_name = NULL;
 }
 
-/* Why wordexp() left a name unexpanded, for the message when it then
- * cannot be opened either. */
+/* Why wordexp() could not expand a name. */
 static const char *expand_error(int rc)
 {
     switch (rc) {
-    case 0: return "";
     case WRDE_BADCHAR:
-        return " (taken literally: it contains one of |&;<>(){} or a "
-               "newline)";
+        return "it contains one of |&;<>(){} or a newline";
     case WRDE_CMDSUB:
-        return " (taken literally: command substitution is not allowed)";
+        return "command substitution is not allowed";
     case WRDE_SYNTAX:
-        return " (taken literally: shell syntax error, e.g. an unmatched "
-               "quote)";
-    default: return " (taken literally: it could not be expanded)";
+        return "shell syntax error, e.g. an unmatched quote";
+    case WRDE_BADVAL:
+        return "it names a variable that is not set";
+    default: return "it could not be expanded";
     }
 }
 
@@ -165,8 +164,9 @@ void psc_log_open(const char *path)
     }
     if (log_name && strcmp(log_name, path) == 0) return;
 
-    /* Shell-like expansion ($VAR, ~), never running commands. */
-    rc = wordexp(path, &we, WRDE_NOCMD);
+    /* Shell-like expansion ($VAR, ~), never running commands; an unset
+     * variable is an error, not an empty word. */
+    rc = wordexp(path, &we, WRDE_NOCMD | WRDE_UNDEF);
     if (rc == 0) {
         expanded = 1;
         if (we.we_wordc == 1) file = we.we_wordv[0];
@@ -174,18 +174,38 @@ void psc_log_open(const char *path)
         wordfree(&we);
     }
 
-    f = fopen(file, "ae");
+    f = NULL;
+    int err = 0;
+    if (rc == 0 && we.we_wordc == 1) {
+        /* Not blocking in open: a FIFO nobody reads would hang us here. */
+        int fd = open(file, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC |
+                                O_NONBLOCK, 0666);
+        if (fd >= 0) {
+            fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
+            f = fdopen(fd, "a");
+            if (!f) close(fd);
+        }
+        err = errno;
+    }
     if (!f) {
-        int err = errno;
-
         /* Remember the name anyway: asking again must not repeat this. */
         log_close();
         log_name = strdup(path);
-        psc_log_write(PSC_LOG_ERROR,
-                      "cannot open the log file \"%s\" named by "
-                      "PSP_DEBUG_OUT=\"%s\"%s for appending: %s; logging "
-                      "to stderr instead",
-                      file, path, expand_error(rc), strerror(err));
+        if (rc != 0 || we.we_wordc != 1)
+            psc_log_write(PSC_LOG_ERROR,
+                          "PSP_DEBUG_OUT=\"%s\" names no file: %s; logging "
+                          "to stderr instead",
+                          path, rc != 0 ? expand_error(rc)
+                                        : "it expands to no word or to "
+                                          "several");
+        else
+            psc_log_write(PSC_LOG_ERROR,
+                          "cannot open the log file \"%s\" named by "
+                          "PSP_DEBUG_OUT=\"%s\" for appending: %s; logging "
+                          "to stderr instead",
+                          file, path,
+                          err == ENXIO ? "a FIFO that nobody reads"
+                                       : strerror(err));
         if (expanded) wordfree(&we);
         return;
     }

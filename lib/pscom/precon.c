@@ -137,6 +137,14 @@ void psc_precon_destroy(struct psc_precon *pc)
     free(pc);
 }
 
+/* When a handshake that makes no step from `now` on has stalled
+ * (PSP_CONNECT_TIMEOUT, 0: never). */
+static uint64_t stall_deadline(uint64_t now)
+{
+    unsigned ms = psc_settings.connect_timeout_ms;
+    return ms ? now + ms : UINT64_MAX;
+}
+
 static struct psc_precon *pc_new(struct psc_con *con, bool connector)
 {
     struct psc_precon *pc = calloc(1, sizeof(*pc));
@@ -144,7 +152,7 @@ static struct psc_precon *pc_new(struct psc_con *con, bool connector)
     pc->con = con;
     pc->fd = -1;
     pc->connector = connector;
-    pc->deadline = psc_now_ms() + psc_settings.connect_timeout_ms;
+    pc->deadline = stall_deadline(psc_now_ms());
     psc_list_add_tail(&pc->next, &psc_ctx.precons);
     con->precon = pc;
     return pc;
@@ -908,7 +916,7 @@ static void wait_for_call(struct psc_precon *pc)
     close_fd(pc);
     reset_io(pc);
     pc->state = PC_OD_WAIT;
-    pc->deadline = psc_now_ms() + psc_settings.connect_timeout_ms;
+    pc->deadline = stall_deadline(psc_now_ms());
 }
 
 static int send_hello(struct psc_precon *pc)
@@ -926,7 +934,7 @@ static int send_hello(struct psc_precon *pc)
 static int start_tcp_connect(struct psc_precon *pc)
 {
     pc->attempts++;
-    pc->deadline = psc_now_ms() + psc_settings.connect_timeout_ms;
+    pc->deadline = stall_deadline(psc_now_ms());
     pc->fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
     if (pc->fd < 0) {
         int e = errno;
@@ -1104,7 +1112,7 @@ void psc_precon_check_timeouts(void)
         snprintf(why, sizeof(why), "handshake stalled in state \"%s\" for %u "
                  "ms (PSP_CONNECT_TIMEOUT)", state_names[pc->state],
                  psc_settings.connect_timeout_ms);
-        pc->deadline = now + psc_settings.connect_timeout_ms;
+        pc->deadline = stall_deadline(now);
         pc_retry_or_fail(pc, PSCOM_ERR_IOERROR, why);
     }
 }

@@ -67,15 +67,16 @@ struct psc_req *psc_req_alloc(size_t xlen, size_t user_size)
     size_t room = xheader_room(xlen);
     size_t user_off =
         (offsetof(struct psc_req, pub.xheader) + room + 15) & ~(size_t)15;
+    if (user_size > SIZE_MAX - user_off) return NULL;
     size_t size = user_off + user_size;
-    if (size > UINT32_MAX) return NULL;
     struct psc_req *req = NULL;
     if (req_cached) req = req_cache_take(size); /* never with threads */
     if (!req) req = calloc(1, size);
     if (!req) return NULL;
 
     req->magic = PSC_REQ_MAGIC;
-    req->alloc_size = (uint32_t)size;
+    /* Only the cache reads it, which takes none larger than 4 KiB. */
+    req->alloc_size = size > UINT32_MAX ? UINT32_MAX : (uint32_t)size;
     psc_list_init(&req->next);
     psc_list_init(&req->next_any);
     psc_list_init(&req->next_held);

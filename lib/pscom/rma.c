@@ -819,10 +819,8 @@ static void post_get_like(pscom_request_t *r, const char *fn, uint8_t type,
      * may still be reading the frame until its plugin is closed. */
     struct psc_req *m = internal_req(xlen, body_len);
     if (!m) {
-        psc_err("%s on %s: %s", fn, psc_con_str(con),
-                body_len > UINT32_MAX - 4096
-                    ? "operands larger than a frame's copy (4 GiB)"
-                    : "out of memory");
+        psc_err("%s on %s: out of memory for a copy of the operands "
+                "(%zu bytes)", fn, psc_con_str(con), body_len);
         psc_req_done(req_of(r), PSCOM_REQ_STATE_ERROR);
         return;
     }

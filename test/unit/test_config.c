@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -155,10 +156,10 @@ static void test_parse_int(void **state)
     assert_int_equal(v, INT_MIN);
 
     v = 99;
-    assert_int_equal(parse(PSCOM_CONFIG_INT, "0", "2147483648", &v), -1);
-    assert_int_equal(parse(PSCOM_CONFIG_INT, "0", "-2147483649", &v), -1);
+    assert_int_equal(parse(PSCOM_CONFIG_INT, "0", "2147483648", &v), -2);
+    assert_int_equal(parse(PSCOM_CONFIG_INT, "0", "-2147483649", &v), -2);
     assert_int_equal(parse(PSCOM_CONFIG_INT, "0", "99999999999999999999", &v),
-                     -1);
+                     -2);
     assert_int_equal(parse(PSCOM_CONFIG_INT, "0", "abc", &v), -1);
     assert_int_equal(parse(PSCOM_CONFIG_INT, "0", "", &v), -1);
     assert_int_equal(parse(PSCOM_CONFIG_INT, "0", "12abc", &v), -1);
@@ -189,7 +190,7 @@ static void test_parse_uint(void **state)
     assert_int_equal(v, UINT_MAX);
 
     v = 99;
-    assert_int_equal(parse(PSCOM_CONFIG_UINT, "10", "4294967296", &v), -1);
+    assert_int_equal(parse(PSCOM_CONFIG_UINT, "10", "4294967296", &v), -2);
     assert_int_equal(parse(PSCOM_CONFIG_UINT, "10", "-1", &v), -1);
     assert_int_equal(parse(PSCOM_CONFIG_UINT, "10", "+1", &v), -1);
     assert_int_equal(parse(PSCOM_CONFIG_UINT, "10", "1k", &v), -1);
@@ -224,8 +225,8 @@ static void test_parse_size(void **state)
 
     v = 99;
     assert_int_equal(
-        parse(PSCOM_CONFIG_SIZE, "64k", "18446744073709551616", &v), -1);
-    assert_int_equal(parse(PSCOM_CONFIG_SIZE, "64k", "17179869184G", &v), -1);
+        parse(PSCOM_CONFIG_SIZE, "64k", "18446744073709551616", &v), -2);
+    assert_int_equal(parse(PSCOM_CONFIG_SIZE, "64k", "17179869184G", &v), -2);
     assert_int_equal(parse(PSCOM_CONFIG_SIZE, "64k", "-1", &v), -1);
     assert_int_equal(parse(PSCOM_CONFIG_SIZE, "64k", "4kb", &v), -1);
     assert_int_equal(parse(PSCOM_CONFIG_SIZE, "64k", "4T", &v), -1);
@@ -338,23 +339,30 @@ static void test_register_environment(void **state)
     assert_string_equal(psc_config_source(&test_rows[0]), "default");
 }
 
-static void test_register_bad_value_keeps_default(void **state)
+/* Register the test rows with these values of PSP_TEST_INT, _UINT, _SIZE
+ * and _BOOL, none of which may be taken: what was logged (free it). */
+static char *register_refused(const char *i, const char *u, const char *z,
+                              const char *b)
 {
-    char *log;
-
-    setenv("PSP_TEST_INT", "12abc", 1);
-    setenv("PSP_TEST_UINT", "-1", 1);
-    setenv("PSP_TEST_SIZE", "4T", 1);
-    setenv("PSP_TEST_BOOL", "perhaps", 1);
+    setenv("PSP_TEST_INT", i, 1);
+    setenv("PSP_TEST_UINT", u, 1);
+    setenv("PSP_TEST_SIZE", z, 1);
+    setenv("PSP_TEST_BOOL", b, 1);
     log_capture_start();
     psc_config_register(test_rows, N_TEST_ROWS);
-    log = log_capture_end();
+    char *log = log_capture_end();
 
     assert_int_equal(v_int, 5);
     assert_int_equal(v_uint, 10);
     assert_int_equal(v_size, 65536);
     assert_int_equal(v_bool, 1);
     assert_string_equal(psc_config_source(&test_rows[0]), "default");
+    return log;
+}
+
+static void test_register_bad_value_keeps_default(void **state)
+{
+    char *log = register_refused("12abc", "-1", "4T", "perhaps");
 
     /* Visible at the default PSP_DEBUG=1, naming variable, text, type and
      * the default kept. */
@@ -366,6 +374,86 @@ static void test_register_bad_value_keeps_default(void **state)
     assert_non_null(strstr(log, "PSP_TEST_SIZE=\"4T\" is not a size"));
     assert_non_null(strstr(log, "keeping the default 65536"));
     assert_non_null(strstr(log, "PSP_TEST_BOOL=\"perhaps\" is not a boolean"));
+    free(log);
+}
+
+/* A number beyond its type is named as such, not as a wrong kind of
+ * text. */
+static void test_register_too_large_named(void **state)
+{
+    char *log = register_refused("2147483648", "4294967296", "99999999999G",
+                                 "2");
+
+    assert_non_null(strstr(log, "PSP_TEST_INT=\"2147483648\" is out of the "
+                                "range of an int"));
+    assert_non_null(strstr(log, "PSP_TEST_UINT=\"4294967296\" is out of the "
+                                "range of an unsigned int"));
+    assert_non_null(strstr(log, "PSP_TEST_SIZE=\"99999999999G\" is out of "
+                                "the range of a size"));
+    free(log);
+}
+
+/* A row's own value that does not parse (empty, as scripts "unset") gives
+ * way to its parent, as an unset one does. */
+static void test_bad_own_value_reads_parent(void **state)
+{
+    static const char *const bad[] = {"bad", ""};
+    char *log;
+
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        setenv("PSP_TEST_CHILD", bad[i], 1);
+        setenv("PSP_TEST_PARENT", "9", 1);
+        log_capture_start();
+        psc_config_register(test_rows, N_TEST_ROWS);
+        log = log_capture_end();
+        assert_int_equal(v_child, 9);
+        assert_string_equal(psc_config_source(&test_rows[6]),
+                            "PSP_TEST_PARENT");
+        assert_non_null(strstr(log, "reading PSP_TEST_PARENT instead"));
+        free(log);
+        psc_config_cleanup();
+    }
+}
+
+static unsigned p_parent, p_child1, p_child2;
+
+static const pscom_config_row_t parent_rows[] = {
+    {"PSP_PTEST", PSCOM_CONFIG_UINT, "1", "a parent", "ptest", NULL,
+     &p_parent},
+    {"PSP_PTEST_A", PSCOM_CONFIG_UINT, "2", "a child", "ptest", "PSP_PTEST",
+     &p_child1},
+    {"PSP_PTEST_B", PSCOM_CONFIG_UINT, "3", "a child", "ptest", "PSP_PTEST",
+     &p_child2},
+};
+
+static size_t count_of(const char *hay, const char *needle)
+{
+    size_t n = 0;
+    for (const char *p = hay; (p = strstr(p, needle)); p++) n++;
+    return n;
+}
+
+/* A bad value of a parent that is a row of its own is said once (by that
+ * row), not again for every child reading it; a parent that is no row is
+ * said by its child. */
+static void test_bad_parent_said_once(void **state)
+{
+    char *log;
+
+    setenv("PSP_PTEST", "4kB", 1);
+    setenv("PSP_TEST_PARENT", "x", 1);
+    log_capture_start();
+    psc_config_register(parent_rows,
+                        sizeof(parent_rows) / sizeof(parent_rows[0]));
+    psc_config_register(test_rows, N_TEST_ROWS);
+    log = log_capture_end();
+    assert_int_equal(p_parent, 1);
+    assert_int_equal(p_child1, 2);
+    assert_int_equal(p_child2, 3);
+    assert_int_equal(v_child, 3);
+    assert_int_equal(count_of(log, "PSP_PTEST=\"4kB\""), 1);
+    assert_int_equal(count_of(log, "PSP_TEST_PARENT=\"x\" (read for "
+                                   "PSP_TEST_CHILD)"), 1);
     free(log);
 }
 
@@ -887,6 +975,66 @@ static void test_log_open_expands_and_falls_back(void **state)
     free(log);
 }
 
+/* Run psc_log_open(name) with stderr caught; what it said there. */
+static char *log_open_said(const char *name)
+{
+    char errpath[] = "/tmp/test_config_err.XXXXXX";
+    int fd = mkstemp(errpath);
+    int saved = dup(2);
+    static char line[512];
+
+    assert_true(fd >= 0 && saved >= 0);
+    fflush(stderr);
+    dup2(fd, 2);
+    psc_log_open(name);
+    fflush(stderr);
+    dup2(saved, 2);
+    close(saved);
+    close(fd);
+    FILE *f = fopen(errpath, "r");
+    assert_non_null(f);
+    line[0] = '\0';
+    assert_non_null(fgets(line, sizeof(line), f));
+    fclose(f);
+    unlink(errpath);
+    return line;
+}
+
+/* A FIFO nobody reads is refused at once (a blocking open hung the
+ * initialisation); a name that does not expand to one word is refused,
+ * not taken literally. */
+static void test_log_open_refuses_fifo_and_bad_names(void **state)
+{
+    char dir[] = "/tmp/test_config_dir.XXXXXX";
+    char path[160];
+
+    assert_non_null(mkdtemp(dir));
+    snprintf(path, sizeof(path), "%s/fifo", dir);
+    assert_int_equal(mkfifo(path, 0600), 0);
+    char *said = log_open_said(path);
+    assert_ptr_equal(psc_log_stream(), stderr);
+    assert_non_null(strstr(said, "a FIFO that nobody reads"));
+    unlink(path);
+
+    snprintf(path, sizeof(path), "%s/x$(id)", dir);
+    said = log_open_said(path);
+    assert_ptr_equal(psc_log_stream(), stderr);
+    assert_non_null(strstr(said, "command substitution is not allowed"));
+    assert_int_equal(access(path, F_OK), -1); /* no file of that name */
+
+    unsetenv("TEST_CONFIG_UNSET");
+    snprintf(path, sizeof(path), "%s/$TEST_CONFIG_UNSET", dir);
+    said = log_open_said(path);
+    assert_ptr_equal(psc_log_stream(), stderr);
+    assert_non_null(strstr(said, "a variable that is not set"));
+
+    snprintf(path, sizeof(path), "%s/a b", dir);
+    said = log_open_said(path);
+    assert_ptr_equal(psc_log_stream(), stderr);
+    assert_non_null(strstr(said, "several"));
+    rmdir(dir);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -902,6 +1050,12 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_register_bad_value_keeps_default,
                                         setup, teardown),
         cmocka_unit_test_setup_teardown(test_parent_fallback, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_register_too_large_named, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_bad_own_value_reads_parent, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_bad_parent_said_once, setup,
+                                        teardown),
         cmocka_unit_test_setup_teardown(test_range_clamps_and_reports, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_range_printed, setup, teardown),
@@ -921,6 +1075,8 @@ int main(void)
                                         teardown),
         cmocka_unit_test_setup_teardown(test_log_open_expands_and_falls_back,
                                         setup, teardown),
+        cmocka_unit_test_setup_teardown(
+            test_log_open_refuses_fifo_and_bad_names, setup, teardown),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);
