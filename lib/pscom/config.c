@@ -346,7 +346,7 @@ static void entry_set_string(struct entry *e, char *s)
     *(char **)e->row->var = s;
 }
 
-/* Parse text into the row's variable; -1 when it does not parse. */
+/* Parse text into the row's variable; parse_typed's result. */
 static int entry_set(struct entry *e, const char *text)
 {
     const pscom_config_row_t *row = e->row;
@@ -957,8 +957,9 @@ static void print_markdown(FILE *out, struct entry **v)
             "accept `inf` (the largest value) and `auto` (the default); "
             "sizes accept the suffixes `k`, `M` and `G` (powers of 1024). "
             "Booleans accept `0`/`1`, `yes`/`no`, `true`/`false` and "
-            "`on`/`off`. A value that does not parse is reported and the "
-            "default is kept; a value outside the range a row gives is "
+            "`on`/`off`. A value that does not parse (an empty one too) is "
+            "reported and the default kept, or, for a row that falls back "
+            "to another variable, that variable read; a value outside the range a row gives is "
             "reported and the nearer end of the range used. A set `PSP_*` variable that no row below "
             "knows is reported with the closest known name (not those of a plugin that "
             "its `PSP_<NAME>=0` disables). `pscom_info -c` "
