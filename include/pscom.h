@@ -742,15 +742,35 @@ int pscom_is_cuda_enabled(void);
 
 typedef struct PSCOM_group pscom_group_t;
 
+/* Open group `group_id` on `socket`: member my_grank of group_size, whose
+ * peers are connections[i] (open connections of `socket`;
+ * connections[my_grank] is not used and may be NULL, the array may be NULL
+ * for a group of one). The library copies the array. NULL, logged, on bad
+ * arguments, on a closed socket, or when the socket has an open group of
+ * that id already.
+ * Members call the group's collectives in the same order. A group forgets a
+ * connection that is closed (its collectives treat that peer as failed);
+ * closing the socket makes the group unusable: pscom_group_find no longer
+ * finds it, its collectives fail (logged), and only pscom_group_close may
+ * still be called on it, which frees it. */
 pscom_group_t *pscom_group_open(pscom_socket_t *socket, uint32_t group_id,
                                 uint32_t my_grank, uint32_t group_size,
                                 pscom_connection_t **connections);
+
+/* Close and free the group (NULL: nothing); also one whose socket was
+ * closed. A broadcast still under way on it keeps it allocated until it
+ * ends. The group must not be used afterwards. */
 void pscom_group_close(pscom_group_t *group);
+
 void pscom_post_bcast(pscom_request_t *request);
 void pscom_bcast(pscom_group_t *group, unsigned bcast_root, void *xheader,
                  size_t xheader_len, void *data, size_t data_len);
 void pscom_barrier(pscom_group_t *group);
+
+/* The open group `group_id` of `socket` (NULL: of any socket), or NULL. */
 pscom_group_t *pscom_group_find(pscom_socket_t *socket, uint32_t group_id);
+
+/* The group's id (also of one whose socket was closed). */
 uint32_t pscom_group_get_id(pscom_group_t *group);
 
 /* ---------------------------------------------------------------------- */

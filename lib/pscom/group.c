@@ -8,13 +8,20 @@
  * first waits in arrival order until its receive is posted. So a group may
  * receive before its peers have opened it, and consecutive collectives of
  * one group stay apart, because the members call them in the same order
- * and each connection delivers in order.
+ * and each connection delivers in order. A message that arrived whole stays
+ * receivable while its connection is only failed, as a point-to-point one
+ * does; it goes when the connection is retired (closed).
  *
  * Broadcast follows a tree rooted at the broadcast root: every member
  * passes the message on to up to FANOUT children, the first members of the
  * FANOUT near-equal chunks of the ranks below it. Barrier is a
  * dissemination barrier: in round k every member tells the member 2^k
  * ranks above it and waits for the one 2^k ranks below.
+ *
+ * A group forgets a connection that is retired (its pointer becomes NULL:
+ * nothing goes or comes through it), and a closed socket takes its groups
+ * off the list: they are found no more, their collectives fail, and
+ * pscom_group_close only frees them.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -27,12 +34,16 @@
 
 struct PSCOM_group {
     uint32_t magic;
-    struct psc_list next; /* groups */
-    struct psc_sock *sock;
+    struct psc_list next;  /* groups, until it or its socket is closed */
+    struct psc_sock *sock; /* NULL once its socket is closed */
     uint32_t id;
     uint32_t rank;
     uint32_t size;
-    struct psc_con *cons[]; /* by group rank; NULL at our own rank */
+    unsigned busy; /* broadcasts under way on it (struct bcast_op) */
+    bool closed;   /* pscom_group_close ran: freed once not busy */
+    /* By group rank; NULL at our own rank and for connections retired
+     * since. */
+    struct psc_con *cons[];
 };
 
 static struct psc_list groups = PSC_LIST_HEAD_INIT(groups);
@@ -63,14 +74,15 @@ struct gmsg {
     char data[];
 };
 
-/* A posted broadcast in progress. */
+/* A posted broadcast in progress; it keeps its group allocated (busy). */
 struct bcast_op {
     struct psc_req *user; /* the application's request */
+    struct PSCOM_group *group;
     size_t xlen;          /* its xheader length */
     unsigned pending;     /* forwards not written yet, +1 while starting */
     pscom_req_state_t err;
     unsigned nchild;
-    struct psc_con *child_con[FANOUT];
+    uint32_t child[FANOUT]; /* group ranks */
     uint32_t child_size[FANOUT];
 };
 
@@ -156,6 +168,12 @@ static void deliver(struct psc_req *g, struct psc_req *req)
     psc_req_done(req, 0);
 }
 
+static void drop_warn(struct psc_con *con, unsigned n)
+{
+    psc_warn("%s: closed with %u group message%s that no broadcast or "
+             "barrier took; dropped", psc_con_str(con), n, n == 1 ? "" : "s");
+}
+
 /* The body of an unexpected message is in (or its connection failed).
  * Once it has a receive, g goes here: psc_req_done does not touch a request
  * after its io_done. */
@@ -164,6 +182,7 @@ static void unexpected_done(pscom_request_t *r)
     struct psc_req *g = req_of(r);
     struct gmsg *gm = (struct gmsg *)r->user;
     struct psc_req *taker = gm->taker;
+    struct psc_con *con = con_of(r->connection);
 
     if (r->state & PSCOM_REQ_STATE_ERROR) {
         psc_list_del(&g->next);
@@ -175,29 +194,31 @@ static void unexpected_done(pscom_request_t *r)
     if (taker) {
         deliver(g, taker);
         psc_req_release(g);
-    } else if (con_of(r->connection)->failed) {
-        /* Its connection failed while this callback was held (the body
-         * and the peer's EOF came in one read): dropped, as
-         * psc_group_con_fail drops the messages that were in by then. A
-         * held request keeps its connection allocated. */
+    } else if (con->zombie) {
+        /* Its connection was closed while this callback was held: dropped,
+         * as psc_group_con_retired drops the messages that were in by
+         * then. A held request keeps its connection allocated. */
         psc_list_del(&g->next);
         psc_req_release(g);
+        drop_warn(con, 1);
     }
 }
 
-/* Post a group receive: req->pub.connection, its struct grecv, data,
- * data_len and xheader_len are set. */
-static void group_recv(struct psc_req *req)
+/* Post the group receive req on con (NULL: a connection the group has
+ * forgotten, and the receive fails): its struct grecv, data, data_len and
+ * xheader_len are set. */
+static void group_recv(struct psc_req *req, struct psc_con *con)
 {
     struct grecv *gr = (struct grecv *)req->pub.user;
-    struct psc_con *con = con_of(req->pub.connection);
     struct psc_list *pos;
 
+    req->pub.connection = con ? &con->pub : NULL;
     req->pub.state = PSCOM_REQ_STATE_RECV_REQUEST | PSCOM_REQ_STATE_POSTED;
     psc_list_for_each(pos, &unexpected) {
         struct psc_req *g = psc_list_entry(pos, struct psc_req, next);
         struct gmsg *gm = (struct gmsg *)g->pub.user;
-        if (g->pub.connection != &con->pub || !key_eq(&gm->key, &gr->key))
+        if (!con || g->pub.connection != &con->pub ||
+            !key_eq(&gm->key, &gr->key))
             continue;
         psc_list_del(&g->next);
         if (gm->arrived) {
@@ -208,11 +229,24 @@ static void group_recv(struct psc_req *req)
         }
         return;
     }
-    if (psc_con_sends_over(con)) {
+    if (!con || psc_con_sends_over(con)) {
         psc_req_done(req, PSCOM_REQ_STATE_ERROR);
         return;
     }
     psc_list_add_tail(&req->next, &posted);
+}
+
+/* Send c, a group message with xlen bytes of xheader, over con, or fail it
+ * when the group has forgotten the connection (con NULL). */
+static void group_send(struct psc_con *con, struct psc_req *c, uint8_t type,
+                       size_t xlen, void *body, size_t body_len)
+{
+    c->pub.state = PSCOM_REQ_STATE_SEND_REQUEST | PSCOM_REQ_STATE_POSTED;
+    if (!con) {
+        psc_req_done(c, PSCOM_REQ_STATE_ERROR);
+        return;
+    }
+    psc_xmsg_send(con, c, type, &c->pub.header, xlen, body, body_len);
 }
 
 int psc_group_header_check(const pscom_header_net_t *hdr, const char **why)
@@ -272,24 +306,54 @@ void psc_group_con_fail(struct psc_con *con)
     struct psc_list failed, *pos, *tmp;
     psc_list_init(&failed);
 
+    /* Unexpected messages that arrived whole stay receivable (until
+     * psc_group_con_retired); those still arriving end through the core
+     * (unexpected_done). */
     psc_list_for_each_safe(pos, tmp, &posted) {
         struct psc_req *req = psc_list_entry(pos, struct psc_req, next);
         if (req->pub.connection != &con->pub) continue;
         psc_list_del(&req->next);
         psc_list_add_tail(&req->next, &failed);
     }
-    /* Messages still arriving end through the core (unexpected_done). */
+    while (!psc_list_empty(&failed)) {
+        struct psc_req *req = psc_list_first(&failed, struct psc_req, next);
+        psc_list_del(&req->next);
+        psc_req_done(req, PSCOM_REQ_STATE_ERROR);
+    }
+}
+
+void psc_group_con_retired(struct psc_con *con)
+{
+    struct psc_list *pos, *tmp;
+    unsigned n = 0;
+
+    /* Those still arriving end through the core (unexpected_done). */
     psc_list_for_each_safe(pos, tmp, &unexpected) {
         struct psc_req *g = psc_list_entry(pos, struct psc_req, next);
         struct gmsg *gm = (struct gmsg *)g->pub.user;
         if (g->pub.connection != &con->pub || !gm->arrived) continue;
         psc_list_del(&g->next);
         psc_req_release(g);
+        n++;
     }
-    while (!psc_list_empty(&failed)) {
-        struct psc_req *req = psc_list_first(&failed, struct psc_req, next);
-        psc_list_del(&req->next);
-        psc_req_done(req, PSCOM_REQ_STATE_ERROR);
+    if (n) drop_warn(con, n);
+    psc_list_for_each(pos, &groups) {
+        struct PSCOM_group *grp = psc_list_entry(pos, struct PSCOM_group, next);
+        if (grp->sock != con->sock) continue;
+        for (uint32_t i = 0; i < grp->size; i++)
+            if (grp->cons[i] == con) grp->cons[i] = NULL;
+    }
+}
+
+void psc_group_sock_closed(struct psc_sock *sock)
+{
+    struct psc_list *pos, *tmp;
+    psc_list_for_each_safe(pos, tmp, &groups) {
+        struct PSCOM_group *g = psc_list_entry(pos, struct PSCOM_group, next);
+        if (g->sock != sock) continue;
+        psc_list_del(&g->next);
+        g->sock = NULL;
+        memset(g->cons, 0, g->size * sizeof(g->cons[0]));
     }
 }
 
@@ -342,18 +406,25 @@ pscom_group_t *pscom_group_open(pscom_socket_t *socket, uint32_t group_id,
     for (uint32_t i = 0; i < group_size; i++)
         g->cons[i] = i == my_grank ? NULL : con_of(connections[i]);
 
+    const char *why = NULL;
     psc_lock();
-    if (find_locked(g->sock, group_id)) {
-        psc_unlock();
-        psc_err("pscom_group_open: group %u is open on this socket already",
-                group_id);
+    if (g->sock->magic != PSC_SOCK_MAGIC || g->sock->closing)
+        why = "the socket is closed";
+    else if (find_locked(g->sock, group_id))
+        why = "a group with this id is open on this socket already";
+    else
+        psc_list_add_tail(&g->next, &groups);
+    psc_unlock();
+    if (why) {
+        psc_err("pscom_group_open(group %u): %s", group_id, why);
         free(g);
         return NULL;
     }
-    psc_list_add_tail(&g->next, &groups);
-    psc_unlock();
     return g;
 }
+
+#define SOCKET_CLOSED \
+    "the group's socket was closed; only pscom_group_close may be called"
 
 static bool group_valid(pscom_group_t *group, const char *fn)
 {
@@ -367,10 +438,12 @@ void pscom_group_close(pscom_group_t *group)
     if (!group) return;
     if (!group_valid(group, "pscom_group_close")) return;
     psc_lock();
-    psc_list_del(&group->next);
+    psc_list_del(&group->next); /* unlinked already if its socket closed */
     group->magic = 0;
+    group->closed = true;
+    bool busy = group->busy;
     psc_unlock();
-    free(group);
+    if (!busy) free(group);
 }
 
 pscom_group_t *pscom_group_find(pscom_socket_t *socket, uint32_t group_id)
@@ -394,8 +467,10 @@ uint32_t pscom_group_get_id(pscom_group_t *group)
 static void bcast_finish(struct bcast_op *op)
 {
     struct psc_req *user = op->user;
+    struct PSCOM_group *g = op->group;
     pscom_req_state_t err = op->err;
     free(op);
+    if (!--g->busy && g->closed) free(g);
     psc_req_done(user, err);
 }
 
@@ -410,13 +485,14 @@ static void forward_written(pscom_req_state_t state, void *priv)
 static void bcast_forward(struct bcast_op *op, size_t len)
 {
     pscom_request_t *u = &op->user->pub;
+    struct PSCOM_group *g = op->group;
 
     op->pending = op->nchild + 1;
     for (unsigned i = 0; i < op->nchild; i++) {
         struct psc_req *c = psc_req_alloc(op->xlen, 0);
         if (!c) {
             psc_err("pscom_post_bcast(group %u): out of memory forwarding",
-                    u->xheader.bcast.group_id);
+                    g->id);
             op->err |= PSCOM_REQ_STATE_ERROR;
             op->pending--;
             continue;
@@ -427,9 +503,8 @@ static void bcast_forward(struct bcast_op *op, size_t len)
         memcpy(&c->pub.xheader, &u->xheader, op->xlen);
         c->pub.xheader.bcast.bcast_arg1 = op->child_size[i];
         c->pub.xheader.bcast.bcast_arg2 = 0;
-        c->pub.state = PSCOM_REQ_STATE_SEND_REQUEST | PSCOM_REQ_STATE_POSTED;
-        psc_xmsg_send(op->child_con[i], c, PSC_MSG_BCAST, &c->pub.header,
-                      op->xlen, u->data, len);
+        group_send(g->cons[op->child[i]], c, PSC_MSG_BCAST, op->xlen, u->data,
+                   len);
     }
     if (!--op->pending) bcast_finish(op);
 }
@@ -452,6 +527,64 @@ static void bcast_received(pscom_request_t *r)
     size_t len = r->header.data_len < u->data_len ? r->header.data_len
                                                    : u->data_len;
     bcast_forward(op, len);
+}
+
+/* Start the broadcast req on group g (lock held): the request is posted,
+ * with its xheader_len, data, data_len, group id and root. NULL, or why it
+ * cannot start (then nothing was done). */
+static const char *bcast_start_locked(struct psc_req *req,
+                                      struct PSCOM_group *g)
+{
+    pscom_request_t *r = &req->pub;
+    uint32_t root = r->xheader.bcast.bcast_root;
+    unsigned u, parent, sub, start[FANOUT], size[FANOUT];
+
+    if (root >= g->size) return "the root is not a rank of the group";
+    u = (g->rank + g->size - root) % g->size;
+    tree_locate(g->size, u, &parent, &sub);
+    if (parent == NONE && r->data_len > PSCOM_DATA_LEN_MASK)
+        return "data_len is more than a message can carry";
+    struct bcast_op *op = calloc(1, sizeof(*op));
+    if (!op) return "out of memory";
+    op->user = req;
+    op->group = g;
+    op->xlen = r->xheader_len;
+    op->nchild = tree_children(u, sub, start, size);
+    for (unsigned i = 0; i < op->nchild; i++) {
+        op->child[i] = (start[i] + root) % g->size;
+        op->child_size[i] = size[i];
+    }
+
+    if (parent == NONE) {
+        r->state = PSCOM_REQ_STATE_SEND_REQUEST | PSCOM_REQ_STATE_POSTED |
+                   PSCOM_REQ_STATE_IO_STARTED;
+        r->header.xheader_len = (uint16_t)op->xlen;
+        r->header.msg_type = PSC_MSG_BCAST;
+        r->header.data_len = r->data_len;
+        g->busy++;
+        psc_hold(); /* the root sends: as pscom_post_send */
+        bcast_forward(op, r->data_len);
+        psc_unhold_later();
+        return NULL;
+    }
+    struct psc_req *rr = psc_req_alloc(op->xlen, sizeof(struct grecv));
+    if (!rr) {
+        free(op);
+        return "out of memory";
+    }
+    struct grecv *gr = (struct grecv *)rr->pub.user;
+    gr->key = (struct gkey){.type = PSC_MSG_BCAST,
+                            .group_id = g->id,
+                            .root = root};
+    gr->op = op;
+    rr->self_free = true;
+    rr->pub.xheader_len = op->xlen;
+    rr->pub.data = r->data;
+    rr->pub.data_len = r->data_len;
+    rr->pub.ops.io_done = bcast_received;
+    g->busy++;
+    group_recv(rr, g->cons[(parent + root) % g->size]);
+    return NULL;
 }
 
 void pscom_post_bcast(pscom_request_t *request)
@@ -481,65 +614,19 @@ void pscom_post_bcast(pscom_request_t *request)
 
     r->state = PSCOM_REQ_STATE_RECV_REQUEST | PSCOM_REQ_STATE_POSTED;
     if (xlen < sizeof(pscom_xheader_bcast_t) ||
-        (xlen > r->max_xheader_len && xlen > sizeof(pscom_xheader_t)))
+        (xlen > r->max_xheader_len && xlen > sizeof(pscom_xheader_t))) {
         why = "xheader_len must hold pscom_xheader_bcast_t and fit the "
               "request";
-    else if (!g)
+    } else if (!g) {
         why = "no such group on this socket";
-    else if (root >= g->size)
-        why = "the root is not a rank of the group";
-    struct bcast_op *op = why ? NULL : calloc(1, sizeof(*op));
-    if (!why && !op) why = "out of memory";
+    } else {
+        r->xheader_len = xlen;
+        why = bcast_start_locked(req, g);
+    }
     if (why) {
         psc_err("pscom_post_bcast(group %u, root %u): %s", gid, root, why);
         psc_req_done(req, PSCOM_REQ_STATE_ERROR);
-        psc_unlock();
-        return;
     }
-    r->xheader_len = xlen;
-    op->user = req;
-    op->xlen = xlen;
-
-    unsigned u = (g->rank + g->size - root) % g->size, parent, sub;
-    unsigned start[FANOUT], size[FANOUT];
-    tree_locate(g->size, u, &parent, &sub);
-    op->nchild = tree_children(u, sub, start, size);
-    for (unsigned i = 0; i < op->nchild; i++) {
-        op->child_con[i] = g->cons[(start[i] + root) % g->size];
-        op->child_size[i] = size[i];
-    }
-
-    if (parent == NONE) {
-        r->state = PSCOM_REQ_STATE_SEND_REQUEST | PSCOM_REQ_STATE_POSTED |
-                   PSCOM_REQ_STATE_IO_STARTED;
-        r->header.xheader_len = (uint16_t)xlen;
-        r->header.msg_type = PSC_MSG_BCAST;
-        r->header.data_len = r->data_len;
-        psc_hold(); /* the root sends: as pscom_post_send */
-        bcast_forward(op, r->data_len);
-        psc_unhold_later();
-        psc_unlock();
-        return;
-    }
-    struct psc_req *rr = psc_req_alloc(xlen, sizeof(struct grecv));
-    if (!rr) {
-        psc_err("pscom_post_bcast(group %u): out of memory", gid);
-        free(op);
-        psc_req_done(req, PSCOM_REQ_STATE_ERROR);
-        psc_unlock();
-        return;
-    }
-    struct grecv *gr = (struct grecv *)rr->pub.user;
-    gr->key = (struct gkey){.type = PSC_MSG_BCAST, .group_id = gid,
-                            .root = root};
-    gr->op = op;
-    rr->self_free = true;
-    rr->pub.connection = &g->cons[(parent + root) % g->size]->pub;
-    rr->pub.xheader_len = xlen;
-    rr->pub.data = r->data;
-    rr->pub.data_len = r->data_len;
-    rr->pub.ops.io_done = bcast_received;
-    group_recv(rr);
     psc_unlock();
 }
 
@@ -553,13 +640,24 @@ void pscom_bcast(pscom_group_t *group, unsigned bcast_root, void *xheader,
     r->xheader_len = xlen;
     r->data = data;
     r->data_len = data_len;
-    r->socket = &group->sock->pub;
     r->xheader.bcast.group_id = group->id;
     r->xheader.bcast.bcast_root = bcast_root;
     bool root = bcast_root == group->rank;
     if (root && xheader_len) memcpy(r->xheader.bcast.user, xheader, xheader_len);
-    pscom_post_bcast(r);
-    pscom_wait(r);
+
+    psc_lock();
+    r->socket = group->sock ? &group->sock->pub : NULL;
+    r->state = PSCOM_REQ_STATE_RECV_REQUEST | PSCOM_REQ_STATE_POSTED;
+    const char *why = group->sock ? bcast_start_locked(req_of(r), group)
+                                  : SOCKET_CLOSED;
+    if (why) psc_req_done(req_of(r), PSCOM_REQ_STATE_ERROR);
+    psc_unlock();
+
+    if (why)
+        psc_err("pscom_bcast(group %u, root %u): %s", group->id, bcast_root,
+                why);
+    else
+        pscom_wait(r);
     if (!root && xheader_len && pscom_req_successful(r))
         memcpy(xheader, r->xheader.bcast.user, xheader_len);
     pscom_request_free(r);
@@ -572,33 +670,37 @@ void pscom_bcast(pscom_group_t *group, unsigned bcast_root, void *xheader,
 void pscom_barrier(pscom_group_t *group)
 {
     if (!group_valid(group, "pscom_barrier")) return;
-    uint32_t size = group->size, me = group->rank;
+    uint32_t size = group->size, me = group->rank, id = group->id;
+
+    psc_lock();
+    bool dead = !group->sock;
+    psc_unlock();
+    if (dead) {
+        psc_err("pscom_barrier(group %u): %s", id, SOCKET_CLOSED);
+        return;
+    }
 
     for (uint32_t dist = 1; dist < size; dist *= 2) {
-        struct psc_con *to = group->cons[(me + dist) % size];
-        struct psc_con *from = group->cons[(me + size - dist) % size];
+        uint32_t to = (me + dist) % size, from = (me + size - dist) % size;
         size_t xlen = sizeof(pscom_xheader_bcast_t);
         struct psc_req *rr = psc_req_alloc(xlen, sizeof(struct grecv));
         struct psc_req *s = psc_req_alloc(xlen, 0);
         if (!rr || !s) {
-            psc_err("pscom_barrier(group %u): out of memory", group->id);
+            psc_err("pscom_barrier(group %u): out of memory", id);
             if (rr) psc_req_release(rr);
             if (s) psc_req_release(s);
             return;
         }
         struct grecv *gr = (struct grecv *)rr->pub.user;
-        gr->key = (struct gkey){.type = PSC_MSG_BARRIER, .group_id = group->id};
-        rr->pub.connection = &from->pub;
+        gr->key = (struct gkey){.type = PSC_MSG_BARRIER, .group_id = id};
         rr->pub.xheader_len = xlen;
-
         s->pub.xheader.bcast = (pscom_xheader_bcast_t){
-            .group_id = group->id, .bcast_arg1 = dist};
-        s->pub.state = PSCOM_REQ_STATE_SEND_REQUEST | PSCOM_REQ_STATE_POSTED;
+            .group_id = id, .bcast_arg1 = dist};
 
         psc_lock();
         psc_enter(); /* a failure's callbacks may close: free after */
-        group_recv(rr);
-        psc_xmsg_send(to, s, PSC_MSG_BARRIER, &s->pub.header, xlen, NULL, 0);
+        group_recv(rr, group->cons[from]);
+        group_send(group->cons[to], s, PSC_MSG_BARRIER, xlen, NULL, 0);
         psc_leave();
         psc_unlock();
         pscom_wait(&s->pub);
@@ -609,7 +711,7 @@ void pscom_barrier(pscom_group_t *group)
         psc_req_release(rr);
         if (!ok) {
             psc_err("pscom_barrier(group %u): a connection failed; the "
-                    "barrier is left early", group->id);
+                    "barrier is left early", id);
             return;
         }
     }

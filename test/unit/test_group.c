@@ -1,6 +1,6 @@
 /*
  * Group messages (pscom_post_bcast) at a rank that is not the root, fed
- * into a connection without a transport: the broadcast is carried out by
+ * into connections without a transport: the broadcast is carried out by
  * a receive of the group's own, so the user's request is in no queue.
  */
 #include <setjmp.h>
@@ -11,20 +11,30 @@
 #include "frames.h"
 
 #define GROUP 7
+#define MAX_MEMBERS 2
 
 static pscom_socket_t *sock;
 static pscom_connection_t *parent;
+static pscom_connection_t *cons[MAX_MEMBERS];
 static pscom_group_t *group;
 
-/* Rank 1 of two; rank 0 (the root) is behind a fresh connection. */
+/* Rank 1 of n; the others are behind fresh connections. Rank 0 is the
+ * root and our parent. */
+static void open_members(uint32_t n)
+{
+    sock = pscom_open_socket(0, 0, 0, 0);
+    for (uint32_t i = 0; i < n; i++)
+        cons[i] = i == 1 ? NULL : pscom_open_connection(sock);
+    parent = cons[0];
+    group = pscom_group_open(sock, GROUP, 1, n, cons);
+    assert_non_null(group);
+}
+
+/* Rank 1 of two. */
 static int open_group(void **state)
 {
     (void)state;
-    sock = pscom_open_socket(0, 0, 0, 0);
-    parent = pscom_open_connection(sock);
-    pscom_connection_t *cons[2] = {parent, NULL};
-    group = pscom_group_open(sock, GROUP, 1, 2, cons);
-    assert_non_null(group);
+    open_members(2);
     return 0;
 }
 
@@ -70,6 +80,17 @@ static void bcast_frame(struct frame *f)
     frame_make(f, PSC_MSG_BCAST, &x, sizeof(x), "hello", 6, 6);
 }
 
+/* A broadcast posted now takes the "hello" that waits for it. */
+static void later_bcast_gets_hello(void)
+{
+    pscom_request_t *r = post_bcast();
+    pscom_test_any();
+    assert_int_equal(done_calls, 1);
+    assert_true(pscom_req_successful(r));
+    assert_string_equal(buf, "hello");
+    pscom_request_free(r);
+}
+
 /* Cancelling it is refused: the message that comes later completes it
  * once, into the buffer the caller still owns. (It used to be reported
  * cancelled, and then completed again when the message came.) */
@@ -92,10 +113,10 @@ static void bcast_is_not_cancelled(void **state)
 }
 
 /* A broadcast and the root's EOF in one read of the transport (inside the
- * core's hold, as in a plugin's progress op): the message is dropped with
- * its connection, as one that was in before the EOF, instead of staying
- * queued for a later broadcast of the group to take. */
-static void message_before_the_eof_goes_with_it(void **state)
+ * core's hold, as in a plugin's progress op): the message arrived whole,
+ * so it stays receivable after the failure, as a point-to-point one does,
+ * and the broadcast posted later takes it. (It used to be dropped.) */
+static void message_before_the_eof_stays(void **state)
 {
     (void)state;
     struct frame f, eof;
@@ -107,12 +128,85 @@ static void message_before_the_eof_goes_with_it(void **state)
     feed(parent, &f);
     psc_unhold();
     pscom_test_any();
+    assert_int_equal(parent->state, PSCOM_CON_STATE_CLOSED);
+    later_bcast_gets_hello();
+}
+
+/* The same when the connection fails after the message was in (the
+ * failure used to drop it). */
+static void message_before_a_failure_stays(void **state)
+{
+    (void)state;
+    struct frame f;
+    bcast_frame(&f);
+    assert_int_equal(feed(parent, &f), 0);
+    assert_int_equal(pscom_fail_connection(parent, PSCOM_ERR_IOERROR),
+                     PSCOM_SUCCESS);
+    later_bcast_gets_hello();
+}
+
+/* A broadcast whose message never came fails with the connection. */
+static void failure_without_message_fails(void **state)
+{
+    (void)state;
+    assert_int_equal(pscom_fail_connection(parent, PSCOM_ERR_IOERROR),
+                     PSCOM_SUCCESS);
     pscom_request_t *r = post_bcast();
+    assert_int_equal(done_calls, 1);
+    assert_true(r->state & PSCOM_REQ_STATE_ERROR);
+    pscom_request_free(r);
+}
+
+/* Closing the connection drops the message (no receive took it) and the
+ * group forgets the connection: the broadcast posted later fails at once,
+ * without touching the freed connection (valgrind). */
+static void message_goes_with_the_close(void **state)
+{
+    (void)state;
+    struct frame f;
+    bcast_frame(&f);
+    assert_int_equal(feed(parent, &f), 0);
+    pscom_close_connection(parent);
     pscom_test_any();
+    pscom_request_t *r = post_bcast();
     assert_int_equal(done_calls, 1);
     assert_true(r->state & PSCOM_REQ_STATE_ERROR);
     assert_string_equal(buf, "");
     pscom_request_free(r);
+}
+
+/* Closing a socket takes its groups with it: they are found no more, the
+ * id can be opened again on another socket, their collectives fail
+ * cleanly, and pscom_group_close frees them. */
+static void socket_close_retires_its_groups(void **state)
+{
+    (void)state;
+    pscom_socket_t *s1 = pscom_open_socket(0, 0, 0, 0);
+    pscom_connection_t *c[2] = {NULL, pscom_open_connection(s1)};
+    pscom_group_t *g1 = pscom_group_open(s1, GROUP, 0, 1, NULL);
+    pscom_group_t *g2 = pscom_group_open(s1, GROUP + 1, 0, 2, c);
+    assert_non_null(g1);
+    assert_non_null(g2);
+    assert_ptr_equal(pscom_group_find(NULL, GROUP), g1);
+    pscom_close_socket(s1);
+    assert_null(pscom_group_find(NULL, GROUP));
+    assert_null(pscom_group_find(NULL, GROUP + 1));
+
+    pscom_socket_t *s2 = pscom_open_socket(0, 0, 0, 0);
+    pscom_group_t *g3 = pscom_group_open(s2, GROUP, 0, 1, NULL);
+    assert_non_null(g3);
+    assert_ptr_equal(pscom_group_find(s2, GROUP), g3);
+    assert_ptr_equal(pscom_group_find(NULL, GROUP), g3);
+
+    char data[4] = "abc";
+    pscom_bcast(g2, 0, NULL, 0, data, sizeof(data));
+    pscom_barrier(g2);
+    pscom_bcast(g1, 0, NULL, 0, data, sizeof(data));
+    assert_int_equal(pscom_group_get_id(g2), GROUP + 1);
+    pscom_group_close(g1);
+    pscom_group_close(g2);
+    pscom_group_close(g3);
+    pscom_close_socket(s2);
 }
 
 int main(void)
@@ -121,8 +215,15 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(bcast_is_not_cancelled, open_group,
                                         close_group),
-        cmocka_unit_test_setup_teardown(message_before_the_eof_goes_with_it,
+        cmocka_unit_test_setup_teardown(message_before_the_eof_stays,
                                         open_group, close_group),
+        cmocka_unit_test_setup_teardown(message_before_a_failure_stays,
+                                        open_group, close_group),
+        cmocka_unit_test_setup_teardown(failure_without_message_fails,
+                                        open_group, close_group),
+        cmocka_unit_test_setup_teardown(message_goes_with_the_close,
+                                        open_group, close_group),
+        cmocka_unit_test(socket_close_retires_its_groups),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
