@@ -14,15 +14,26 @@
  *
  * Broadcast follows a tree rooted at the broadcast root: every member
  * passes the message on to up to FANOUT children, the first members of the
- * FANOUT near-equal chunks of the ranks below it. Barrier is a
- * dissemination barrier: in round k every member tells the member 2^k
- * ranks above it and waits for the one 2^k ranks below.
+ * FANOUT near-equal chunks of the ranks below it. A member passes on what
+ * it holds: when that is less than the root sent (its buffer is short, or
+ * its parent's was), the message is flagged as cut and carries the root's
+ * length, so that every member below ends TRUNCATED as well. A member whose
+ * part failed (its parent's connection, or a failure notice from its
+ * parent) sends its children a failure notice, so that its whole subtree
+ * ends in error instead of waiting.
+ *
+ * Barrier is a dissemination barrier: in round k every member tells the
+ * member 2^k ranks above it and waits for the one 2^k ranks below. A member
+ * runs every round whatever failed: once it saw a failure its messages say
+ * so, and a receive from a failed connection ends at once. So every member
+ * returns, those that learnt of a failure with a logged error.
  *
  * A group forgets a connection that is retired (its pointer becomes NULL:
  * nothing goes or comes through it), and a closed socket takes its groups
  * off the list: they are found no more, their collectives fail, and
  * pscom_group_close only frees them.
  */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -31,6 +42,12 @@
 #define GROUP_MAGIC 0x67727570u /* "grup" */
 #define FANOUT 3
 #define NONE ((unsigned)-1)
+
+/* Flags of a group message, in bcast_arg2. */
+#define GROUP_FAILED 1u /* the sender's part failed: no body, and the
+                         * receiver's part fails too */
+#define GROUP_CUT 2u    /* broadcast: the body is the start of the root's
+                         * data; the root's length (u64) ends the xheader */
 
 struct PSCOM_group {
     uint32_t magic;
@@ -64,6 +81,8 @@ struct gkey {
 struct grecv {
     struct gkey key;
     struct bcast_op *op; /* broadcast: what to do once it is in */
+    uint32_t flags;      /* the message's GROUP_* flags */
+    uint64_t full_len;   /* broadcast: the length of the root's data */
 };
 
 /* User storage of an unexpected group message; its body follows. */
@@ -144,15 +163,26 @@ static struct gkey key_of(const pscom_header_net_t *hdr)
                          .root = b->bcast_root};
 }
 
-/* Take the message's header and xheader into receive req. */
+/* Take the message's header and xheader into the group receive req. The
+ * root's length that ends a cut broadcast's xheader goes to its struct
+ * grecv, not to the request's xheader. */
 static void accept_header(struct psc_req *req, const pscom_header_net_t *hdr,
                           size_t received)
 {
     pscom_request_t *r = &req->pub;
-    size_t xl = hdr->xheader_len < r->xheader_len ? hdr->xheader_len
-                                                   : r->xheader_len;
+    struct grecv *gr = (struct grecv *)r->user;
+    const pscom_xheader_bcast_t *b = (const void *)(hdr + 1);
+    size_t xl = hdr->xheader_len;
+
+    gr->flags = b->bcast_arg2;
+    gr->full_len = hdr->data_len;
+    if (gr->flags & GROUP_CUT) {
+        xl -= sizeof(gr->full_len);
+        memcpy(&gr->full_len, (const char *)b + xl, sizeof(gr->full_len));
+    }
     r->header = *hdr;
-    memcpy(&r->xheader, hdr + 1, xl);
+    r->header.xheader_len = (uint16_t)xl;
+    memcpy(&r->xheader, b, xl < r->xheader_len ? xl : r->xheader_len);
     psc_req_state_add(req, PSCOM_REQ_STATE_IO_STARTED);
     if (received > r->data_len)
         psc_req_state_add(req, PSCOM_REQ_STATE_TRUNCATED);
@@ -260,12 +290,46 @@ int psc_group_header_check(const pscom_header_net_t *hdr, const char **why)
     return 0;
 }
 
+/* What is wrong with the flags of a group message (hdr with its xheader),
+ * or NULL. */
+static const char *flags_check(const pscom_header_net_t *hdr)
+{
+    const pscom_xheader_bcast_t *b = (const void *)(hdr + 1);
+    uint32_t flags = b->bcast_arg2;
+    uint64_t full;
+
+    if (hdr->msg_type == PSC_MSG_BARRIER)
+        return flags & ~GROUP_FAILED ? "barrier message with unknown flags"
+                                     : NULL;
+    if (flags & ~(GROUP_FAILED | GROUP_CUT))
+        return "broadcast with unknown flags";
+    if (flags & GROUP_FAILED)
+        return hdr->data_len || (flags & GROUP_CUT)
+                   ? "broadcast failure notice with a body"
+                   : NULL;
+    if (!(flags & GROUP_CUT)) return NULL;
+    if (hdr->xheader_len < sizeof(*b) + sizeof(full))
+        return "cut broadcast without the root's length";
+    memcpy(&full, (const char *)b + hdr->xheader_len - sizeof(full),
+           sizeof(full));
+    if (full <= hdr->data_len || full > PSCOM_DATA_LEN_MASK)
+        return "cut broadcast with a root's length that does not fit its body";
+    return NULL;
+}
+
 int psc_group_rx(struct psc_con *con, pscom_header_net_t *hdr,
                  struct psc_req **body)
 {
     struct gkey key = key_of(hdr);
     struct psc_list *pos;
+    const char *why = flags_check(hdr);
 
+    if (why) {
+        psc_err("%s: received a %s; closing the connection", psc_con_str(con),
+                why);
+        psc_con_fail(con, PSCOM_OP_READ, PSCOM_ERR_IOERROR);
+        return -1;
+    }
     psc_list_for_each(pos, &posted) {
         struct psc_req *req = psc_list_entry(pos, struct psc_req, next);
         struct grecv *gr = (struct grecv *)req->pub.user;
@@ -481,14 +545,21 @@ static void forward_written(pscom_req_state_t state, void *priv)
     if (!--op->pending) bcast_finish(op);
 }
 
-/* Pass the user's message on to our children, then finish. */
-static void bcast_forward(struct bcast_op *op, size_t len)
+/* Pass the broadcast on to our children, then finish: the first len bytes
+ * of the root's full_len, or a failure notice when our part failed
+ * (op->err). */
+static void bcast_forward(struct bcast_op *op, size_t len, uint64_t full_len)
 {
     pscom_request_t *u = &op->user->pub;
     struct PSCOM_group *g = op->group;
+    bool failed = op->err & PSCOM_REQ_STATE_ERROR;
+    uint32_t flags = failed ? GROUP_FAILED : len < full_len ? GROUP_CUT : 0;
+    size_t xlen = op->xlen + (flags & GROUP_CUT ? sizeof(full_len) : 0);
 
     op->pending = op->nchild + 1;
     for (unsigned i = 0; i < op->nchild; i++) {
+        /* Room for the root's length: every request has spare xheader
+         * room for a trailer (PSC_XHEADER_SPARE). */
         struct psc_req *c = psc_req_alloc(op->xlen, 0);
         if (!c) {
             psc_err("pscom_post_bcast(group %u): out of memory forwarding",
@@ -502,31 +573,37 @@ static void bcast_forward(struct bcast_op *op, size_t len)
         c->inplace_priv = op;
         memcpy(&c->pub.xheader, &u->xheader, op->xlen);
         c->pub.xheader.bcast.bcast_arg1 = op->child_size[i];
-        c->pub.xheader.bcast.bcast_arg2 = 0;
-        group_send(g->cons[op->child[i]], c, PSC_MSG_BCAST, op->xlen, u->data,
-                   len);
+        c->pub.xheader.bcast.bcast_arg2 = flags;
+        if (flags & GROUP_CUT)
+            memcpy((char *)&c->pub.xheader + op->xlen, &full_len,
+                   sizeof(full_len));
+        group_send(g->cons[op->child[i]], c, PSC_MSG_BCAST, xlen,
+                   failed ? NULL : u->data, failed ? 0 : len);
     }
     if (!--op->pending) bcast_finish(op);
 }
 
-/* Our part of the broadcast arrived in the user's buffer. */
+/* Our part of the broadcast arrived in the user's buffer, or failed. */
 static void bcast_received(pscom_request_t *r)
 {
     struct grecv *gr = (struct grecv *)r->user;
     struct bcast_op *op = gr->op;
     pscom_request_t *u = &op->user->pub;
 
-    u->header = r->header;
-    memcpy(&u->xheader, &r->xheader, op->xlen);
-    psc_req_state_add(op->user, r->state & (PSCOM_REQ_STATE_TRUNCATED |
-                                            PSCOM_REQ_STATE_IO_STARTED));
-    if (r->state & PSCOM_REQ_STATE_ERROR) {
+    if ((r->state & PSCOM_REQ_STATE_ERROR) || (gr->flags & GROUP_FAILED)) {
         op->err |= PSCOM_REQ_STATE_ERROR;
-        op->nchild = 0; /* nothing to pass on */
+        bcast_forward(op, 0, 0);
+        return;
     }
-    size_t len = r->header.data_len < u->data_len ? r->header.data_len
+    size_t got = r->header.data_len < u->data_len ? r->header.data_len
                                                    : u->data_len;
-    bcast_forward(op, len);
+    u->header = r->header;
+    u->header.data_len = gr->full_len;
+    memcpy(&u->xheader, &r->xheader, op->xlen);
+    psc_req_state_add(op->user, PSCOM_REQ_STATE_IO_STARTED);
+    if (got < gr->full_len)
+        psc_req_state_add(op->user, PSCOM_REQ_STATE_TRUNCATED);
+    bcast_forward(op, got, gr->full_len);
 }
 
 /* Start the broadcast req on group g (lock held): the request is posted,
@@ -563,7 +640,7 @@ static const char *bcast_start_locked(struct psc_req *req,
         r->header.data_len = r->data_len;
         g->busy++;
         psc_hold(); /* the root sends: as pscom_post_send */
-        bcast_forward(op, r->data_len);
+        bcast_forward(op, r->data_len, r->data_len);
         psc_unhold_later();
         return NULL;
     }
@@ -577,6 +654,7 @@ static const char *bcast_start_locked(struct psc_req *req,
                             .group_id = g->id,
                             .root = root};
     gr->op = op;
+    gr->flags = 0;
     rr->self_free = true;
     rr->pub.xheader_len = op->xlen;
     rr->pub.data = r->data;
@@ -653,11 +731,22 @@ void pscom_bcast(pscom_group_t *group, unsigned bcast_root, void *xheader,
     if (why) psc_req_done(req_of(r), PSCOM_REQ_STATE_ERROR);
     psc_unlock();
 
-    if (why)
+    if (why) {
         psc_err("pscom_bcast(group %u, root %u): %s", group->id, bcast_root,
                 why);
-    else
+    } else {
         pscom_wait(r);
+        if (r->state & PSCOM_REQ_STATE_ERROR)
+            psc_err("pscom_bcast(group %u, root %u, rank %u): failed: a "
+                    "connection of the broadcast tree failed, at this "
+                    "member or above it", group->id, bcast_root, group->rank);
+        else if (r->state & PSCOM_REQ_STATE_TRUNCATED)
+            psc_err("pscom_bcast(group %u, root %u, rank %u): truncated: "
+                    "the root sent %llu bytes, more than data_len %zu here "
+                    "or at a member above", group->id, bcast_root,
+                    group->rank, (unsigned long long)r->header.data_len,
+                    data_len);
+    }
     if (!root && xheader_len && pscom_req_successful(r))
         memcpy(xheader, r->xheader.bcast.user, xheader_len);
     pscom_request_free(r);
@@ -667,10 +756,27 @@ void pscom_bcast(pscom_group_t *group, unsigned bcast_root, void *xheader,
 /* Barrier                                                                */
 /* ---------------------------------------------------------------------- */
 
+/* What the barrier's round (its send s to rank `to`, its receive rr from
+ * rank `from`) saw fail, into why; nothing when why holds a failure
+ * already. */
+static void round_failure(char *why, size_t len, pscom_request_t *s,
+                          uint32_t to, pscom_request_t *rr, uint32_t from)
+{
+    const struct grecv *gr = (const struct grecv *)rr->user;
+    if (why[0]) return;
+    if (!pscom_req_successful(s))
+        snprintf(why, len, "the connection to rank %u failed", to);
+    else if (!pscom_req_successful(rr))
+        snprintf(why, len, "the connection from rank %u failed", from);
+    else if (gr->flags & GROUP_FAILED)
+        snprintf(why, len, "rank %u had seen a failure", from);
+}
+
 void pscom_barrier(pscom_group_t *group)
 {
     if (!group_valid(group, "pscom_barrier")) return;
     uint32_t size = group->size, me = group->rank, id = group->id;
+    char why[96] = ""; /* the first failure seen */
 
     psc_lock();
     bool dead = !group->sock;
@@ -693,9 +799,12 @@ void pscom_barrier(pscom_group_t *group)
         }
         struct grecv *gr = (struct grecv *)rr->pub.user;
         gr->key = (struct gkey){.type = PSC_MSG_BARRIER, .group_id = id};
+        gr->flags = 0;
         rr->pub.xheader_len = xlen;
         s->pub.xheader.bcast = (pscom_xheader_bcast_t){
-            .group_id = id, .bcast_arg1 = dist};
+            .group_id = id,
+            .bcast_arg1 = dist,
+            .bcast_arg2 = why[0] ? GROUP_FAILED : 0};
 
         psc_lock();
         psc_enter(); /* a failure's callbacks may close: free after */
@@ -705,14 +814,11 @@ void pscom_barrier(pscom_group_t *group)
         psc_unlock();
         pscom_wait(&s->pub);
         pscom_wait(&rr->pub);
-        bool ok = pscom_req_successful(&s->pub) &&
-                  pscom_req_successful(&rr->pub);
+        round_failure(why, sizeof(why), &s->pub, to, &rr->pub, from);
         psc_req_release(s);
         psc_req_release(rr);
-        if (!ok) {
-            psc_err("pscom_barrier(group %u): a connection failed; the "
-                    "barrier is left early", id);
-            return;
-        }
     }
+    if (why[0])
+        psc_err("pscom_barrier(group %u, rank %u of %u): %s; the barrier "
+                "ended with an error", id, me, size, why);
 }
