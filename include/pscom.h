@@ -780,9 +780,10 @@ void pscom_group_close(pscom_group_t *group);
 void pscom_post_bcast(pscom_request_t *request);
 
 /* Broadcast data_len bytes of data, and xheader_len bytes of xheader, from
- * member bcast_root of `group` to every member; blocking. It returns
- * nothing: a refused, failed or truncated broadcast is logged (see
- * pscom_post_bcast for when). */
+ * member bcast_root of `group` to every member; blocking. At most 65431
+ * bytes of xheader (what a message carries, less the broadcast's own
+ * header); more is refused. It returns nothing: a refused, failed or
+ * truncated broadcast is logged (see pscom_post_bcast for when). */
 void pscom_bcast(pscom_group_t *group, unsigned bcast_root, void *xheader,
                  size_t xheader_len, void *data, size_t data_len);
 

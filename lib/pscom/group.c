@@ -708,10 +708,20 @@ void pscom_post_bcast(pscom_request_t *request)
     psc_unlock();
 }
 
+/* The largest xheader_len of pscom_bcast: what a message carries, less the
+ * broadcast's own part. */
+#define BCAST_USER_XHEADER_MAX (PSC_XHEADER_MAX - sizeof(pscom_xheader_bcast_t))
+
 void pscom_bcast(pscom_group_t *group, unsigned bcast_root, void *xheader,
                  size_t xheader_len, void *data, size_t data_len)
 {
     if (!group_valid(group, "pscom_bcast")) return;
+    if (xheader_len > BCAST_USER_XHEADER_MAX) {
+        psc_err("pscom_bcast(group %u, root %u): xheader_len %zu is more "
+                "than the %zu bytes a broadcast can carry", group->id,
+                bcast_root, xheader_len, BCAST_USER_XHEADER_MAX);
+        return;
+    }
     size_t xlen = sizeof(pscom_xheader_bcast_t) + xheader_len;
     pscom_request_t *r = pscom_request_create(xlen, 0);
     if (!r) return;

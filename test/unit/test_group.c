@@ -355,6 +355,24 @@ static void cut_without_its_length_fails_the_connection(void **state)
     assert_int_equal(parent->state, PSCOM_CON_STATE_CLOSED);
 }
 
+/* pscom_bcast refuses an xheader_len larger than a message carries (it
+ * used to wrap the length and copy xheader_len bytes: a crash). */
+static void huge_xheader_len_is_refused(void **state)
+{
+    (void)state;
+    pscom_socket_t *s = pscom_open_socket(0, 0, 0, 0);
+    pscom_group_t *g = pscom_group_open(s, GROUP, 0, 1, NULL);
+    assert_non_null(g);
+    char xh[4] = "xyz", data[8] = "data";
+    pscom_bcast(g, 0, xh, SIZE_MAX - 8, data, sizeof(data));
+    pscom_bcast(g, 0, xh, 65536, data, sizeof(data));
+    pscom_bcast(g, 0, xh, sizeof(xh), data, sizeof(data));
+    assert_string_equal(xh, "xyz");
+    assert_string_equal(data, "data");
+    pscom_group_close(g);
+    pscom_close_socket(s);
+}
+
 /* Closing a socket takes its groups with it: they are found no more, the
  * id can be opened again on another socket, their collectives fail
  * cleanly, and pscom_group_close frees them. */
@@ -417,6 +435,7 @@ int main(void)
             cut_without_its_length_fails_the_connection, open_group,
             close_group),
         cmocka_unit_test(socket_close_retires_its_groups),
+        cmocka_unit_test(huge_xheader_len_is_refused),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
