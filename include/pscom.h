@@ -748,6 +748,12 @@ typedef struct PSCOM_group pscom_group_t;
  * for a group of one). The library copies the array. NULL, logged, on bad
  * arguments, on a closed socket, or when the socket has an open group of
  * that id already.
+ * Group ids are the application's to agree on, like MPI context ids: every
+ * member opens the group with the same id, and an id is not opened again on
+ * a socket while messages of an earlier group of that id may still be on
+ * their way (a member closed it while another still sends, or left a
+ * collective early): such a message is taken by the new group's collective
+ * of the same kind and root as if it were its own.
  * Members call the group's collectives in the same order. A group forgets a
  * connection that is closed (its collectives treat that peer as failed);
  * closing the socket makes the group unusable: pscom_group_find no longer
