@@ -742,15 +742,68 @@ int pscom_is_cuda_enabled(void);
 
 typedef struct PSCOM_group pscom_group_t;
 
+/* Open group `group_id` on `socket`: member my_grank of group_size, whose
+ * peers are connections[i] (open connections of `socket`;
+ * connections[my_grank] is not used and may be NULL, the array may be NULL
+ * for a group of one). The library copies the array. NULL, logged, on bad
+ * arguments, on a closed socket, or when the socket has an open group of
+ * that id already.
+ * Group ids are the application's to agree on, like MPI context ids: every
+ * member opens the group with the same id, and an id is not opened again on
+ * a socket while messages of an earlier group of that id may still be on
+ * their way (a member closed it while another still sends, or left a
+ * collective early): such a message is taken by the new group's collective
+ * of the same kind and root as if it were its own.
+ * Members call the group's collectives in the same order. A group forgets a
+ * connection that is closed (its collectives treat that peer as failed);
+ * closing the socket makes the group unusable: pscom_group_find no longer
+ * finds it, its collectives fail (logged), and only pscom_group_close may
+ * still be called on it, which frees it. */
 pscom_group_t *pscom_group_open(pscom_socket_t *socket, uint32_t group_id,
                                 uint32_t my_grank, uint32_t group_size,
                                 pscom_connection_t **connections);
+
+/* Close and free the group (NULL: nothing); also one whose socket was
+ * closed. A broadcast still under way on it keeps it allocated until it
+ * ends. The group must not be used afterwards. */
 void pscom_group_close(pscom_group_t *group);
+
+/* Post a broadcast: request->socket, xheader.bcast.group_id and .bcast_root,
+ * xheader_len (at least sizeof(pscom_xheader_bcast_t), the application's
+ * xheader after it; the root's is delivered to every member), data and
+ * data_len (the root sends them, the others receive into them). The request
+ * is done when this member's part is: at the root once its sends to its
+ * children are written, elsewhere once the message arrived and was passed
+ * on.
+ * TRUNCATED, with header.data_len the root's length, at a member that got
+ * less than the root sent: its own data_len was shorter, or a member above
+ * it in the broadcast tree had a shorter one (what arrives is what that
+ * member kept). ERROR when a connection on this member's path from the root
+ * failed: its parent's, or one above it (members below a failure end with
+ * ERROR too, they do not wait), or one of its children's. ERROR at once on
+ * bad arguments (logged). A broadcast is not cancelled (pscom_cancel: 0).
+ * bcast_arg1 and bcast_arg2 are the library's. */
 void pscom_post_bcast(pscom_request_t *request);
+
+/* Broadcast data_len bytes of data, and xheader_len bytes of xheader, from
+ * member bcast_root of `group` to every member; blocking. At most 65431
+ * bytes of xheader (what a message carries, less the broadcast's own
+ * header); more is refused. It returns nothing: a refused, failed or
+ * truncated broadcast is logged (see pscom_post_bcast for when). */
 void pscom_bcast(pscom_group_t *group, unsigned bcast_root, void *xheader,
                  size_t xheader_len, void *data, size_t data_len);
+
+/* Wait until every member of `group` entered the barrier. Every member
+ * returns also after a failure: a member whose connection to another
+ * failed, or that heard of such a failure from another member, runs the
+ * barrier to its end and logs an error; it does not wait for a member it
+ * cannot reach. */
 void pscom_barrier(pscom_group_t *group);
+
+/* The open group `group_id` of `socket` (NULL: of any socket), or NULL. */
 pscom_group_t *pscom_group_find(pscom_socket_t *socket, uint32_t group_id);
+
+/* The group's id (also of one whose socket was closed). */
 uint32_t pscom_group_get_id(pscom_group_t *group);
 
 /* ---------------------------------------------------------------------- */

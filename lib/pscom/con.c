@@ -244,6 +244,7 @@ void psc_con_retire(struct psc_con *con)
     if (con->zombie) return;
     con->zombie = true;
     psc_proto_drop_unexpected(con);
+    psc_group_con_retired(con);
     if (con->precon) {
         psc_precon_destroy(con->precon);
         con->precon = NULL;

@@ -459,6 +459,13 @@ int psc_group_rx(struct psc_con *con, pscom_header_net_t *hdr,
 /* The connection failed or closes: fail what rma.c and group.c hold for it. */
 void psc_rma_con_fail(struct psc_con *con);
 void psc_group_con_fail(struct psc_con *con);
+/* The connection is retired (psc_con_retire): drop the group messages that
+ * arrived whole on it and that no receive took, and take it out of the
+ * groups that name it. */
+void psc_group_con_retired(struct psc_con *con);
+/* The socket is closing, its connections retired: its groups can be found
+ * and used no more (pscom_group_close frees them). */
+void psc_group_sock_closed(struct psc_sock *sock);
 /* The plugin of con is about to be closed: release the plugin keys
  * (rma_rkey_release) of the remote keys used on it. */
 void psc_rma_con_release(struct psc_con *con);

@@ -8,14 +8,32 @@
  * first waits in arrival order until its receive is posted. So a group may
  * receive before its peers have opened it, and consecutive collectives of
  * one group stay apart, because the members call them in the same order
- * and each connection delivers in order.
+ * and each connection delivers in order. A message that arrived whole stays
+ * receivable while its connection is only failed, as a point-to-point one
+ * does; it goes when the connection is retired (closed).
  *
  * Broadcast follows a tree rooted at the broadcast root: every member
  * passes the message on to up to FANOUT children, the first members of the
- * FANOUT near-equal chunks of the ranks below it. Barrier is a
- * dissemination barrier: in round k every member tells the member 2^k
- * ranks above it and waits for the one 2^k ranks below.
+ * FANOUT near-equal chunks of the ranks below it. A member passes on what
+ * it holds: when that is less than the root sent (its buffer is short, or
+ * its parent's was), the message is flagged as cut and carries the root's
+ * length, so that every member below ends TRUNCATED as well. A member whose
+ * part failed (its parent's connection, or a failure notice from its
+ * parent) sends its children a failure notice, so that its whole subtree
+ * ends in error instead of waiting.
+ *
+ * Barrier is a dissemination barrier: in round k every member tells the
+ * member 2^k ranks above it and waits for the one 2^k ranks below. A member
+ * runs every round whatever failed: once it saw a failure its messages say
+ * so, and a receive from a failed connection ends at once. So every member
+ * returns, those that learnt of a failure with a logged error.
+ *
+ * A group forgets a connection that is retired (its pointer becomes NULL:
+ * nothing goes or comes through it), and a closed socket takes its groups
+ * off the list: they are found no more, their collectives fail, and
+ * pscom_group_close only frees them.
  */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -25,14 +43,24 @@
 #define FANOUT 3
 #define NONE ((unsigned)-1)
 
+/* Flags of a group message, in bcast_arg2. */
+#define GROUP_FAILED 1u /* the sender's part failed: no body, and the
+                         * receiver's part fails too */
+#define GROUP_CUT 2u    /* broadcast: the body is the start of the root's
+                         * data; the root's length (u64) ends the xheader */
+
 struct PSCOM_group {
     uint32_t magic;
-    struct psc_list next; /* groups */
-    struct psc_sock *sock;
+    struct psc_list next;  /* groups, until it or its socket is closed */
+    struct psc_sock *sock; /* NULL once its socket is closed */
     uint32_t id;
     uint32_t rank;
     uint32_t size;
-    struct psc_con *cons[]; /* by group rank; NULL at our own rank */
+    unsigned busy; /* broadcasts under way on it (struct bcast_op) */
+    bool closed;   /* pscom_group_close ran: freed once not busy */
+    /* By group rank; NULL at our own rank and for connections retired
+     * since. */
+    struct psc_con *cons[];
 };
 
 static struct psc_list groups = PSC_LIST_HEAD_INIT(groups);
@@ -53,6 +81,8 @@ struct gkey {
 struct grecv {
     struct gkey key;
     struct bcast_op *op; /* broadcast: what to do once it is in */
+    uint32_t flags;      /* the message's GROUP_* flags */
+    uint64_t full_len;   /* broadcast: the length of the root's data */
 };
 
 /* User storage of an unexpected group message; its body follows. */
@@ -63,14 +93,15 @@ struct gmsg {
     char data[];
 };
 
-/* A posted broadcast in progress. */
+/* A posted broadcast in progress; it keeps its group allocated (busy). */
 struct bcast_op {
     struct psc_req *user; /* the application's request */
+    struct PSCOM_group *group;
     size_t xlen;          /* its xheader length */
     unsigned pending;     /* forwards not written yet, +1 while starting */
     pscom_req_state_t err;
     unsigned nchild;
-    struct psc_con *child_con[FANOUT];
+    uint32_t child[FANOUT]; /* group ranks */
     uint32_t child_size[FANOUT];
 };
 
@@ -132,15 +163,26 @@ static struct gkey key_of(const pscom_header_net_t *hdr)
                          .root = b->bcast_root};
 }
 
-/* Take the message's header and xheader into receive req. */
+/* Take the message's header and xheader into the group receive req. The
+ * root's length that ends a cut broadcast's xheader goes to its struct
+ * grecv, not to the request's xheader. */
 static void accept_header(struct psc_req *req, const pscom_header_net_t *hdr,
                           size_t received)
 {
     pscom_request_t *r = &req->pub;
-    size_t xl = hdr->xheader_len < r->xheader_len ? hdr->xheader_len
-                                                   : r->xheader_len;
+    struct grecv *gr = (struct grecv *)r->user;
+    const pscom_xheader_bcast_t *b = (const void *)(hdr + 1);
+    size_t xl = hdr->xheader_len;
+
+    gr->flags = b->bcast_arg2;
+    gr->full_len = hdr->data_len;
+    if (gr->flags & GROUP_CUT) {
+        xl -= sizeof(gr->full_len);
+        memcpy(&gr->full_len, (const char *)b + xl, sizeof(gr->full_len));
+    }
     r->header = *hdr;
-    memcpy(&r->xheader, hdr + 1, xl);
+    r->header.xheader_len = (uint16_t)xl;
+    memcpy(&r->xheader, b, xl < r->xheader_len ? xl : r->xheader_len);
     psc_req_state_add(req, PSCOM_REQ_STATE_IO_STARTED);
     if (received > r->data_len)
         psc_req_state_add(req, PSCOM_REQ_STATE_TRUNCATED);
@@ -156,6 +198,12 @@ static void deliver(struct psc_req *g, struct psc_req *req)
     psc_req_done(req, 0);
 }
 
+static void drop_warn(struct psc_con *con, unsigned n)
+{
+    psc_warn("%s: closed with %u group message%s that no broadcast or "
+             "barrier took; dropped", psc_con_str(con), n, n == 1 ? "" : "s");
+}
+
 /* The body of an unexpected message is in (or its connection failed).
  * Once it has a receive, g goes here: psc_req_done does not touch a request
  * after its io_done. */
@@ -164,6 +212,7 @@ static void unexpected_done(pscom_request_t *r)
     struct psc_req *g = req_of(r);
     struct gmsg *gm = (struct gmsg *)r->user;
     struct psc_req *taker = gm->taker;
+    struct psc_con *con = con_of(r->connection);
 
     if (r->state & PSCOM_REQ_STATE_ERROR) {
         psc_list_del(&g->next);
@@ -175,29 +224,31 @@ static void unexpected_done(pscom_request_t *r)
     if (taker) {
         deliver(g, taker);
         psc_req_release(g);
-    } else if (con_of(r->connection)->failed) {
-        /* Its connection failed while this callback was held (the body
-         * and the peer's EOF came in one read): dropped, as
-         * psc_group_con_fail drops the messages that were in by then. A
-         * held request keeps its connection allocated. */
+    } else if (con->zombie) {
+        /* Its connection was closed while this callback was held: dropped,
+         * as psc_group_con_retired drops the messages that were in by
+         * then. A held request keeps its connection allocated. */
         psc_list_del(&g->next);
         psc_req_release(g);
+        drop_warn(con, 1);
     }
 }
 
-/* Post a group receive: req->pub.connection, its struct grecv, data,
- * data_len and xheader_len are set. */
-static void group_recv(struct psc_req *req)
+/* Post the group receive req on con (NULL: a connection the group has
+ * forgotten, and the receive fails): its struct grecv, data, data_len and
+ * xheader_len are set. */
+static void group_recv(struct psc_req *req, struct psc_con *con)
 {
     struct grecv *gr = (struct grecv *)req->pub.user;
-    struct psc_con *con = con_of(req->pub.connection);
     struct psc_list *pos;
 
+    req->pub.connection = con ? &con->pub : NULL;
     req->pub.state = PSCOM_REQ_STATE_RECV_REQUEST | PSCOM_REQ_STATE_POSTED;
     psc_list_for_each(pos, &unexpected) {
         struct psc_req *g = psc_list_entry(pos, struct psc_req, next);
         struct gmsg *gm = (struct gmsg *)g->pub.user;
-        if (g->pub.connection != &con->pub || !key_eq(&gm->key, &gr->key))
+        if (!con || g->pub.connection != &con->pub ||
+            !key_eq(&gm->key, &gr->key))
             continue;
         psc_list_del(&g->next);
         if (gm->arrived) {
@@ -208,11 +259,24 @@ static void group_recv(struct psc_req *req)
         }
         return;
     }
-    if (psc_con_sends_over(con)) {
+    if (!con || psc_con_sends_over(con)) {
         psc_req_done(req, PSCOM_REQ_STATE_ERROR);
         return;
     }
     psc_list_add_tail(&req->next, &posted);
+}
+
+/* Send c, a group message with xlen bytes of xheader, over con, or fail it
+ * when the group has forgotten the connection (con NULL). */
+static void group_send(struct psc_con *con, struct psc_req *c, uint8_t type,
+                       size_t xlen, void *body, size_t body_len)
+{
+    c->pub.state = PSCOM_REQ_STATE_SEND_REQUEST | PSCOM_REQ_STATE_POSTED;
+    if (!con) {
+        psc_req_done(c, PSCOM_REQ_STATE_ERROR);
+        return;
+    }
+    psc_xmsg_send(con, c, type, &c->pub.header, xlen, body, body_len);
 }
 
 int psc_group_header_check(const pscom_header_net_t *hdr, const char **why)
@@ -226,12 +290,46 @@ int psc_group_header_check(const pscom_header_net_t *hdr, const char **why)
     return 0;
 }
 
+/* What is wrong with the flags of a group message (hdr with its xheader),
+ * or NULL. */
+static const char *flags_check(const pscom_header_net_t *hdr)
+{
+    const pscom_xheader_bcast_t *b = (const void *)(hdr + 1);
+    uint32_t flags = b->bcast_arg2;
+    uint64_t full;
+
+    if (hdr->msg_type == PSC_MSG_BARRIER)
+        return flags & ~GROUP_FAILED ? "barrier message with unknown flags"
+                                     : NULL;
+    if (flags & ~(GROUP_FAILED | GROUP_CUT))
+        return "broadcast with unknown flags";
+    if (flags & GROUP_FAILED)
+        return hdr->data_len || (flags & GROUP_CUT)
+                   ? "broadcast failure notice with a body"
+                   : NULL;
+    if (!(flags & GROUP_CUT)) return NULL;
+    if (hdr->xheader_len < sizeof(*b) + sizeof(full))
+        return "cut broadcast without the root's length";
+    memcpy(&full, (const char *)b + hdr->xheader_len - sizeof(full),
+           sizeof(full));
+    if (full <= hdr->data_len || full > PSCOM_DATA_LEN_MASK)
+        return "cut broadcast with a root's length that does not fit its body";
+    return NULL;
+}
+
 int psc_group_rx(struct psc_con *con, pscom_header_net_t *hdr,
                  struct psc_req **body)
 {
     struct gkey key = key_of(hdr);
     struct psc_list *pos;
+    const char *why = flags_check(hdr);
 
+    if (why) {
+        psc_err("%s: received a %s; closing the connection", psc_con_str(con),
+                why);
+        psc_con_fail(con, PSCOM_OP_READ, PSCOM_ERR_IOERROR);
+        return -1;
+    }
     psc_list_for_each(pos, &posted) {
         struct psc_req *req = psc_list_entry(pos, struct psc_req, next);
         struct grecv *gr = (struct grecv *)req->pub.user;
@@ -272,24 +370,54 @@ void psc_group_con_fail(struct psc_con *con)
     struct psc_list failed, *pos, *tmp;
     psc_list_init(&failed);
 
+    /* Unexpected messages that arrived whole stay receivable (until
+     * psc_group_con_retired); those still arriving end through the core
+     * (unexpected_done). */
     psc_list_for_each_safe(pos, tmp, &posted) {
         struct psc_req *req = psc_list_entry(pos, struct psc_req, next);
         if (req->pub.connection != &con->pub) continue;
         psc_list_del(&req->next);
         psc_list_add_tail(&req->next, &failed);
     }
-    /* Messages still arriving end through the core (unexpected_done). */
+    while (!psc_list_empty(&failed)) {
+        struct psc_req *req = psc_list_first(&failed, struct psc_req, next);
+        psc_list_del(&req->next);
+        psc_req_done(req, PSCOM_REQ_STATE_ERROR);
+    }
+}
+
+void psc_group_con_retired(struct psc_con *con)
+{
+    struct psc_list *pos, *tmp;
+    unsigned n = 0;
+
+    /* Those still arriving end through the core (unexpected_done). */
     psc_list_for_each_safe(pos, tmp, &unexpected) {
         struct psc_req *g = psc_list_entry(pos, struct psc_req, next);
         struct gmsg *gm = (struct gmsg *)g->pub.user;
         if (g->pub.connection != &con->pub || !gm->arrived) continue;
         psc_list_del(&g->next);
         psc_req_release(g);
+        n++;
     }
-    while (!psc_list_empty(&failed)) {
-        struct psc_req *req = psc_list_first(&failed, struct psc_req, next);
-        psc_list_del(&req->next);
-        psc_req_done(req, PSCOM_REQ_STATE_ERROR);
+    if (n) drop_warn(con, n);
+    psc_list_for_each(pos, &groups) {
+        struct PSCOM_group *grp = psc_list_entry(pos, struct PSCOM_group, next);
+        if (grp->sock != con->sock) continue;
+        for (uint32_t i = 0; i < grp->size; i++)
+            if (grp->cons[i] == con) grp->cons[i] = NULL;
+    }
+}
+
+void psc_group_sock_closed(struct psc_sock *sock)
+{
+    struct psc_list *pos, *tmp;
+    psc_list_for_each_safe(pos, tmp, &groups) {
+        struct PSCOM_group *g = psc_list_entry(pos, struct PSCOM_group, next);
+        if (g->sock != sock) continue;
+        psc_list_del(&g->next);
+        g->sock = NULL;
+        memset(g->cons, 0, g->size * sizeof(g->cons[0]));
     }
 }
 
@@ -342,18 +470,25 @@ pscom_group_t *pscom_group_open(pscom_socket_t *socket, uint32_t group_id,
     for (uint32_t i = 0; i < group_size; i++)
         g->cons[i] = i == my_grank ? NULL : con_of(connections[i]);
 
+    const char *why = NULL;
     psc_lock();
-    if (find_locked(g->sock, group_id)) {
-        psc_unlock();
-        psc_err("pscom_group_open: group %u is open on this socket already",
-                group_id);
+    if (g->sock->magic != PSC_SOCK_MAGIC || g->sock->closing)
+        why = "the socket is closed";
+    else if (find_locked(g->sock, group_id))
+        why = "a group with this id is open on this socket already";
+    else
+        psc_list_add_tail(&g->next, &groups);
+    psc_unlock();
+    if (why) {
+        psc_err("pscom_group_open(group %u): %s", group_id, why);
         free(g);
         return NULL;
     }
-    psc_list_add_tail(&g->next, &groups);
-    psc_unlock();
     return g;
 }
+
+#define SOCKET_CLOSED \
+    "the group's socket was closed; only pscom_group_close may be called"
 
 static bool group_valid(pscom_group_t *group, const char *fn)
 {
@@ -367,10 +502,12 @@ void pscom_group_close(pscom_group_t *group)
     if (!group) return;
     if (!group_valid(group, "pscom_group_close")) return;
     psc_lock();
-    psc_list_del(&group->next);
+    psc_list_del(&group->next); /* unlinked already if its socket closed */
     group->magic = 0;
+    group->closed = true;
+    bool busy = group->busy;
     psc_unlock();
-    free(group);
+    if (!busy) free(group);
 }
 
 pscom_group_t *pscom_group_find(pscom_socket_t *socket, uint32_t group_id)
@@ -394,8 +531,10 @@ uint32_t pscom_group_get_id(pscom_group_t *group)
 static void bcast_finish(struct bcast_op *op)
 {
     struct psc_req *user = op->user;
+    struct PSCOM_group *g = op->group;
     pscom_req_state_t err = op->err;
     free(op);
+    if (!--g->busy && g->closed) free(g);
     psc_req_done(user, err);
 }
 
@@ -406,17 +545,25 @@ static void forward_written(pscom_req_state_t state, void *priv)
     if (!--op->pending) bcast_finish(op);
 }
 
-/* Pass the user's message on to our children, then finish. */
-static void bcast_forward(struct bcast_op *op, size_t len)
+/* Pass the broadcast on to our children, then finish: the first len bytes
+ * of the root's full_len, or a failure notice when our part failed
+ * (op->err). */
+static void bcast_forward(struct bcast_op *op, size_t len, uint64_t full_len)
 {
     pscom_request_t *u = &op->user->pub;
+    struct PSCOM_group *g = op->group;
+    bool failed = op->err & PSCOM_REQ_STATE_ERROR;
+    uint32_t flags = failed ? GROUP_FAILED : len < full_len ? GROUP_CUT : 0;
+    size_t xlen = op->xlen + (flags & GROUP_CUT ? sizeof(full_len) : 0);
 
     op->pending = op->nchild + 1;
     for (unsigned i = 0; i < op->nchild; i++) {
+        /* Room for the root's length: every request has spare xheader
+         * room for a trailer (PSC_XHEADER_SPARE). */
         struct psc_req *c = psc_req_alloc(op->xlen, 0);
         if (!c) {
             psc_err("pscom_post_bcast(group %u): out of memory forwarding",
-                    u->xheader.bcast.group_id);
+                    g->id);
             op->err |= PSCOM_REQ_STATE_ERROR;
             op->pending--;
             continue;
@@ -426,32 +573,96 @@ static void bcast_forward(struct bcast_op *op, size_t len)
         c->inplace_priv = op;
         memcpy(&c->pub.xheader, &u->xheader, op->xlen);
         c->pub.xheader.bcast.bcast_arg1 = op->child_size[i];
-        c->pub.xheader.bcast.bcast_arg2 = 0;
-        c->pub.state = PSCOM_REQ_STATE_SEND_REQUEST | PSCOM_REQ_STATE_POSTED;
-        psc_xmsg_send(op->child_con[i], c, PSC_MSG_BCAST, &c->pub.header,
-                      op->xlen, u->data, len);
+        c->pub.xheader.bcast.bcast_arg2 = flags;
+        if (flags & GROUP_CUT)
+            memcpy((char *)&c->pub.xheader + op->xlen, &full_len,
+                   sizeof(full_len));
+        group_send(g->cons[op->child[i]], c, PSC_MSG_BCAST, xlen,
+                   failed ? NULL : u->data, failed ? 0 : len);
     }
     if (!--op->pending) bcast_finish(op);
 }
 
-/* Our part of the broadcast arrived in the user's buffer. */
+/* Our part of the broadcast arrived in the user's buffer, or failed. */
 static void bcast_received(pscom_request_t *r)
 {
     struct grecv *gr = (struct grecv *)r->user;
     struct bcast_op *op = gr->op;
     pscom_request_t *u = &op->user->pub;
 
-    u->header = r->header;
-    memcpy(&u->xheader, &r->xheader, op->xlen);
-    psc_req_state_add(op->user, r->state & (PSCOM_REQ_STATE_TRUNCATED |
-                                            PSCOM_REQ_STATE_IO_STARTED));
-    if (r->state & PSCOM_REQ_STATE_ERROR) {
+    if ((r->state & PSCOM_REQ_STATE_ERROR) || (gr->flags & GROUP_FAILED)) {
         op->err |= PSCOM_REQ_STATE_ERROR;
-        op->nchild = 0; /* nothing to pass on */
+        bcast_forward(op, 0, 0);
+        return;
     }
-    size_t len = r->header.data_len < u->data_len ? r->header.data_len
+    size_t got = r->header.data_len < u->data_len ? r->header.data_len
                                                    : u->data_len;
-    bcast_forward(op, len);
+    u->header = r->header;
+    u->header.data_len = gr->full_len;
+    memcpy(&u->xheader, &r->xheader, op->xlen);
+    psc_req_state_add(op->user, PSCOM_REQ_STATE_IO_STARTED);
+    if (got < gr->full_len)
+        psc_req_state_add(op->user, PSCOM_REQ_STATE_TRUNCATED);
+    bcast_forward(op, got, gr->full_len);
+}
+
+/* Start the broadcast req on group g (lock held): the request is posted,
+ * with its xheader_len, data, data_len, group id and root. NULL, or why it
+ * cannot start (then nothing was done). */
+static const char *bcast_start_locked(struct psc_req *req,
+                                      struct PSCOM_group *g)
+{
+    pscom_request_t *r = &req->pub;
+    uint32_t root = r->xheader.bcast.bcast_root;
+    unsigned u, parent, sub, start[FANOUT], size[FANOUT];
+
+    if (root >= g->size) return "the root is not a rank of the group";
+    u = (g->rank + g->size - root) % g->size;
+    tree_locate(g->size, u, &parent, &sub);
+    if (parent == NONE && r->data_len > PSCOM_DATA_LEN_MASK)
+        return "data_len is more than a message can carry";
+    struct bcast_op *op = calloc(1, sizeof(*op));
+    if (!op) return "out of memory";
+    op->user = req;
+    op->group = g;
+    op->xlen = r->xheader_len;
+    op->nchild = tree_children(u, sub, start, size);
+    for (unsigned i = 0; i < op->nchild; i++) {
+        op->child[i] = (start[i] + root) % g->size;
+        op->child_size[i] = size[i];
+    }
+
+    if (parent == NONE) {
+        r->state = PSCOM_REQ_STATE_SEND_REQUEST | PSCOM_REQ_STATE_POSTED |
+                   PSCOM_REQ_STATE_IO_STARTED;
+        r->header.xheader_len = (uint16_t)op->xlen;
+        r->header.msg_type = PSC_MSG_BCAST;
+        r->header.data_len = r->data_len;
+        g->busy++;
+        psc_hold(); /* the root sends: as pscom_post_send */
+        bcast_forward(op, r->data_len, r->data_len);
+        psc_unhold_later();
+        return NULL;
+    }
+    struct psc_req *rr = psc_req_alloc(op->xlen, sizeof(struct grecv));
+    if (!rr) {
+        free(op);
+        return "out of memory";
+    }
+    struct grecv *gr = (struct grecv *)rr->pub.user;
+    gr->key = (struct gkey){.type = PSC_MSG_BCAST,
+                            .group_id = g->id,
+                            .root = root};
+    gr->op = op;
+    gr->flags = 0;
+    rr->self_free = true;
+    rr->pub.xheader_len = op->xlen;
+    rr->pub.data = r->data;
+    rr->pub.data_len = r->data_len;
+    rr->pub.ops.io_done = bcast_received;
+    g->busy++;
+    group_recv(rr, g->cons[(parent + root) % g->size]);
+    return NULL;
 }
 
 void pscom_post_bcast(pscom_request_t *request)
@@ -481,85 +692,71 @@ void pscom_post_bcast(pscom_request_t *request)
 
     r->state = PSCOM_REQ_STATE_RECV_REQUEST | PSCOM_REQ_STATE_POSTED;
     if (xlen < sizeof(pscom_xheader_bcast_t) ||
-        (xlen > r->max_xheader_len && xlen > sizeof(pscom_xheader_t)))
+        (xlen > r->max_xheader_len && xlen > sizeof(pscom_xheader_t))) {
         why = "xheader_len must hold pscom_xheader_bcast_t and fit the "
               "request";
-    else if (!g)
+    } else if (!g) {
         why = "no such group on this socket";
-    else if (root >= g->size)
-        why = "the root is not a rank of the group";
-    struct bcast_op *op = why ? NULL : calloc(1, sizeof(*op));
-    if (!why && !op) why = "out of memory";
+    } else {
+        r->xheader_len = xlen;
+        why = bcast_start_locked(req, g);
+    }
     if (why) {
         psc_err("pscom_post_bcast(group %u, root %u): %s", gid, root, why);
         psc_req_done(req, PSCOM_REQ_STATE_ERROR);
-        psc_unlock();
-        return;
     }
-    r->xheader_len = xlen;
-    op->user = req;
-    op->xlen = xlen;
-
-    unsigned u = (g->rank + g->size - root) % g->size, parent, sub;
-    unsigned start[FANOUT], size[FANOUT];
-    tree_locate(g->size, u, &parent, &sub);
-    op->nchild = tree_children(u, sub, start, size);
-    for (unsigned i = 0; i < op->nchild; i++) {
-        op->child_con[i] = g->cons[(start[i] + root) % g->size];
-        op->child_size[i] = size[i];
-    }
-
-    if (parent == NONE) {
-        r->state = PSCOM_REQ_STATE_SEND_REQUEST | PSCOM_REQ_STATE_POSTED |
-                   PSCOM_REQ_STATE_IO_STARTED;
-        r->header.xheader_len = (uint16_t)xlen;
-        r->header.msg_type = PSC_MSG_BCAST;
-        r->header.data_len = r->data_len;
-        psc_hold(); /* the root sends: as pscom_post_send */
-        bcast_forward(op, r->data_len);
-        psc_unhold_later();
-        psc_unlock();
-        return;
-    }
-    struct psc_req *rr = psc_req_alloc(xlen, sizeof(struct grecv));
-    if (!rr) {
-        psc_err("pscom_post_bcast(group %u): out of memory", gid);
-        free(op);
-        psc_req_done(req, PSCOM_REQ_STATE_ERROR);
-        psc_unlock();
-        return;
-    }
-    struct grecv *gr = (struct grecv *)rr->pub.user;
-    gr->key = (struct gkey){.type = PSC_MSG_BCAST, .group_id = gid,
-                            .root = root};
-    gr->op = op;
-    rr->self_free = true;
-    rr->pub.connection = &g->cons[(parent + root) % g->size]->pub;
-    rr->pub.xheader_len = xlen;
-    rr->pub.data = r->data;
-    rr->pub.data_len = r->data_len;
-    rr->pub.ops.io_done = bcast_received;
-    group_recv(rr);
     psc_unlock();
 }
+
+/* The largest xheader_len of pscom_bcast: what a message carries, less the
+ * broadcast's own part. */
+#define BCAST_USER_XHEADER_MAX (PSC_XHEADER_MAX - sizeof(pscom_xheader_bcast_t))
 
 void pscom_bcast(pscom_group_t *group, unsigned bcast_root, void *xheader,
                  size_t xheader_len, void *data, size_t data_len)
 {
     if (!group_valid(group, "pscom_bcast")) return;
+    if (xheader_len > BCAST_USER_XHEADER_MAX) {
+        psc_err("pscom_bcast(group %u, root %u): xheader_len %zu is more "
+                "than the %zu bytes a broadcast can carry", group->id,
+                bcast_root, xheader_len, BCAST_USER_XHEADER_MAX);
+        return;
+    }
     size_t xlen = sizeof(pscom_xheader_bcast_t) + xheader_len;
     pscom_request_t *r = pscom_request_create(xlen, 0);
     if (!r) return;
     r->xheader_len = xlen;
     r->data = data;
     r->data_len = data_len;
-    r->socket = &group->sock->pub;
     r->xheader.bcast.group_id = group->id;
     r->xheader.bcast.bcast_root = bcast_root;
     bool root = bcast_root == group->rank;
     if (root && xheader_len) memcpy(r->xheader.bcast.user, xheader, xheader_len);
-    pscom_post_bcast(r);
-    pscom_wait(r);
+
+    psc_lock();
+    r->socket = group->sock ? &group->sock->pub : NULL;
+    r->state = PSCOM_REQ_STATE_RECV_REQUEST | PSCOM_REQ_STATE_POSTED;
+    const char *why = group->sock ? bcast_start_locked(req_of(r), group)
+                                  : SOCKET_CLOSED;
+    if (why) psc_req_done(req_of(r), PSCOM_REQ_STATE_ERROR);
+    psc_unlock();
+
+    if (why) {
+        psc_err("pscom_bcast(group %u, root %u): %s", group->id, bcast_root,
+                why);
+    } else {
+        pscom_wait(r);
+        if (r->state & PSCOM_REQ_STATE_ERROR)
+            psc_err("pscom_bcast(group %u, root %u, rank %u): failed: a "
+                    "connection of the broadcast tree failed, at this "
+                    "member or above it", group->id, bcast_root, group->rank);
+        else if (r->state & PSCOM_REQ_STATE_TRUNCATED)
+            psc_err("pscom_bcast(group %u, root %u, rank %u): truncated: "
+                    "the root sent %llu bytes, more than data_len %zu here "
+                    "or at a member above", group->id, bcast_root,
+                    group->rank, (unsigned long long)r->header.data_len,
+                    data_len);
+    }
     if (!root && xheader_len && pscom_req_successful(r))
         memcpy(xheader, r->xheader.bcast.user, xheader_len);
     pscom_request_free(r);
@@ -569,48 +766,69 @@ void pscom_bcast(pscom_group_t *group, unsigned bcast_root, void *xheader,
 /* Barrier                                                                */
 /* ---------------------------------------------------------------------- */
 
+/* What the barrier's round (its send s to rank `to`, its receive rr from
+ * rank `from`) saw fail, into why; nothing when why holds a failure
+ * already. */
+static void round_failure(char *why, size_t len, pscom_request_t *s,
+                          uint32_t to, pscom_request_t *rr, uint32_t from)
+{
+    const struct grecv *gr = (const struct grecv *)rr->user;
+    if (why[0]) return;
+    if (!pscom_req_successful(s))
+        snprintf(why, len, "the connection to rank %u failed", to);
+    else if (!pscom_req_successful(rr))
+        snprintf(why, len, "the connection from rank %u failed", from);
+    else if (gr->flags & GROUP_FAILED)
+        snprintf(why, len, "rank %u had seen a failure", from);
+}
+
 void pscom_barrier(pscom_group_t *group)
 {
     if (!group_valid(group, "pscom_barrier")) return;
-    uint32_t size = group->size, me = group->rank;
+    uint32_t size = group->size, me = group->rank, id = group->id;
+    char why[96] = ""; /* the first failure seen */
+
+    psc_lock();
+    bool dead = !group->sock;
+    psc_unlock();
+    if (dead) {
+        psc_err("pscom_barrier(group %u): %s", id, SOCKET_CLOSED);
+        return;
+    }
 
     for (uint32_t dist = 1; dist < size; dist *= 2) {
-        struct psc_con *to = group->cons[(me + dist) % size];
-        struct psc_con *from = group->cons[(me + size - dist) % size];
+        uint32_t to = (me + dist) % size, from = (me + size - dist) % size;
         size_t xlen = sizeof(pscom_xheader_bcast_t);
         struct psc_req *rr = psc_req_alloc(xlen, sizeof(struct grecv));
         struct psc_req *s = psc_req_alloc(xlen, 0);
         if (!rr || !s) {
-            psc_err("pscom_barrier(group %u): out of memory", group->id);
+            psc_err("pscom_barrier(group %u): out of memory", id);
             if (rr) psc_req_release(rr);
             if (s) psc_req_release(s);
             return;
         }
         struct grecv *gr = (struct grecv *)rr->pub.user;
-        gr->key = (struct gkey){.type = PSC_MSG_BARRIER, .group_id = group->id};
-        rr->pub.connection = &from->pub;
+        gr->key = (struct gkey){.type = PSC_MSG_BARRIER, .group_id = id};
+        gr->flags = 0;
         rr->pub.xheader_len = xlen;
-
         s->pub.xheader.bcast = (pscom_xheader_bcast_t){
-            .group_id = group->id, .bcast_arg1 = dist};
-        s->pub.state = PSCOM_REQ_STATE_SEND_REQUEST | PSCOM_REQ_STATE_POSTED;
+            .group_id = id,
+            .bcast_arg1 = dist,
+            .bcast_arg2 = why[0] ? GROUP_FAILED : 0};
 
         psc_lock();
         psc_enter(); /* a failure's callbacks may close: free after */
-        group_recv(rr);
-        psc_xmsg_send(to, s, PSC_MSG_BARRIER, &s->pub.header, xlen, NULL, 0);
+        group_recv(rr, group->cons[from]);
+        group_send(group->cons[to], s, PSC_MSG_BARRIER, xlen, NULL, 0);
         psc_leave();
         psc_unlock();
         pscom_wait(&s->pub);
         pscom_wait(&rr->pub);
-        bool ok = pscom_req_successful(&s->pub) &&
-                  pscom_req_successful(&rr->pub);
+        round_failure(why, sizeof(why), &s->pub, to, &rr->pub, from);
         psc_req_release(s);
         psc_req_release(rr);
-        if (!ok) {
-            psc_err("pscom_barrier(group %u): a connection failed; the "
-                    "barrier is left early", group->id);
-            return;
-        }
     }
+    if (why[0])
+        psc_err("pscom_barrier(group %u, rank %u of %u): %s; the barrier "
+                "ended with an error", id, me, size, why);
 }

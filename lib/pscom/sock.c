@@ -385,6 +385,7 @@ static void sock_close(struct psc_sock *sock)
         if (!open) break;
         psc_con_close(open);
     }
+    psc_group_sock_closed(sock);
     /* Posted any-source receives and unexpected messages go with it. */
     while (!psc_list_empty(&sock->recvq_any)) {
         struct psc_req *req =

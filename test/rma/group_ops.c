@@ -8,8 +8,9 @@
  *  - pscom_bcast from every root, of 0, 1, 1000 and 300000 bytes, with a
  *    user xheader, into guarded buffers;
  *  - pscom_post_bcast from every root at once, waited for together, and
- *    one into buffers too small (TRUNCATED where the cut happens, what
- *    fits is right, nothing written behind);
+ *    one into buffers too small (TRUNCATED, with the root's length, where
+ *    the cut happens and below it, also where a buffer has room for all;
+ *    what fits is right, nothing written behind);
  *  - a second group over the same connections with the ranks reversed.
  * Over tcp and shm the members are processes; with loop they are threads
  * of one process (pscom_init_thread), each with its own socket.
@@ -81,8 +82,11 @@ static void post_bcast_all_roots(pscom_socket_t *sock, int n, int me)
         r[root]->xheader.bcast.group_id = GROUP_ID;
         r[root]->xheader.bcast.bcast_root = (uint32_t)root;
         r[root]->data = buf[root];
-        /* Root 1 sends 5000 bytes; everybody else has room for 100. */
-        r[root]->data_len = root == 1 && me != 1 ? 100 : LEN;
+        /* Root 1 sends 5000 bytes; everybody else has room for 100 but
+         * member 3, which has room for all: with 5 members it is below
+         * member 2 in the tree, and gets only the 100 bytes member 2
+         * kept. */
+        r[root]->data_len = root == 1 && me != 1 && me != 3 ? 100 : LEN;
         if (root == me) {
             itest_fill(buf[root], LEN, seed_of(root, LEN, 99));
             memcpy(r[root]->xheader.bcast.user, "userxhdr", 8);
@@ -92,23 +96,24 @@ static void post_bcast_all_roots(pscom_socket_t *sock, int n, int me)
     for (int root = 0; root < n; root++) {
         pscom_wait(r[root]);
         size_t len = r[root]->data_len;
-        if (root == 1 && me != 1) {
-            /* A member whose buffer is too small passes on what it holds:
-             * a child of the root sees the cut, the members below it get
-             * the shorter message. */
-            if (r[root]->state & PSCOM_REQ_STATE_TRUNCATED) {
-                ITEST_ASSERT_REQ_STATE(r[root], PSCOM_REQ_STATE_TRUNCATED,
-                                       "post_bcast from 1 into 100 bytes");
-                ITEST_ASSERT_EQ(r[root]->header.data_len, LEN,
-                                "the sent length is reported");
-            } else {
-                ITEST_ASSERT_REQ_OK(r[root], "post_bcast from 1");
-                ITEST_ASSERT_EQ(r[root]->header.data_len, len,
-                                "what a member with 100 bytes passed on");
-            }
+        if (root == 1 && me != 1 &&
+            (len < LEN || (r[root]->state & PSCOM_REQ_STATE_TRUNCATED))) {
+            /* A member whose buffer is too small passes on what it holds,
+             * flagged as cut: it and every member below it end TRUNCATED
+             * with the root's length, and hold the first 100 bytes. */
+            ITEST_ASSERT_REQ_STATE(r[root], PSCOM_REQ_STATE_TRUNCATED,
+                                   "post_bcast from 1, cut");
+            ITEST_ASSERT_EQ(r[root]->header.data_len, LEN,
+                            "the root's length is reported");
+            len = 100;
         } else {
             ITEST_ASSERT_REQ_OK(r[root], "post_bcast from %d", root);
+            ITEST_ASSERT_EQ(r[root]->header.data_len, LEN,
+                            "post_bcast from %d", root);
         }
+        if (root == 1 && me == 3 && n == 5)
+            ITEST_ASSERT(r[root]->state & PSCOM_REQ_STATE_TRUNCATED,
+                         "member 3 of 5, below member 2, sees the cut");
         ITEST_ASSERT_PATTERN(buf[root], len, seed_of(root, LEN, 99),
                              "post_bcast from %d", root);
         ITEST_ASSERT_GUARD(buf[root], LEN, "post_bcast buffer");

@@ -1,7 +1,9 @@
 /*
  * Group messages (pscom_post_bcast) at a rank that is not the root, fed
- * into a connection without a transport: the broadcast is carried out by
+ * into connections without a transport: the broadcast is carried out by
  * a receive of the group's own, so the user's request is in no queue.
+ * What a member passes on to its children stays in their connections'
+ * send queues, where the tests read it.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -11,20 +13,42 @@
 #include "frames.h"
 
 #define GROUP 7
+#define MAX_MEMBERS 5
+
+/* bcast_arg2 of group messages (doc/wire-protocol.md). */
+#define FLAG_FAILED 1u
+#define FLAG_CUT 2u
 
 static pscom_socket_t *sock;
 static pscom_connection_t *parent;
+static pscom_connection_t *cons[MAX_MEMBERS];
 static pscom_group_t *group;
 
-/* Rank 1 of two; rank 0 (the root) is behind a fresh connection. */
+/* Rank 1 of n; the others are behind fresh connections. Rank 0 is the
+ * root and our parent; with 5 members rank 2 is our child. */
+static void open_members(uint32_t n)
+{
+    sock = pscom_open_socket(0, 0, 0, 0);
+    for (uint32_t i = 0; i < n; i++)
+        cons[i] = i == 1 ? NULL : pscom_open_connection(sock);
+    parent = cons[0];
+    group = pscom_group_open(sock, GROUP, 1, n, cons);
+    assert_non_null(group);
+}
+
+/* Rank 1 of two. */
 static int open_group(void **state)
 {
     (void)state;
-    sock = pscom_open_socket(0, 0, 0, 0);
-    parent = pscom_open_connection(sock);
-    pscom_connection_t *cons[2] = {parent, NULL};
-    group = pscom_group_open(sock, GROUP, 1, 2, cons);
-    assert_non_null(group);
+    open_members(2);
+    return 0;
+}
+
+/* Rank 1 of five: parent rank 0, child rank 2. */
+static int open_group5(void **state)
+{
+    (void)state;
+    open_members(5);
     return 0;
 }
 
@@ -46,12 +70,12 @@ static void count_done(pscom_request_t *r)
 
 static char buf[16];
 
-static pscom_request_t *post_bcast(void)
+static pscom_request_t *post_bcast_len(size_t len)
 {
     pscom_request_t *r = pscom_request_create(sizeof(pscom_xheader_bcast_t), 0);
     r->socket = sock;
     r->data = buf;
-    r->data_len = sizeof(buf);
+    r->data_len = len;
     r->xheader_len = sizeof(pscom_xheader_bcast_t);
     r->xheader.bcast.group_id = GROUP;
     r->xheader.bcast.bcast_root = 0;
@@ -62,12 +86,71 @@ static pscom_request_t *post_bcast(void)
     return r;
 }
 
-/* The root's broadcast, "hello", for a subtree of one. */
+static pscom_request_t *post_bcast(void)
+{
+    return post_bcast_len(sizeof(buf));
+}
+
+/* A broadcast from root 0 with `flags`, a body of len bytes, and, when
+ * cut, the root's length full behind the xheader. */
+static void bcast_frame_flags(struct frame *f, uint32_t flags,
+                              const char *body, size_t len, uint64_t full)
+{
+    uint8_t x[sizeof(pscom_xheader_bcast_t) + sizeof(full)];
+    pscom_xheader_bcast_t b = {.group_id = GROUP, .bcast_root = 0,
+                               .bcast_arg1 = 2, .bcast_arg2 = flags};
+    size_t xlen = sizeof(b);
+    memcpy(x, &b, sizeof(b));
+    if (flags & FLAG_CUT) {
+        memcpy(x + xlen, &full, sizeof(full));
+        xlen += sizeof(full);
+    }
+    frame_make(f, PSC_MSG_BCAST, x, xlen, body, len, len);
+}
+
+/* The root's broadcast, "hello". */
 static void bcast_frame(struct frame *f)
 {
-    pscom_xheader_bcast_t x = {.group_id = GROUP, .bcast_root = 0,
-                               .bcast_arg1 = 1};
-    frame_make(f, PSC_MSG_BCAST, &x, sizeof(x), "hello", 6, 6);
+    bcast_frame_flags(f, 0, "hello", 6, 6);
+}
+
+/* The one frame queued on c: its header and xheader (NULL: none queued). */
+static const pscom_header_net_t *sent_frame(pscom_connection_t *c)
+{
+    struct psc_con *con = con_of(c);
+    if (psc_list_empty(&con->sendq)) return NULL;
+    struct psc_req *req = psc_list_first(&con->sendq, struct psc_req, next);
+    assert_ptr_equal(req->next.next, &con->sendq);
+    return req->iov[0].iov_base;
+}
+
+static const pscom_xheader_bcast_t *bcast_of(const pscom_header_net_t *h)
+{
+    return (const void *)(h + 1);
+}
+
+/* The forward to our child (5 members) is never written here: fail it, so
+ * that r ends, in error, and free r. */
+static void end_forward(pscom_request_t *r)
+{
+    assert_false(r->state & PSCOM_REQ_STATE_DONE);
+    assert_int_equal(pscom_fail_connection(cons[2], PSCOM_ERR_IOERROR),
+                     PSCOM_SUCCESS);
+    pscom_test_any();
+    assert_int_equal(done_calls, 1);
+    assert_true(r->state & PSCOM_REQ_STATE_ERROR);
+    pscom_request_free(r);
+}
+
+/* A broadcast posted now takes the "hello" that waits for it. */
+static void later_bcast_gets_hello(void)
+{
+    pscom_request_t *r = post_bcast();
+    pscom_test_any();
+    assert_int_equal(done_calls, 1);
+    assert_true(pscom_req_successful(r));
+    assert_string_equal(buf, "hello");
+    pscom_request_free(r);
 }
 
 /* Cancelling it is refused: the message that comes later completes it
@@ -92,10 +175,10 @@ static void bcast_is_not_cancelled(void **state)
 }
 
 /* A broadcast and the root's EOF in one read of the transport (inside the
- * core's hold, as in a plugin's progress op): the message is dropped with
- * its connection, as one that was in before the EOF, instead of staying
- * queued for a later broadcast of the group to take. */
-static void message_before_the_eof_goes_with_it(void **state)
+ * core's hold, as in a plugin's progress op): the message arrived whole,
+ * so it stays receivable after the failure, as a point-to-point one does,
+ * and the broadcast posted later takes it. (It used to be dropped.) */
+static void message_before_the_eof_stays(void **state)
 {
     (void)state;
     struct frame f, eof;
@@ -107,12 +190,221 @@ static void message_before_the_eof_goes_with_it(void **state)
     feed(parent, &f);
     psc_unhold();
     pscom_test_any();
+    assert_int_equal(parent->state, PSCOM_CON_STATE_CLOSED);
+    later_bcast_gets_hello();
+}
+
+/* The same when the connection fails after the message was in (the
+ * failure used to drop it). */
+static void message_before_a_failure_stays(void **state)
+{
+    (void)state;
+    struct frame f;
+    bcast_frame(&f);
+    assert_int_equal(feed(parent, &f), 0);
+    assert_int_equal(pscom_fail_connection(parent, PSCOM_ERR_IOERROR),
+                     PSCOM_SUCCESS);
+    later_bcast_gets_hello();
+}
+
+/* A broadcast whose message never came fails with the connection. */
+static void failure_without_message_fails(void **state)
+{
+    (void)state;
+    assert_int_equal(pscom_fail_connection(parent, PSCOM_ERR_IOERROR),
+                     PSCOM_SUCCESS);
     pscom_request_t *r = post_bcast();
+    assert_int_equal(done_calls, 1);
+    assert_true(r->state & PSCOM_REQ_STATE_ERROR);
+    pscom_request_free(r);
+}
+
+/* Closing the connection drops the message (no receive took it) and the
+ * group forgets the connection: the broadcast posted later fails at once,
+ * without touching the freed connection (valgrind). */
+static void message_goes_with_the_close(void **state)
+{
+    (void)state;
+    struct frame f;
+    bcast_frame(&f);
+    assert_int_equal(feed(parent, &f), 0);
+    pscom_close_connection(parent);
     pscom_test_any();
+    pscom_request_t *r = post_bcast();
     assert_int_equal(done_calls, 1);
     assert_true(r->state & PSCOM_REQ_STATE_ERROR);
     assert_string_equal(buf, "");
     pscom_request_free(r);
+}
+
+/* Our parent's connection fails: our child is told, with a failure notice
+ * (a flag, no body), instead of waiting for ever. (Our part ends, in
+ * error, once that notice is written.) */
+static void failed_parent_notifies_the_subtree(void **state)
+{
+    (void)state;
+    pscom_request_t *r = post_bcast();
+    assert_null(sent_frame(cons[2]));
+    assert_int_equal(pscom_fail_connection(parent, PSCOM_ERR_IOERROR),
+                     PSCOM_SUCCESS);
+    pscom_test_any();
+    const pscom_header_net_t *h = sent_frame(cons[2]);
+    assert_non_null(h);
+    assert_int_equal(h->msg_type, PSC_MSG_BCAST);
+    assert_int_equal(h->xheader_len, sizeof(pscom_xheader_bcast_t));
+    assert_int_equal(h->data_len, 0);
+    assert_int_equal(bcast_of(h)->group_id, GROUP);
+    assert_int_equal(bcast_of(h)->bcast_root, 0);
+    assert_int_equal(bcast_of(h)->bcast_arg2, FLAG_FAILED);
+    end_forward(r);
+}
+
+/* A failure notice from our parent is passed on, and ends our part in
+ * error. */
+static void failure_notice_is_passed_on(void **state)
+{
+    (void)state;
+    pscom_request_t *r = post_bcast();
+    struct frame f;
+    bcast_frame_flags(&f, FLAG_FAILED, NULL, 0, 0);
+    assert_int_equal(feed(parent, &f), 0);
+    pscom_test_any();
+    const pscom_header_net_t *h = sent_frame(cons[2]);
+    assert_non_null(h);
+    assert_int_equal(h->data_len, 0);
+    assert_int_equal(bcast_of(h)->bcast_arg2, FLAG_FAILED);
+    end_forward(r);
+}
+
+/* Our buffer is short: we end TRUNCATED with the root's length, and pass
+ * on what we hold flagged as cut, with the root's length behind the
+ * xheader. */
+static void short_buffer_cuts_for_the_subtree(void **state)
+{
+    (void)state;
+    pscom_request_t *r = post_bcast_len(4);
+    struct frame f;
+    bcast_frame(&f);
+    assert_int_equal(feed(parent, &f), 0);
+    pscom_test_any();
+    assert_true(r->state & PSCOM_REQ_STATE_TRUNCATED);
+    assert_false(r->state & PSCOM_REQ_STATE_ERROR);
+    assert_int_equal(r->header.data_len, 6);
+    assert_memory_equal(buf, "hell", 4);
+    assert_int_equal(buf[4], 0);
+    const pscom_header_net_t *h = sent_frame(cons[2]);
+    assert_non_null(h);
+    uint64_t full;
+    assert_int_equal(h->data_len, 4);
+    assert_int_equal(bcast_of(h)->bcast_arg2, FLAG_CUT);
+    assert_int_equal(h->xheader_len,
+                     sizeof(pscom_xheader_bcast_t) + sizeof(full));
+    memcpy(&full, bcast_of(h) + 1, sizeof(full));
+    assert_int_equal(full, 6);
+    end_forward(r);
+}
+
+/* A message cut above us: we end TRUNCATED with the root's length though
+ * all that came fits, our xheader is without the root's length, and our
+ * child hears of the cut too. */
+static void cut_upstream_ends_truncated(void **state)
+{
+    (void)state;
+    pscom_request_t *r = post_bcast();
+    struct frame f;
+    bcast_frame_flags(&f, FLAG_CUT, "hello", 6, 5000);
+    assert_int_equal(feed(parent, &f), 0);
+    pscom_test_any();
+    assert_true(r->state & PSCOM_REQ_STATE_TRUNCATED);
+    assert_false(r->state & PSCOM_REQ_STATE_ERROR);
+    assert_int_equal(r->header.data_len, 5000);
+    assert_int_equal(r->header.xheader_len, sizeof(pscom_xheader_bcast_t));
+    assert_string_equal(buf, "hello");
+    const pscom_header_net_t *h = sent_frame(cons[2]);
+    assert_non_null(h);
+    uint64_t full;
+    assert_int_equal(h->data_len, 6);
+    assert_int_equal(bcast_of(h)->bcast_arg2, FLAG_CUT);
+    memcpy(&full, bcast_of(h) + 1, sizeof(full));
+    assert_int_equal(full, 5000);
+    end_forward(r);
+}
+
+/* Flags against the rules of doc/wire-protocol.md fail the connection. */
+static void bad_flags_fail_the_connection(void **state)
+{
+    (void)state;
+    struct frame f;
+    bcast_frame_flags(&f, 4, "hello", 6, 6);
+    feed(parent, &f);
+    pscom_test_any();
+    assert_int_equal(parent->state, PSCOM_CON_STATE_CLOSED);
+}
+
+static void cut_without_its_length_fails_the_connection(void **state)
+{
+    (void)state;
+    struct frame f;
+    bcast_frame_flags(&f, 0, "hello", 6, 6);
+    pscom_xheader_bcast_t b;
+    memcpy(&b, f.buf + sizeof(pscom_header_net_t), sizeof(b));
+    b.bcast_arg2 = FLAG_CUT;
+    memcpy(f.buf + sizeof(pscom_header_net_t), &b, sizeof(b));
+    feed(parent, &f);
+    pscom_test_any();
+    assert_int_equal(parent->state, PSCOM_CON_STATE_CLOSED);
+}
+
+/* pscom_bcast refuses an xheader_len larger than a message carries (it
+ * used to wrap the length and copy xheader_len bytes: a crash). */
+static void huge_xheader_len_is_refused(void **state)
+{
+    (void)state;
+    pscom_socket_t *s = pscom_open_socket(0, 0, 0, 0);
+    pscom_group_t *g = pscom_group_open(s, GROUP, 0, 1, NULL);
+    assert_non_null(g);
+    char xh[4] = "xyz", data[8] = "data";
+    pscom_bcast(g, 0, xh, SIZE_MAX - 8, data, sizeof(data));
+    pscom_bcast(g, 0, xh, 65536, data, sizeof(data));
+    pscom_bcast(g, 0, xh, sizeof(xh), data, sizeof(data));
+    assert_string_equal(xh, "xyz");
+    assert_string_equal(data, "data");
+    pscom_group_close(g);
+    pscom_close_socket(s);
+}
+
+/* Closing a socket takes its groups with it: they are found no more, the
+ * id can be opened again on another socket, their collectives fail
+ * cleanly, and pscom_group_close frees them. */
+static void socket_close_retires_its_groups(void **state)
+{
+    (void)state;
+    pscom_socket_t *s1 = pscom_open_socket(0, 0, 0, 0);
+    pscom_connection_t *c[2] = {NULL, pscom_open_connection(s1)};
+    pscom_group_t *g1 = pscom_group_open(s1, GROUP, 0, 1, NULL);
+    pscom_group_t *g2 = pscom_group_open(s1, GROUP + 1, 0, 2, c);
+    assert_non_null(g1);
+    assert_non_null(g2);
+    assert_ptr_equal(pscom_group_find(NULL, GROUP), g1);
+    pscom_close_socket(s1);
+    assert_null(pscom_group_find(NULL, GROUP));
+    assert_null(pscom_group_find(NULL, GROUP + 1));
+
+    pscom_socket_t *s2 = pscom_open_socket(0, 0, 0, 0);
+    pscom_group_t *g3 = pscom_group_open(s2, GROUP, 0, 1, NULL);
+    assert_non_null(g3);
+    assert_ptr_equal(pscom_group_find(s2, GROUP), g3);
+    assert_ptr_equal(pscom_group_find(NULL, GROUP), g3);
+
+    char data[4] = "abc";
+    pscom_bcast(g2, 0, NULL, 0, data, sizeof(data));
+    pscom_barrier(g2);
+    pscom_bcast(g1, 0, NULL, 0, data, sizeof(data));
+    assert_int_equal(pscom_group_get_id(g2), GROUP + 1);
+    pscom_group_close(g1);
+    pscom_group_close(g2);
+    pscom_group_close(g3);
+    pscom_close_socket(s2);
 }
 
 int main(void)
@@ -121,8 +413,29 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(bcast_is_not_cancelled, open_group,
                                         close_group),
-        cmocka_unit_test_setup_teardown(message_before_the_eof_goes_with_it,
+        cmocka_unit_test_setup_teardown(message_before_the_eof_stays,
                                         open_group, close_group),
+        cmocka_unit_test_setup_teardown(message_before_a_failure_stays,
+                                        open_group, close_group),
+        cmocka_unit_test_setup_teardown(failure_without_message_fails,
+                                        open_group, close_group),
+        cmocka_unit_test_setup_teardown(message_goes_with_the_close,
+                                        open_group, close_group),
+        cmocka_unit_test_setup_teardown(failed_parent_notifies_the_subtree,
+                                        open_group5, close_group),
+        cmocka_unit_test_setup_teardown(failure_notice_is_passed_on,
+                                        open_group5, close_group),
+        cmocka_unit_test_setup_teardown(short_buffer_cuts_for_the_subtree,
+                                        open_group5, close_group),
+        cmocka_unit_test_setup_teardown(cut_upstream_ends_truncated,
+                                        open_group5, close_group),
+        cmocka_unit_test_setup_teardown(bad_flags_fail_the_connection,
+                                        open_group, close_group),
+        cmocka_unit_test_setup_teardown(
+            cut_without_its_length_fails_the_connection, open_group,
+            close_group),
+        cmocka_unit_test(socket_close_retires_its_groups),
+        cmocka_unit_test(huge_xheader_len_is_refused),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
