@@ -2200,7 +2200,10 @@ static void ofi_tx_kick(pscom_plugin_con_t *con, void *priv)
 }
 
 /* Connections whose sends or a body's receive found a full queue, whose
- * sends completed, or whose EOF waits. */
+ * sends completed, or whose EOF waits (hold_eof). A frame that arrived
+ * and was not delivered is looked at again: the EOF, held for sends in
+ * flight or for one more round after the last of them completed, is the
+ * peer's last frame, and no completion would ever call deliver for it. */
 static void scan_attn(void)
 {
     struct dl *p, *next;
@@ -2217,7 +2220,8 @@ static void scan_attn(void)
             oc->tx_blocked = oc->tx_report = false;
             tx_run(oc);
         }
-        if (oc->eof_hold_at && !oc->dead) deliver(oc);
+        if (!oc->dead && oc->ring[oc->rx_idx]->state == SLOT_DONE)
+            deliver(oc);
     }
 }
 

@@ -945,9 +945,11 @@ static void test_bad_messages(void **state)
     }
 }
 
-/* The peer's end-of-connection message waits until our sends in flight
- * completed: the core would fail them, though the peer has them. */
-static void test_eof_waits_for_sends(void **state)
+/* The peer's end-of-connection message behind a send of ours in flight:
+ * same_round 0, it arrives while the send is in flight; 1, it is read in
+ * the same round as the send's completion. Either way it is delivered
+ * after the send was reported, and at most one round after. */
+static void eof_behind_send(int same_round)
 {
     struct pair p;
     pair_open(&p);
@@ -956,15 +958,44 @@ static void test_eof_waits_for_sends(void **state)
     struct fake_frame *eof = fake_frame_new(4, 0, 0, 2);
     uint8_t expect[60000];
     send_frames(&p, &p.a, &big, 1, expect);
-    send_frames(&p, &p.b, &eof, 1, expect);
-    progress(20);
-    assert_int_equal(p.a.frames_in, 0); /* held back */
-    fake_release_held(0);
-    progress(20);
+    if (!same_round) {
+        send_frames(&p, &p.b, &eof, 1, expect);
+        progress(20);
+        assert_int_equal(p.a.frames_in, 0); /* held back */
+        fake_release_held(0);
+    } else {
+        progress(2);
+        /* A's send completion, then B's EOF: one read of A's queue. */
+        fake.hold_tx = 0;
+        fake_release_held(0);
+        send_frames(&p, &p.b, &eof, 1, expect);
+        ops->progress();
+        assert_int_equal(p.a.qdone, 1);
+        assert_int_equal(p.a.frames_in, 0); /* one more round */
+    }
+    progress(2);
     assert_int_equal(p.a.frames_in, 1);
     assert_int_equal(p.a.qdone, 1);
     assert_true(p.a.tx_done_evt < p.a.frame_evt);
     pair_close(&p);
+}
+
+/* The peer's end-of-connection message waits until our sends in flight
+ * completed: the core would fail them, though the peer has them. */
+static void test_eof_waits_for_sends(void **state)
+{
+    eof_behind_send(0);
+}
+
+/* The peer's EOF read in the same round as the completion of our last
+ * send waits one round (the application sees the send done first), and
+ * is then delivered: it is the peer's last frame, so no later completion
+ * brings it up again. Before, it stayed held until the peer's goodbye
+ * timed out (5 * PSP_OFI_EOF_GRACE), or for ever while the peer's
+ * pre-connection socket stayed open. */
+static void test_eof_after_last_send_in_same_round(void **state)
+{
+    eof_behind_send(1);
 }
 
 /* tx_done returns -1 (closing): the plugin stops using the connection,
@@ -1557,6 +1588,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_bad_messages, setup, teardown),
         cmocka_unit_test_setup_teardown(test_eof_waits_for_sends, setup,
                                         teardown),
+        cmocka_unit_test_setup_teardown(test_eof_after_last_send_in_same_round,
+                                        setup, teardown),
         cmocka_unit_test_setup_teardown(test_stop_after_closing, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_close_cancels_and_drains, setup,
