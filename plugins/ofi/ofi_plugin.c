@@ -387,6 +387,8 @@ static struct {
     unsigned copies;     /* OP_COPY sends in flight, also of closed
                           * connections */
     bool held;           /* pscom_plugin_hold_progress for orphaned copies */
+    unsigned loans;      /* frames lent to the core and not returned; a
+                          * hold on progress while there are any */
     struct dl partings;  /* closed connections waiting for their copies */
     uint64_t calls;       /* outermost ofi_progress calls */
     /* Completions read from the queue and not yet handled, shared by nested
@@ -432,6 +434,7 @@ static void op_free(struct op *op)
     if (op->loan && !--op->loan->ops) {
         pscom_plugin_tx_returned(op->loan->token);
         free(op->loan);
+        if (!--ofi.loans) pscom_plugin_hold_progress("ofi", 0);
     }
     free(op);
 }
@@ -2085,7 +2088,10 @@ nomem:
  * the provider cannot withdraw it. Its frame stays lent until the last
  * such operation is done: the core must not give the buffers back to the
  * application, which would write them while the provider still sends
- * them to the peer. */
+ * them to the peer. While frames are lent the core keeps calling our
+ * progress, also when no ofi connection is open any more: without it the
+ * provider's completions would never be read, and the send of the last
+ * connection to close never ended. */
 static void lend_frame(struct ofi_con *oc, struct op *op)
 {
     struct txe *e = &oc->fifo[op->frame % oc->nfifo];
@@ -2099,6 +2105,7 @@ static void lend_frame(struct ofi_con *oc, struct op *op)
             return;
         }
         e->loan = l;
+        if (!ofi.loans++) pscom_plugin_hold_progress("ofi", 1);
     }
     e->loan->ops++;
     op->loan = e->loan;

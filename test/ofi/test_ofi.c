@@ -598,6 +598,45 @@ static void test_copies_outlive_close(void **state)
     pair_free(&p);
 }
 
+/* A close lends the frames whose sends libfabric still reads from the
+ * core's buffers; each is returned when its last message completed. While
+ * any is lent the plugin holds the core's progress: the closed connection
+ * may have been its last, and the core calls a plugin's progress only
+ * while it has connections or a hold (before, the send of a frame lent by
+ * the last connection never ended). */
+static void test_lent_frames_hold_progress(void **state)
+{
+    fake.hold_tx = 1;
+    fake_core_holds = 0;
+    struct pair p;
+    pair_open(&p);
+    struct fake_frame *f[2];
+    uint8_t expect[2 * 60000];
+    f[0] = fake_frame_new(0, 0, 50000, 1); /* head and body: two sends */
+    f[1] = fake_frame_new(0, 0, 5000, 2);  /* one send */
+    send_frames(&p, &p.a, f, 2, expect);
+    assert_int_equal(fake_held_count(), 3);
+    ops->close(&p.b, p.pb);
+    ops->close(&p.a, p.pa);
+    assert_int_equal(p.a.lent, 2);
+    assert_int_equal(fake_core_holds, 1);
+
+    fake_release_held_one(0); /* frame 0's head */
+    progress(5);
+    assert_int_equal(p.a.returned, 0);
+    assert_int_equal(fake_core_holds, 1);
+    fake_release_held_one(0); /* frame 0's body */
+    progress(5);
+    assert_int_equal(p.a.returned, 1);
+    assert_int_equal(fake_core_holds, 1);
+    fake_release_held_one(0); /* frame 1 */
+    progress(5);
+    assert_int_equal(p.a.returned, 2);
+    assert_int_equal(fake_core_holds, 0);
+    ops->destroy();
+    pair_free(&p);
+}
+
 /* What the peer's end of A's pre-connection socket holds: 1 and the frame
  * count of a goodbye followed by EOF, 0 when nothing came yet. */
 static int read_goodbye(int fd, uint64_t *frames)
@@ -1572,6 +1611,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_copies_outlive_close, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_goodbye_waits_for_copies, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_lent_frames_hold_progress, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_cancel_in_flight, setup, teardown),
         cmocka_unit_test_setup_teardown(test_send_eagain, setup, teardown),
