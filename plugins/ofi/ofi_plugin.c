@@ -1932,6 +1932,7 @@ static int ofi_hs_connect(pscom_plugin_con_t *con, void *priv,
     struct ofi_con *oc = priv;
     ofi_blob_t *b = calloc(1, sizeof(*b));
     const char *why = NULL;
+    char bad_name[160];
     int rc;
 
     if (!b) return -ENOMEM;
@@ -1945,6 +1946,16 @@ static int ofi_hs_connect(pscom_plugin_con_t *con, void *priv,
     if (b->addr_format != ofi.info.addr_format) {
         why = "the peer's endpoint name has another address format";
         rc = -EAFNOSUPPORT;
+        goto out;
+    }
+    /* A name from the network that libfabric would read past. */
+    rc = ofi_addr_check(b->addr_format, b->addr, b->addr_len, ofi.addr_len,
+                        bad_name, sizeof(bad_name));
+    if (rc) {
+        LOG(L_WARN, "%s: the peer sent a malformed endpoint name (%s, "
+            "provider %s); not connecting over ofi",
+            pscom_plugin_con_str(con), bad_name, ofi.info.prov);
+        why = bad_name;
         goto out;
     }
     rc = peer_addr(b->addr, b->addr_len, &oc->dest);

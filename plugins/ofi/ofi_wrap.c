@@ -22,11 +22,17 @@
 #include <rdma/fi_errno.h>
 #include <rdma/fi_tagged.h>
 
+#include "ofi_proto.h"
 #include "ofi_watch.h"
 #include "ofi_wrap.h"
 
 _Static_assert(sizeof(ofw_ctx_t) == sizeof(struct fi_context2),
                "ofw_ctx_t must have the size of struct fi_context2");
+_Static_assert(OFI_FMT_SOCKADDR == FI_SOCKADDR &&
+                   OFI_FMT_SOCKADDR_IN == FI_SOCKADDR_IN &&
+                   OFI_FMT_SOCKADDR_IN6 == FI_SOCKADDR_IN6 &&
+                   OFI_FMT_STR == FI_ADDR_STR,
+               "OFI_FMT_* must be libfabric's address formats");
 
 /* The interface version the plugin is written against: libfabric 1.10
  * semantics (mr_mode bits, FI_CONTEXT2). */
@@ -292,7 +298,9 @@ int ofw_av_insert(ofw_ep_t *e, const void *addr, size_t addr_len,
                   uint64_t *fi_addr)
 {
     fi_addr_t a = FI_ADDR_NOTAVAIL;
-    (void)addr_len; /* the provider knows the length of its addresses */
+    /* The provider reads as much as the name's format says: the caller
+     * checked that it is that long (ofi_addr_check). */
+    (void)addr_len;
     owd_enter("fi_av_insert");
     int rc = fi_av_insert(e->av, addr, 1, &a, 0, NULL);
     owd_leave();

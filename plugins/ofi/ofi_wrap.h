@@ -94,7 +94,9 @@ const char *ofw_ep_region(const ofw_ep_t *ep);
  * contexts may be freed afterwards. */
 void ofw_ep_close(ofw_ep_t *ep);
 
-/* Insert a peer's name into the address vector: 0 and *fi_addr. */
+/* Insert a peer's name into the address vector: 0 and *fi_addr. The
+ * provider reads as many bytes as the name's format says, whatever
+ * addr_len: check a name from the network first (ofi_addr_check). */
 int ofw_av_insert(ofw_ep_t *ep, const void *addr, size_t addr_len,
                   uint64_t *fi_addr);
 /* A printable form of a peer's name ("fi_sockaddr_in://1.2.3.4:5"). */

@@ -23,6 +23,7 @@ struct fake_knobs {
     char prov[64];
     size_t inject_size, max_msg_size, iov_limit;
     int local_only;        /* the provider reaches this host only */
+    uint32_t addr_format;  /* of endpoint names (42: none of libfabric's) */
     int select_fails, ep_open_fails, av_fails;
     const char *region;    /* what ofw_ep_region says; NULL: no region */
     /* behaviour */

@@ -63,6 +63,7 @@ void fake_reset(void)
     fake.inject_size = 64;
     fake.max_msg_size = SIZE_MAX;
     fake.iov_limit = 4;
+    fake.addr_format = 42;
     snprintf(fake.prov, sizeof(fake.prov), "fake;prov");
 }
 
@@ -160,7 +161,7 @@ int ofw_select(const char *prov, const char *domain, ofw_info_t *info,
     snprintf(info->prov, sizeof(info->prov), "%s", fake.prov);
     snprintf(info->fabric, sizeof(info->fabric), "fakefabric");
     snprintf(info->domain, sizeof(info->domain), "fakedomain");
-    info->addr_format = 42;
+    info->addr_format = fake.addr_format;
     info->inject_size = fake.inject_size;
     info->max_msg_size = fake.max_msg_size;
     info->iov_limit = fake.iov_limit;

@@ -19,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
+#include <netinet/in.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -309,8 +310,10 @@ static void test_hs_connect_rejects(void **state)
     /* garbage */
     assert_int_equal(ops->hs_connect(&c, priv, "garbage", 7), -EPROTO);
     assert_int_equal(ops->hs_connect(&c, priv, buf, 3), -EPROTO);
-    /* the address vector refuses the address */
+    /* the address vector refuses the address (the fake's names have 9
+     * bytes) */
     b.addr_format = 42;
+    b.addr_len = 9;
     n = ofi_blob_encode(&b, buf, sizeof(buf));
     fake.av_fails = 1;
     assert_int_not_equal(ops->hs_connect(&c, priv, buf, n), 0);
@@ -322,6 +325,87 @@ static void test_hs_connect_rejects(void **state)
     ops->destroy();
     free(priv);
     fake_con_free(&c);
+}
+
+/* The peer's endpoint name goes to fi_av_insert, which takes no length:
+ * the provider reads as much as the address format says (a string up to
+ * its NUL). hs_connect refuses a name that is not whole for its format,
+ * with a warning naming the connection and what is wrong, and inserts
+ * nothing; the core then tries the next transport. Before, a 512-byte
+ * string without a NUL was read past its end (ASan: heap-buffer-overflow
+ * in the shm provider). */
+static void test_hs_connect_checks_endpoint_names(void **state)
+{
+    struct sockaddr_in in = {.sin_family = AF_INET};
+    struct sockaddr_in6 in6 = {.sin6_family = AF_INET6};
+    struct sockaddr_in in_as6 = {.sin_family = AF_INET6};
+    uint8_t nul_first[8] = {0}, no_nul[OFW_ADDR_MAX];
+    memset(no_nul, 'A', sizeof(no_nul));
+    static const char ok_str[] = "fi_shm://pscom-1-0000abcd";
+    static const char inner_nul[] = "fi_shm://x\0y";
+    const struct {
+        uint32_t format;
+        const void *addr;
+        size_t len;
+        int ok;
+    } cases[] = {
+        {OFI_FMT_STR, ok_str, sizeof(ok_str), 1},
+        {OFI_FMT_STR, "x", 2, 1},
+        {OFI_FMT_STR, no_nul, sizeof(no_nul), 0},
+        {OFI_FMT_STR, ok_str, sizeof(ok_str) - 1, 0}, /* NUL cut off */
+        {OFI_FMT_STR, inner_nul, sizeof(inner_nul), 0},
+        {OFI_FMT_STR, nul_first, 1, 0},
+        {OFI_FMT_SOCKADDR_IN, &in, sizeof(in), 1},
+        {OFI_FMT_SOCKADDR_IN, &in, sizeof(in) - 1, 0},
+        {OFI_FMT_SOCKADDR_IN, &in6, sizeof(in), 0}, /* a 16-byte prefix */
+        {OFI_FMT_SOCKADDR_IN, &in_as6, sizeof(in_as6), 0},
+        {OFI_FMT_SOCKADDR_IN6, &in6, sizeof(in6), 1},
+        {OFI_FMT_SOCKADDR_IN6, &in6, sizeof(in), 0},
+        {OFI_FMT_SOCKADDR_IN6, &in, sizeof(in), 0},
+        {OFI_FMT_SOCKADDR, &in, sizeof(in), 1},
+        {OFI_FMT_SOCKADDR, &in6, sizeof(in6), 1},
+        {OFI_FMT_SOCKADDR, &in_as6, sizeof(in_as6), 0},
+        {OFI_FMT_SOCKADDR, nul_first, 1, 0},
+        {42, "fake-addr", 9, 1}, /* other formats: as long as ours */
+        {42, "fake-addr+", 10, 0},
+        {42, "fake", 4, 0},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        fake_reset();
+        fake_core_reset();
+        fake.addr_format = cases[i].format;
+        assert_int_equal(ops->init(), 0);
+        struct psc_con c;
+        void *priv = calloc(1, pscom_plugin_ofi.con_priv_size);
+        uint8_t own[4096], buf[4096];
+        size_t lo = sizeof(own);
+        fake_con_init(&c, "C <-> peer:1", priv);
+        assert_int_equal(ops->hs_start(&c, priv, own, &lo), 0);
+
+        ofi_blob_t b;
+        valid_blob(buf, sizeof(buf), &b);
+        strcpy(b.prov, fake.prov);
+        b.addr_format = cases[i].format;
+        b.addr_len = cases[i].len;
+        memcpy(b.addr, cases[i].addr, cases[i].len);
+        size_t n = ofi_blob_encode(&b, buf, sizeof(buf));
+        int rc = ops->hs_connect(&c, priv, buf, n);
+        if (cases[i].ok) {
+            assert_int_equal(rc, 0);
+            assert_int_equal(fake.av_inserts, 1);
+        } else {
+            assert_int_equal(rc, -EPROTO);
+            assert_int_equal(fake.av_inserts, 0);
+            assert_non_null(strstr(fake_core_log, "C <-> peer:1: the peer "
+                                                  "sent a malformed endpoint "
+                                                  "name"));
+            assert_non_null(strstr(fake_core_reason, "endpoint name of"));
+        }
+        ops->hs_abort(&c, priv);
+        ops->destroy();
+        free(priv);
+        fake_con_free(&c);
+    }
 }
 
 static void test_init_and_endpoint_failures(void **state)
@@ -1600,6 +1684,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_blob_malformed, setup, teardown),
         cmocka_unit_test_setup_teardown(test_blob_fuzz, setup, teardown),
         cmocka_unit_test_setup_teardown(test_hs_connect_rejects, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_hs_connect_checks_endpoint_names,
+                                        setup, teardown),
         cmocka_unit_test_setup_teardown(test_init_and_endpoint_failures, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_stream_shapes, setup, teardown),
