@@ -65,6 +65,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
+#include <sys/random.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
@@ -405,6 +406,18 @@ static struct {
 /* Helpers                                                                */
 /* ---------------------------------------------------------------------- */
 
+/* Random bits from the kernel, or, where it has none to give yet, from
+ * the clock and the process id. */
+static uint32_t random_u32(void)
+{
+    uint32_t r;
+    if (getrandom(&r, sizeof(r), GRND_NONBLOCK) == sizeof(r)) return r;
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint32_t)ts.tv_nsec ^ (uint32_t)ts.tv_sec << 20 ^
+           (uint32_t)getpid() << 12;
+}
+
 static uint64_t now_ms(void)
 {
     struct timespec ts;
@@ -741,12 +754,15 @@ static void owe_slot(struct op *slot, uint32_t seq)
 }
 
 /* Post ring slot `op` for frame `seq`: 0, or the provider's error. The
- * slot is SLOT_IDLE when that failed. */
+ * slot is SLOT_IDLE when that failed. Like every receive of an open
+ * connection it is directed at the peer's endpoint: another endpoint that
+ * knows or guesses our conid cannot put frames into the connection (over
+ * shm it still can, see ofw_trecv). */
 static ssize_t slot_post_raw(struct ofi_con *oc, struct op *op, uint32_t seq)
 {
     dl_del(&op->link); /* no longer owed, if it was */
     op->seq = seq & OFI_SEQ_MASK;
-    ssize_t rc = ofw_trecv(ofi.ep, op->buf, op->cap,
+    ssize_t rc = ofw_trecv(ofi.ep, op->buf, op->cap, oc->dest,
                            ofi_tag(oc->conid, op->seq, OFI_PART_FIRST), 0,
                            &op->ctx);
     op->state = rc ? SLOT_IDLE : SLOT_POSTED;
@@ -810,7 +826,7 @@ static int body_post(struct ofi_con *oc)
     op->oc = oc;
     op->dst = dst;
     op->len = n;
-    ssize_t rc = ofw_trecv(ofi.ep, dst, n,
+    ssize_t rc = ofw_trecv(ofi.ep, dst, n, oc->dest,
                            ofi_tag(oc->conid, oc->body.seq,
                                    ofi_chunk_part(oc->body.k)),
                            0, &op->ctx);
@@ -1565,10 +1581,11 @@ static void tx_done_op(struct ofi_con *oc, struct op *op)
 /* Completions                                                            */
 /* ---------------------------------------------------------------------- */
 
+/* A sink takes messages from anyone: it drops them. */
 static void sink_post(struct op *op)
 {
     uint64_t tag = op->frame; /* the closed connection's conid << 32 */
-    op->posted = ofw_trecv(ofi.ep, op->buf, op->cap, tag,
+    op->posted = ofw_trecv(ofi.ep, op->buf, op->cap, OFW_ADDR_UNSPEC, tag,
                            OFI_TAG_ANY_OF_CONID, &op->ctx) == 0;
     if (!op->posted) op_free(op);
 }
@@ -1791,7 +1808,9 @@ static int ofi_init(void)
     dl_init(&ofi.sinks);
     dl_init(&ofi.offering);
     dl_init(&ofi.owed);
-    ofi.next_conid = (uint32_t)getpid() << 12;
+    /* Conids count up from a random start: they cannot be guessed from
+     * the process id. */
+    ofi.next_conid = random_u32();
 
     char why[512];
     sigset_t old;

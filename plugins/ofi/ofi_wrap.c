@@ -38,6 +38,14 @@ _Static_assert(OFI_FMT_SOCKADDR == FI_SOCKADDR &&
  * semantics (mr_mode bits, FI_CONTEXT2). */
 #define OFW_FI_VERSION FI_VERSION(1, 10)
 
+/* Tagged messages; receives that take messages of one peer only, so that
+ * another endpoint cannot put frames into a connection (shm and
+ * tcp;ofi_rxm of libfabric 1.17 grant it; see ofw_trecv for shm's gap). */
+#define OFW_CAPS (FI_TAGGED | FI_DIRECTED_RECV)
+
+_Static_assert(OFW_ADDR_UNSPEC == FI_ADDR_UNSPEC,
+               "OFW_ADDR_UNSPEC must be FI_ADDR_UNSPEC");
+
 struct ofw_ep {
     struct fid_fabric *fabric;
     struct fid_domain *domain;
@@ -79,7 +87,7 @@ static void list_providers(char *buf, size_t len)
     buf[0] = 0;
     if (!hints) return;
     hints->ep_attr->type = FI_EP_RDM;
-    hints->caps = FI_TAGGED;
+    hints->caps = OFW_CAPS;
     hints->mode = FI_CONTEXT | FI_CONTEXT2;
     if (fi_getinfo(OFW_FI_VERSION, NULL, NULL, 0, hints, &list) == 0) {
         for (struct fi_info *i = list; i && off < len; i = i->next) {
@@ -106,7 +114,7 @@ int ofw_select(const char *prov, const char *domain, ofw_info_t *info,
         return -ENOMEM;
     }
     hints->ep_attr->type = FI_EP_RDM;
-    hints->caps = FI_TAGGED;
+    hints->caps = OFW_CAPS;
     /* Every operation gets its own fi_context2; iovec arrays stay valid
      * until completion (FI_ASYNC_IOV costs us nothing). */
     hints->mode = FI_CONTEXT | FI_CONTEXT2 | FI_ASYNC_IOV;
@@ -124,8 +132,8 @@ int ofw_select(const char *prov, const char *domain, ofw_info_t *info,
         char avail[256];
         list_providers(avail, sizeof(avail));
         snprintf(why, why_len,
-                 "no provider%s%s%s with tagged RDM endpoints%s%s (%s); "
-                 "here: %s",
+                 "no provider%s%s%s with tagged RDM endpoints and directed "
+                 "receives%s%s (%s); here: %s",
                  prov && *prov ? " \"" : "", prov && *prov ? prov : "",
                  prov && *prov ? "\"" : "", domain && *domain ? " in domain " : "",
                  domain && *domain ? domain : "",
@@ -339,12 +347,11 @@ ssize_t ofw_tsendv(ofw_ep_t *e, const struct iovec *iov, size_t count,
     return map_err(rc);
 }
 
-ssize_t ofw_trecv(ofw_ep_t *e, void *buf, size_t len, uint64_t tag,
-                  uint64_t ignore, ofw_ctx_t *ctx)
+ssize_t ofw_trecv(ofw_ep_t *e, void *buf, size_t len, uint64_t src,
+                  uint64_t tag, uint64_t ignore, ofw_ctx_t *ctx)
 {
     owd_enter("fi_trecv");
-    ssize_t rc =
-        fi_trecv(e->ep, buf, len, NULL, FI_ADDR_UNSPEC, tag, ignore, ctx);
+    ssize_t rc = fi_trecv(e->ep, buf, len, NULL, src, tag, ignore, ctx);
     owd_leave();
     return map_err(rc);
 }

@@ -1068,6 +1068,55 @@ static void test_bad_messages(void **state)
     }
 }
 
+/* Messages from another endpoint than the peer's, tagged with a
+ * connection's conid, never become its frames: a first message of a frame
+ * (the slot's receive) and the rest of a large frame (a body's receive,
+ * the stranger's chunk queued before the peer's). Receives are directed at
+ * the peer; before, they took messages from anyone and both were delivered
+ * as the peer's. */
+static void test_strangers_messages_ignored(void **state)
+{
+    struct pair p;
+    pair_open(&p);
+    uint8_t evil[8 + 5];
+    pscom_header_net_t h = {.msg_type = 1, .data_len = 5};
+    memcpy(evil, &h, 8);
+    memcpy(evil + 8, "EVIL!", 5);
+    fake_send_from(99, evil, sizeof(evil),
+                   ofi_tag(p.blob_b.conid, 0, OFI_PART_FIRST));
+    progress(5);
+    assert_int_equal(p.b.frames_in, 0);
+
+    struct fake_frame *f[2];
+    uint8_t expect[60000];
+    f[0] = fake_frame_new(0, 0, 100, 1);
+    f[1] = fake_frame_new(0, 0, 50000, 2); /* head, then the body */
+    uint8_t *body = malloc(f[1]->bl);
+    memset(body, 'E', f[1]->bl);
+    fake_send_from(99, body, f[1]->bl, ofi_tag(p.blob_b.conid, 1, 1));
+    free(body);
+    size_t total = send_frames(&p, &p.a, f, 2, expect);
+    progress(20);
+    check_stream(&p.b, expect, total, 2);
+    assert_int_equal(fake_unexpected_count(), 2); /* the stranger's */
+    pair_close(&p);
+}
+
+/* Conids start at a random number, not at one derived from the process
+ * id: another process cannot guess them (each init starts anew). */
+static void test_conids_random(void **state)
+{
+    uint32_t conid[2];
+    for (int i = 0; i < 2; i++) {
+        struct pair p;
+        pair_open(&p);
+        conid[i] = p.blob_a.conid;
+        pair_close(&p);
+    }
+    assert_int_not_equal(conid[0], conid[1]);
+    assert_int_not_equal(conid[0], ((uint32_t)getpid() << 12) + 1);
+}
+
 /* The peer's end-of-connection message behind a send of ours in flight:
  * same_round 0, it arrives while the send is in flight; 1, it is read in
  * the same round as the send's completion. Either way it is delivered
@@ -1713,6 +1762,9 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_send_error_completion, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_bad_messages, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_strangers_messages_ignored,
+                                        setup, teardown),
+        cmocka_unit_test_setup_teardown(test_conids_random, setup, teardown),
         cmocka_unit_test_setup_teardown(test_eof_waits_for_sends, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_eof_after_last_send_in_same_round,
