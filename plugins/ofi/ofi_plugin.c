@@ -2141,13 +2141,27 @@ static void lend_frame(struct ofi_con *oc, struct op *op)
     op->loan = e->loan;
 }
 
+/* Has the peer's pre-connection socket closed without a goodbye, its
+ * process ended? Also where the connection failed for another reason
+ * first and no longer watched the socket. */
+static bool precon_ended(struct ofi_con *oc)
+{
+    if (oc->gone_at) return !bye_ok(oc);
+    if (oc->fd < 0) return false;
+    char c;
+    ssize_t n = recv(oc->fd, &c, 1, MSG_PEEK | MSG_DONTWAIT);
+    return n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK &&
+                      errno != EINTR);
+}
+
 static void ofi_close(pscom_plugin_con_t *con, void *priv)
 {
     struct ofi_con *oc = priv;
     if (!oc->open) return;
-    /* A connection that failed (its peer gone, say) has nobody left to
-     * read what its sends still hold; one closed by the core may. */
-    bool peer_reads = !oc->dead;
+    /* Sends may still be read unless the peer is known to be gone: also
+     * when the connection failed here (a protocol error, no memory), the
+     * peer lives and its provider goes on taking what we sent. */
+    bool peer_reads = !oc->peer_gone && !precon_ended(oc);
     oc->open = false;
     oc->dead = true;
     clear_attn(oc);

@@ -721,6 +721,55 @@ static void test_lent_frames_hold_progress(void **state)
     pair_free(&p);
 }
 
+/* A connection that failed here (a protocol error from a broken peer)
+ * still lends the frames libfabric reads at its close: the peer lives,
+ * and its provider goes on taking them. peer_ended: the peer's
+ * pre-connection socket closed without a goodbye, as when its process
+ * ended, and nothing is lent. Before, a failed connection lent nothing,
+ * and the application could write a buffer still being sent. */
+static void lend_after_local_failure(int peer_ended)
+{
+    fake.hold_tx = 1;
+    fake_core_holds = 0;
+    int sv[2];
+    assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+    next_fd_a = sv[0];
+    struct pair p;
+    pair_open(&p);
+    struct fake_frame *f = fake_frame_new(0, 0, 5000, 1);
+    uint8_t expect[6000];
+    send_frames(&p, &p.a, &f, 1, expect);
+    assert_int_equal(fake_held_count(), 1);
+    uint8_t bad[4] = {0};
+    fake_send_raw(bad, sizeof(bad), ofi_tag(p.blob_a.conid, 0, OFI_PART_FIRST));
+    progress(2);
+    assert_int_equal(p.a.errors, 1);
+    assert_int_equal(p.a.err, PSCOM_ERR_IOERROR);
+    if (peer_ended) close(sv[1]);
+    ops->close(&p.a, p.pa);
+    assert_int_equal(p.a.lent, !peer_ended);
+    assert_int_equal(fake_core_holds, !peer_ended);
+    fake_release_held(0);
+    progress(5);
+    assert_int_equal(p.a.returned, !peer_ended);
+    assert_int_equal(fake_core_holds, 0);
+    if (!peer_ended) close(sv[1]);
+    ops->close(&p.b, p.pb);
+    pair_free(&p);
+    progress(4);
+    ops->destroy();
+}
+
+static void test_lend_after_local_failure(void **state)
+{
+    lend_after_local_failure(0);
+}
+
+static void test_no_lend_when_peer_ended(void **state)
+{
+    lend_after_local_failure(1);
+}
+
 /* What the peer's end of A's pre-connection socket holds: 1 and the frame
  * count of a goodbye followed by EOF, 0 when nothing came yet. */
 static int read_goodbye(int fd, uint64_t *frames)
@@ -1748,6 +1797,10 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_goodbye_waits_for_copies, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_lent_frames_hold_progress, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_lend_after_local_failure, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_no_lend_when_peer_ended, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_cancel_in_flight, setup, teardown),
         cmocka_unit_test_setup_teardown(test_send_eagain, setup, teardown),
