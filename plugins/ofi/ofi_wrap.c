@@ -38,10 +38,20 @@ _Static_assert(OFI_FMT_SOCKADDR == FI_SOCKADDR &&
  * semantics (mr_mode bits, FI_CONTEXT2). */
 #define OFW_FI_VERSION FI_VERSION(1, 10)
 
-/* Tagged messages; receives that take messages of one peer only, so that
- * another endpoint cannot put frames into a connection (shm and
- * tcp;ofi_rxm of libfabric 1.17 grant it; see ofw_trecv for shm's gap). */
-#define OFW_CAPS (FI_TAGGED | FI_DIRECTED_RECV)
+/* What a provider must offer the plugin: RDM endpoints with tagged
+ * messages; receives that take messages of one peer only, so that another
+ * endpoint cannot put frames into a connection (see ofw_trecv for shm's
+ * gap); and sends to one peer matched in the order they were sent
+ * (FI_ORDER_SAS): chunks k and k + 255 of a frame's rest have the same tag
+ * and are all posted at once, the receiver posts one chunk's receive at a
+ * time. shm and tcp;ofi_rxm of libfabric 1.17 grant all of it. */
+static void hints_require(struct fi_info *hints)
+{
+    hints->ep_attr->type = FI_EP_RDM;
+    hints->caps = FI_TAGGED | FI_DIRECTED_RECV;
+    hints->tx_attr->msg_order = FI_ORDER_SAS;
+    hints->rx_attr->msg_order = FI_ORDER_SAS;
+}
 
 _Static_assert(OFW_ADDR_UNSPEC == FI_ADDR_UNSPEC,
                "OFW_ADDR_UNSPEC must be FI_ADDR_UNSPEC");
@@ -86,8 +96,7 @@ static void list_providers(char *buf, size_t len)
 
     buf[0] = 0;
     if (!hints) return;
-    hints->ep_attr->type = FI_EP_RDM;
-    hints->caps = OFW_CAPS;
+    hints_require(hints);
     hints->mode = FI_CONTEXT | FI_CONTEXT2;
     if (fi_getinfo(OFW_FI_VERSION, NULL, NULL, 0, hints, &list) == 0) {
         for (struct fi_info *i = list; i && off < len; i = i->next) {
@@ -113,8 +122,7 @@ int ofw_select(const char *prov, const char *domain, ofw_info_t *info,
         snprintf(why, why_len, "fi_allocinfo: out of memory");
         return -ENOMEM;
     }
-    hints->ep_attr->type = FI_EP_RDM;
-    hints->caps = OFW_CAPS;
+    hints_require(hints);
     /* Every operation gets its own fi_context2; iovec arrays stay valid
      * until completion (FI_ASYNC_IOV costs us nothing). */
     hints->mode = FI_CONTEXT | FI_CONTEXT2 | FI_ASYNC_IOV;
@@ -132,8 +140,8 @@ int ofw_select(const char *prov, const char *domain, ofw_info_t *info,
         char avail[256];
         list_providers(avail, sizeof(avail));
         snprintf(why, why_len,
-                 "no provider%s%s%s with tagged RDM endpoints and directed "
-                 "receives%s%s (%s); here: %s",
+                 "no provider%s%s%s with tagged RDM endpoints, directed "
+                 "receives and ordered sends%s%s (%s); here: %s",
                  prov && *prov ? " \"" : "", prov && *prov ? prov : "",
                  prov && *prov ? "\"" : "", domain && *domain ? " in domain " : "",
                  domain && *domain ? domain : "",

@@ -73,8 +73,9 @@ typedef struct ofw_cqerr {
 #define OFW_CQ_ERROR (-100000)
 
 /* Choose the provider: the first that offers FI_EP_RDM with tagged
- * messages and receives from one source only (FI_DIRECTED_RECV),
- * restricted to provider `prov` and domain `domain` when not
+ * messages, receives from one source only (FI_DIRECTED_RECV) and sends
+ * matched in order (FI_ORDER_SAS), restricted to provider `prov` and
+ * domain `domain` when not
  * NULL. On success fills *info and keeps the choice for ofw_ep_open();
  * otherwise a negative errno and a sentence in why (what was asked, what
  * libfabric said, which providers exist). */
