@@ -326,7 +326,10 @@ int pscom_plugin_tx_done(pscom_plugin_con_t *con, size_t n);
  * plugin passes the returned token to pscom_plugin_tx_returned, in error
  * (until then its buffers stay the application's send buffers, and a
  * copy of the core's stays allocated). NULL when no such frame is queued.
- * (API 1.11) */
+ * The core calls the plugin's progress only while it has connections or a
+ * hold: until its last token is returned, a plugin keeps a hold
+ * (pscom_plugin_hold_progress), since the closing connection may be its
+ * last. (API 1.11) */
 void *pscom_plugin_tx_lend(pscom_plugin_con_t *con, const void *head);
 /* The transport no longer reads the frame of a token of tx_lend. */
 void pscom_plugin_tx_returned(void *token);

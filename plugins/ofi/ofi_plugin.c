@@ -65,6 +65,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
+#include <sys/random.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
@@ -387,6 +388,8 @@ static struct {
     unsigned copies;     /* OP_COPY sends in flight, also of closed
                           * connections */
     bool held;           /* pscom_plugin_hold_progress for orphaned copies */
+    unsigned loans;      /* frames lent to the core and not returned; a
+                          * hold on progress while there are any */
     struct dl partings;  /* closed connections waiting for their copies */
     uint64_t calls;       /* outermost ofi_progress calls */
     /* Completions read from the queue and not yet handled, shared by nested
@@ -402,6 +405,18 @@ static struct {
 /* ---------------------------------------------------------------------- */
 /* Helpers                                                                */
 /* ---------------------------------------------------------------------- */
+
+/* Random bits from the kernel, or, where it has none to give yet, from
+ * the clock and the process id. */
+static uint32_t random_u32(void)
+{
+    uint32_t r;
+    if (getrandom(&r, sizeof(r), GRND_NONBLOCK) == sizeof(r)) return r;
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint32_t)ts.tv_nsec ^ (uint32_t)ts.tv_sec << 20 ^
+           (uint32_t)getpid() << 12;
+}
 
 static uint64_t now_ms(void)
 {
@@ -432,6 +447,7 @@ static void op_free(struct op *op)
     if (op->loan && !--op->loan->ops) {
         pscom_plugin_tx_returned(op->loan->token);
         free(op->loan);
+        if (!--ofi.loans) pscom_plugin_hold_progress("ofi", 0);
     }
     free(op);
 }
@@ -738,12 +754,15 @@ static void owe_slot(struct op *slot, uint32_t seq)
 }
 
 /* Post ring slot `op` for frame `seq`: 0, or the provider's error. The
- * slot is SLOT_IDLE when that failed. */
+ * slot is SLOT_IDLE when that failed. Like every receive of an open
+ * connection it is directed at the peer's endpoint: another endpoint that
+ * knows or guesses our conid cannot put frames into the connection (over
+ * shm it still can, see ofw_trecv). */
 static ssize_t slot_post_raw(struct ofi_con *oc, struct op *op, uint32_t seq)
 {
     dl_del(&op->link); /* no longer owed, if it was */
     op->seq = seq & OFI_SEQ_MASK;
-    ssize_t rc = ofw_trecv(ofi.ep, op->buf, op->cap,
+    ssize_t rc = ofw_trecv(ofi.ep, op->buf, op->cap, oc->dest,
                            ofi_tag(oc->conid, op->seq, OFI_PART_FIRST), 0,
                            &op->ctx);
     op->state = rc ? SLOT_IDLE : SLOT_POSTED;
@@ -807,7 +826,7 @@ static int body_post(struct ofi_con *oc)
     op->oc = oc;
     op->dst = dst;
     op->len = n;
-    ssize_t rc = ofw_trecv(ofi.ep, dst, n,
+    ssize_t rc = ofw_trecv(ofi.ep, dst, n, oc->dest,
                            ofi_tag(oc->conid, oc->body.seq,
                                    ofi_chunk_part(oc->body.k)),
                            0, &op->ctx);
@@ -1562,10 +1581,11 @@ static void tx_done_op(struct ofi_con *oc, struct op *op)
 /* Completions                                                            */
 /* ---------------------------------------------------------------------- */
 
+/* A sink takes messages from anyone: it drops them. */
 static void sink_post(struct op *op)
 {
     uint64_t tag = op->frame; /* the closed connection's conid << 32 */
-    op->posted = ofw_trecv(ofi.ep, op->buf, op->cap, tag,
+    op->posted = ofw_trecv(ofi.ep, op->buf, op->cap, OFW_ADDR_UNSPEC, tag,
                            OFI_TAG_ANY_OF_CONID, &op->ctx) == 0;
     if (!op->posted) op_free(op);
 }
@@ -1788,7 +1808,9 @@ static int ofi_init(void)
     dl_init(&ofi.sinks);
     dl_init(&ofi.offering);
     dl_init(&ofi.owed);
-    ofi.next_conid = (uint32_t)getpid() << 12;
+    /* Conids count up from a random start: they cannot be guessed from
+     * the process id. */
+    ofi.next_conid = random_u32();
 
     char why[512];
     sigset_t old;
@@ -1929,6 +1951,7 @@ static int ofi_hs_connect(pscom_plugin_con_t *con, void *priv,
     struct ofi_con *oc = priv;
     ofi_blob_t *b = calloc(1, sizeof(*b));
     const char *why = NULL;
+    char bad_name[160];
     int rc;
 
     if (!b) return -ENOMEM;
@@ -1942,6 +1965,16 @@ static int ofi_hs_connect(pscom_plugin_con_t *con, void *priv,
     if (b->addr_format != ofi.info.addr_format) {
         why = "the peer's endpoint name has another address format";
         rc = -EAFNOSUPPORT;
+        goto out;
+    }
+    /* A name from the network that libfabric would read past. */
+    rc = ofi_addr_check(b->addr_format, b->addr, b->addr_len, ofi.addr_len,
+                        bad_name, sizeof(bad_name));
+    if (rc) {
+        LOG(L_WARN, "%s: the peer sent a malformed endpoint name (%s, "
+            "provider %s); not connecting over ofi",
+            pscom_plugin_con_str(con), bad_name, ofi.info.prov);
+        why = bad_name;
         goto out;
     }
     rc = peer_addr(b->addr, b->addr_len, &oc->dest);
@@ -2085,7 +2118,10 @@ nomem:
  * the provider cannot withdraw it. Its frame stays lent until the last
  * such operation is done: the core must not give the buffers back to the
  * application, which would write them while the provider still sends
- * them to the peer. */
+ * them to the peer. While frames are lent the core keeps calling our
+ * progress, also when no ofi connection is open any more: without it the
+ * provider's completions would never be read, and the send of the last
+ * connection to close never ended. */
 static void lend_frame(struct ofi_con *oc, struct op *op)
 {
     struct txe *e = &oc->fifo[op->frame % oc->nfifo];
@@ -2099,18 +2135,33 @@ static void lend_frame(struct ofi_con *oc, struct op *op)
             return;
         }
         e->loan = l;
+        if (!ofi.loans++) pscom_plugin_hold_progress("ofi", 1);
     }
     e->loan->ops++;
     op->loan = e->loan;
+}
+
+/* Has the peer's pre-connection socket closed without a goodbye, its
+ * process ended? Also where the connection failed for another reason
+ * first and no longer watched the socket. */
+static bool precon_ended(struct ofi_con *oc)
+{
+    if (oc->gone_at) return !bye_ok(oc);
+    if (oc->fd < 0) return false;
+    char c;
+    ssize_t n = recv(oc->fd, &c, 1, MSG_PEEK | MSG_DONTWAIT);
+    return n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK &&
+                      errno != EINTR);
 }
 
 static void ofi_close(pscom_plugin_con_t *con, void *priv)
 {
     struct ofi_con *oc = priv;
     if (!oc->open) return;
-    /* A connection that failed (its peer gone, say) has nobody left to
-     * read what its sends still hold; one closed by the core may. */
-    bool peer_reads = !oc->dead;
+    /* Sends may still be read unless the peer is known to be gone: also
+     * when the connection failed here (a protocol error, no memory), the
+     * peer lives and its provider goes on taking what we sent. */
+    bool peer_reads = !oc->peer_gone && !precon_ended(oc);
     oc->open = false;
     oc->dead = true;
     clear_attn(oc);
@@ -2200,7 +2251,10 @@ static void ofi_tx_kick(pscom_plugin_con_t *con, void *priv)
 }
 
 /* Connections whose sends or a body's receive found a full queue, whose
- * sends completed, or whose EOF waits. */
+ * sends completed, or whose EOF waits (hold_eof). A frame that arrived
+ * and was not delivered is looked at again: the EOF, held for sends in
+ * flight or for one more round after the last of them completed, is the
+ * peer's last frame, and no completion would ever call deliver for it. */
 static void scan_attn(void)
 {
     struct dl *p, *next;
@@ -2217,7 +2271,8 @@ static void scan_attn(void)
             oc->tx_blocked = oc->tx_report = false;
             tx_run(oc);
         }
-        if (oc->eof_hold_at && !oc->dead) deliver(oc);
+        if (!oc->dead && oc->ring[oc->rx_idx]->state == SLOT_DONE)
+            deliver(oc);
     }
 }
 

@@ -17,7 +17,10 @@
  * The blob ends exactly after the endpoint name.
  */
 #include <errno.h>
+#include <netinet/in.h>
+#include <stdio.h>
 #include <string.h>
+#include <sys/socket.h>
 
 #include "ofi_proto.h"
 #include "pscom.h"
@@ -177,4 +180,66 @@ void ofi_pull_desc_decode(const void *buf, ofi_pull_desc_t *d)
     d->ack = get64(p + 16);
     d->pid = get32(p + 24);
     d->flags = get32(p + 28);
+}
+
+/* A socket address of `family`: len bytes at addr, which must be `size`
+ * long and say that family. */
+static int sockaddr_check(const uint8_t *addr, size_t len, sa_family_t family,
+                          size_t size, const char *name, char *why,
+                          size_t why_len)
+{
+    sa_family_t f;
+    if (len != size) {
+        snprintf(why, why_len, "%s endpoint name of %zu bytes, not %zu",
+                 name, len, size);
+        return -EPROTO;
+    }
+    memcpy(&f, addr + offsetof(struct sockaddr, sa_family), sizeof(f));
+    if (f != family) {
+        snprintf(why, why_len, "%s endpoint name of address family %u, not "
+                 "%u", name, (unsigned)f, (unsigned)family);
+        return -EPROTO;
+    }
+    return 0;
+}
+
+int ofi_addr_check(uint32_t format, const uint8_t *addr, size_t len,
+                   size_t own_len, char *why, size_t why_len)
+{
+    sa_family_t f = 0;
+    switch (format) {
+    case OFI_FMT_STR:
+        if (len < 2 || addr[len - 1] || memchr(addr, 0, len - 1)) {
+            snprintf(why, why_len, "string endpoint name of %zu byte%s %s",
+                     len, len == 1 ? "" : "s",
+                     len < 2 ? "(too short for a character and a NUL)"
+                     : addr[len - 1] ? "without a NUL at its end"
+                                     : "with a NUL before its end");
+            return -EPROTO;
+        }
+        return 0;
+    case OFI_FMT_SOCKADDR_IN:
+        return sockaddr_check(addr, len, AF_INET, sizeof(struct sockaddr_in),
+                              "FI_SOCKADDR_IN", why, why_len);
+    case OFI_FMT_SOCKADDR_IN6:
+        return sockaddr_check(addr, len, AF_INET6,
+                              sizeof(struct sockaddr_in6), "FI_SOCKADDR_IN6",
+                              why, why_len);
+    case OFI_FMT_SOCKADDR:
+        if (len >= sizeof(f))
+            memcpy(&f, addr + offsetof(struct sockaddr, sa_family), sizeof(f));
+        if (f == AF_INET6)
+            return sockaddr_check(addr, len, AF_INET6,
+                                  sizeof(struct sockaddr_in6), "FI_SOCKADDR",
+                                  why, why_len);
+        return sockaddr_check(addr, len, AF_INET, sizeof(struct sockaddr_in),
+                              "FI_SOCKADDR", why, why_len);
+    default:
+        if (len != own_len) {
+            snprintf(why, why_len, "endpoint name of %zu bytes in address "
+                     "format %u, whose names have %zu", len, format, own_len);
+            return -EPROTO;
+        }
+        return 0;
+    }
 }

@@ -160,4 +160,22 @@ size_t ofi_blob_encode(const ofi_blob_t *b, void *buf, size_t cap);
 int ofi_blob_decode(const void *buf, size_t len, ofi_blob_t *b,
                     const char **why);
 
+/* libfabric's address formats whose names are checked by their contents
+ * (values of enum fi_addr_format; ofi_wrap.c asserts that they match). */
+#define OFI_FMT_SOCKADDR 1     /* struct sockaddr_in or _in6 */
+#define OFI_FMT_SOCKADDR_IN 2  /* struct sockaddr_in */
+#define OFI_FMT_SOCKADDR_IN6 3 /* struct sockaddr_in6 */
+#define OFI_FMT_STR 9          /* a string with its NUL */
+
+/* Is the endpoint name of a peer's blob (addr, len bytes, address format
+ * `format`, which is ours) whole? fi_av_insert takes a name without its
+ * length: the provider reads as much as its format says (a string up to
+ * its NUL), so a name from the network must hold exactly that. A string
+ * must end with its only NUL (at least one character before it), a socket
+ * address must have its family's size and that family; a name of another
+ * format must be as long as our own (own_len): those formats have names of
+ * one size. 0, or -EPROTO and what is wrong in why. */
+int ofi_addr_check(uint32_t format, const uint8_t *addr, size_t len,
+                   size_t own_len, char *why, size_t why_len);
+
 #endif /* OFI_PROTO_H_ */

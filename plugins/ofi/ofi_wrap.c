@@ -22,15 +22,39 @@
 #include <rdma/fi_errno.h>
 #include <rdma/fi_tagged.h>
 
+#include "ofi_proto.h"
 #include "ofi_watch.h"
 #include "ofi_wrap.h"
 
 _Static_assert(sizeof(ofw_ctx_t) == sizeof(struct fi_context2),
                "ofw_ctx_t must have the size of struct fi_context2");
+_Static_assert(OFI_FMT_SOCKADDR == FI_SOCKADDR &&
+                   OFI_FMT_SOCKADDR_IN == FI_SOCKADDR_IN &&
+                   OFI_FMT_SOCKADDR_IN6 == FI_SOCKADDR_IN6 &&
+                   OFI_FMT_STR == FI_ADDR_STR,
+               "OFI_FMT_* must be libfabric's address formats");
 
 /* The interface version the plugin is written against: libfabric 1.10
  * semantics (mr_mode bits, FI_CONTEXT2). */
 #define OFW_FI_VERSION FI_VERSION(1, 10)
+
+/* What a provider must offer the plugin: RDM endpoints with tagged
+ * messages; receives that take messages of one peer only, so that another
+ * endpoint cannot put frames into a connection (see ofw_trecv for shm's
+ * gap); and sends to one peer matched in the order they were sent
+ * (FI_ORDER_SAS): chunks k and k + 255 of a frame's rest have the same tag
+ * and are all posted at once, the receiver posts one chunk's receive at a
+ * time. shm and tcp;ofi_rxm of libfabric 1.17 grant all of it. */
+static void hints_require(struct fi_info *hints)
+{
+    hints->ep_attr->type = FI_EP_RDM;
+    hints->caps = FI_TAGGED | FI_DIRECTED_RECV;
+    hints->tx_attr->msg_order = FI_ORDER_SAS;
+    hints->rx_attr->msg_order = FI_ORDER_SAS;
+}
+
+_Static_assert(OFW_ADDR_UNSPEC == FI_ADDR_UNSPEC,
+               "OFW_ADDR_UNSPEC must be FI_ADDR_UNSPEC");
 
 struct ofw_ep {
     struct fid_fabric *fabric;
@@ -72,8 +96,7 @@ static void list_providers(char *buf, size_t len)
 
     buf[0] = 0;
     if (!hints) return;
-    hints->ep_attr->type = FI_EP_RDM;
-    hints->caps = FI_TAGGED;
+    hints_require(hints);
     hints->mode = FI_CONTEXT | FI_CONTEXT2;
     if (fi_getinfo(OFW_FI_VERSION, NULL, NULL, 0, hints, &list) == 0) {
         for (struct fi_info *i = list; i && off < len; i = i->next) {
@@ -99,8 +122,7 @@ int ofw_select(const char *prov, const char *domain, ofw_info_t *info,
         snprintf(why, why_len, "fi_allocinfo: out of memory");
         return -ENOMEM;
     }
-    hints->ep_attr->type = FI_EP_RDM;
-    hints->caps = FI_TAGGED;
+    hints_require(hints);
     /* Every operation gets its own fi_context2; iovec arrays stay valid
      * until completion (FI_ASYNC_IOV costs us nothing). */
     hints->mode = FI_CONTEXT | FI_CONTEXT2 | FI_ASYNC_IOV;
@@ -118,8 +140,8 @@ int ofw_select(const char *prov, const char *domain, ofw_info_t *info,
         char avail[256];
         list_providers(avail, sizeof(avail));
         snprintf(why, why_len,
-                 "no provider%s%s%s with tagged RDM endpoints%s%s (%s); "
-                 "here: %s",
+                 "no provider%s%s%s with tagged RDM endpoints, directed "
+                 "receives and ordered sends%s%s (%s); here: %s",
                  prov && *prov ? " \"" : "", prov && *prov ? prov : "",
                  prov && *prov ? "\"" : "", domain && *domain ? " in domain " : "",
                  domain && *domain ? domain : "",
@@ -292,7 +314,9 @@ int ofw_av_insert(ofw_ep_t *e, const void *addr, size_t addr_len,
                   uint64_t *fi_addr)
 {
     fi_addr_t a = FI_ADDR_NOTAVAIL;
-    (void)addr_len; /* the provider knows the length of its addresses */
+    /* The provider reads as much as the name's format says: the caller
+     * checked that it is that long (ofi_addr_check). */
+    (void)addr_len;
     owd_enter("fi_av_insert");
     int rc = fi_av_insert(e->av, addr, 1, &a, 0, NULL);
     owd_leave();
@@ -331,12 +355,11 @@ ssize_t ofw_tsendv(ofw_ep_t *e, const struct iovec *iov, size_t count,
     return map_err(rc);
 }
 
-ssize_t ofw_trecv(ofw_ep_t *e, void *buf, size_t len, uint64_t tag,
-                  uint64_t ignore, ofw_ctx_t *ctx)
+ssize_t ofw_trecv(ofw_ep_t *e, void *buf, size_t len, uint64_t src,
+                  uint64_t tag, uint64_t ignore, ofw_ctx_t *ctx)
 {
     owd_enter("fi_trecv");
-    ssize_t rc =
-        fi_trecv(e->ep, buf, len, NULL, FI_ADDR_UNSPEC, tag, ignore, ctx);
+    ssize_t rc = fi_trecv(e->ep, buf, len, NULL, src, tag, ignore, ctx);
     owd_leave();
     return map_err(rc);
 }

@@ -66,11 +66,16 @@ typedef struct ofw_cqerr {
     char text[160];    /* fi_strerror and fi_cq_strerror, for messages */
 } ofw_cqerr_t;
 
+/* A receive from any peer (FI_ADDR_UNSPEC). */
+#define OFW_ADDR_UNSPEC UINT64_MAX
+
 /* fi_cq_read found an error entry: read it with ofw_cq_readerr(). */
 #define OFW_CQ_ERROR (-100000)
 
 /* Choose the provider: the first that offers FI_EP_RDM with tagged
- * messages, restricted to provider `prov` and domain `domain` when not
+ * messages, receives from one source only (FI_DIRECTED_RECV) and sends
+ * matched in order (FI_ORDER_SAS), restricted to provider `prov` and
+ * domain `domain` when not
  * NULL. On success fills *info and keeps the choice for ofw_ep_open();
  * otherwise a negative errno and a sentence in why (what was asked, what
  * libfabric said, which providers exist). */
@@ -94,7 +99,9 @@ const char *ofw_ep_region(const ofw_ep_t *ep);
  * contexts may be freed afterwards. */
 void ofw_ep_close(ofw_ep_t *ep);
 
-/* Insert a peer's name into the address vector: 0 and *fi_addr. */
+/* Insert a peer's name into the address vector: 0 and *fi_addr. The
+ * provider reads as many bytes as the name's format says, whatever
+ * addr_len: check a name from the network first (ofi_addr_check). */
 int ofw_av_insert(ofw_ep_t *ep, const void *addr, size_t addr_len,
                   uint64_t *fi_addr);
 /* A printable form of a peer's name ("fi_sockaddr_in://1.2.3.4:5"). */
@@ -104,13 +111,20 @@ const char *ofw_addr_str(ofw_ep_t *ep, const void *addr, size_t addr_len,
 /* Tagged sends and receives. 0, -EAGAIN (queue full: read completions and
  * retry later) or another negative errno. fi_tinject copies buf and has no
  * completion; the others complete through the completion queue with ctx,
- * and the buffers (also the iovec array) must stay valid until then. */
+ * and the buffers (also the iovec array) must stay valid until then. A
+ * receive takes messages from src only (an address of ofw_av_insert), or
+ * from anyone with OFW_ADDR_UNSPEC. The shm provider of libfabric 1.17
+ * lets messages of endpoints that are not in our address vector through
+ * all the same: it records their source as FI_ADDR_UNSPEC (smr_map_add),
+ * which its matching (smr_match_id) takes for a wildcard; and their
+ * completions have no source address (fi_cq_readfrom gives what an earlier
+ * completion left there), so FI_SOURCE cannot tell them apart either. */
 ssize_t ofw_tinject(ofw_ep_t *ep, const void *buf, size_t len, uint64_t dest,
                     uint64_t tag);
 ssize_t ofw_tsendv(ofw_ep_t *ep, const struct iovec *iov, size_t count,
                    uint64_t dest, uint64_t tag, ofw_ctx_t *ctx);
-ssize_t ofw_trecv(ofw_ep_t *ep, void *buf, size_t len, uint64_t tag,
-                  uint64_t ignore, ofw_ctx_t *ctx);
+ssize_t ofw_trecv(ofw_ep_t *ep, void *buf, size_t len, uint64_t src,
+                  uint64_t tag, uint64_t ignore, ofw_ctx_t *ctx);
 /* Ask for ctx's operation to end; it then completes with ECANCELED (or
  * normally, when it was done already). */
 int ofw_cancel(ofw_ep_t *ep, ofw_ctx_t *ctx);

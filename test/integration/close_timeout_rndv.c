@@ -14,6 +14,12 @@
  * receive may fail (the connection ended) or deliver the message A sent,
  * never the bytes written after the send was done.
  *
+ * With CLOSE_TIMEOUT_LAST set, A closes the second connection before the
+ * first: the connection that gives up on the send is the last of its
+ * transport, which must still see its send through. The ofi plugin lent
+ * such a send to the core and was then no longer progressed: the send never
+ * ended, and over tcp;ofi_rxm B never got the message.
+ *
  * Transports whose receiver copies straight from the sender's memory (shm
  * with cross-memory attach, ofi's pull mode) delivered the new bytes: their
  * description of the buffer outlived the send; so did ucx and ofi over tcp,
@@ -68,6 +74,10 @@ static int sender(itest_link_t *link, void *arg)
     }
     ITEST_ASSERT_EQ(hello_seed(keep), 3, "the other connection's hello");
     say_hello(con, 1);
+    if (getenv("CLOSE_TIMEOUT_LAST")) {
+        itest_step("closing the other connection first");
+        pscom_close_connection(keep);
+    }
     itest_link_recv_u64(link); /* B stops making progress now */
     char *buf = malloc(LEN);
     ITEST_ASSERT(buf, "allocation");

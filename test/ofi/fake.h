@@ -23,6 +23,7 @@ struct fake_knobs {
     char prov[64];
     size_t inject_size, max_msg_size, iov_limit;
     int local_only;        /* the provider reaches this host only */
+    uint32_t addr_format;  /* of endpoint names (42: none of libfabric's) */
     int select_fails, ep_open_fails, av_fails;
     const char *region;    /* what ofw_ep_region says; NULL: no region */
     /* behaviour */
@@ -59,8 +60,13 @@ void fake_reset(void);
 void fake_release_held(int reverse);
 /* Release only held send completion i (in holding order). */
 void fake_release_held_one(unsigned i);
-/* A message from nowhere (a broken peer) with this tag. */
+/* The address every peer's name is inserted as, and the source of every
+ * message the plugin sends: both ends live in this process. */
+#define FAKE_PEER_ADDR 7
+/* A message of a broken peer, with this tag. */
 void fake_send_raw(const void *data, size_t len, uint64_t tag);
+/* A message with this tag from another endpoint, known as src. */
+void fake_send_from(uint64_t src, const void *data, size_t len, uint64_t tag);
 /* Carry out the held cross-memory writes. */
 void fake_release_cma_writes(void);
 unsigned fake_posted_count(void);

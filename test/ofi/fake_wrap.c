@@ -18,6 +18,7 @@ struct fake_knobs fake;
 struct posted {
     void *buf;
     size_t len;
+    uint64_t src; /* OFW_ADDR_UNSPEC: any */
     uint64_t tag, ignore;
     ofw_ctx_t *ctx;
 };
@@ -25,7 +26,7 @@ struct posted {
 struct unexp {
     uint8_t *data;
     size_t len;
-    uint64_t tag;
+    uint64_t src, tag;
 };
 
 struct cqe {
@@ -63,6 +64,7 @@ void fake_reset(void)
     fake.inject_size = 64;
     fake.max_msg_size = SIZE_MAX;
     fake.iov_limit = 4;
+    fake.addr_format = 42;
     snprintf(fake.prov, sizeof(fake.prov), "fake;prov");
 }
 
@@ -110,12 +112,22 @@ void fake_release_held_one(unsigned i)
     cq_push(e.ctx, e.len, e.tag, e.err);
 }
 
+/* Does a receive for src, tag and ignore take a message from msg_src with
+ * msg_tag? */
+static int matches(uint64_t src, uint64_t tag, uint64_t ignore,
+                   uint64_t msg_src, uint64_t msg_tag)
+{
+    return (src == OFW_ADDR_UNSPEC || src == msg_src) &&
+           (tag & ~ignore) == (msg_tag & ~ignore);
+}
+
 /* Match a message against the posted receives; 1 when taken. */
-static int deliver(const uint8_t *data, size_t len, uint64_t tag)
+static int deliver(const uint8_t *data, size_t len, uint64_t src,
+                   uint64_t tag)
 {
     for (unsigned i = 0; i < nposted; i++) {
         struct posted *p = &posted[i];
-        if ((p->tag & ~p->ignore) != (tag & ~p->ignore)) continue;
+        if (!matches(p->src, p->tag, p->ignore, src, tag)) continue;
         struct posted r = *p;
         memmove(p, p + 1, (nposted - i - 1) * sizeof(*p));
         nposted--;
@@ -131,22 +143,29 @@ static int deliver(const uint8_t *data, size_t len, uint64_t tag)
     return 0;
 }
 
-static void send_msg(const uint8_t *data, size_t len, uint64_t tag)
+static void send_msg(const uint8_t *data, size_t len, uint64_t src,
+                     uint64_t tag)
 {
     fake.msgs_sent++;
     if (len > fake.largest_msg) fake.largest_msg = len;
-    if (deliver(data, len, tag)) return;
+    if (deliver(data, len, src, tag)) return;
     if (nunexp == MAXQ) abort();
     unexp[nunexp].data = malloc(len ? len : 1);
     memcpy(unexp[nunexp].data, data, len);
     unexp[nunexp].len = len;
+    unexp[nunexp].src = src;
     unexp[nunexp].tag = tag;
     nunexp++;
 }
 
 void fake_send_raw(const void *data, size_t len, uint64_t tag)
 {
-    send_msg(data, len, tag);
+    send_msg(data, len, FAKE_PEER_ADDR, tag);
+}
+
+void fake_send_from(uint64_t src, const void *data, size_t len, uint64_t tag)
+{
+    send_msg(data, len, src, tag);
 }
 
 int ofw_select(const char *prov, const char *domain, ofw_info_t *info,
@@ -160,7 +179,7 @@ int ofw_select(const char *prov, const char *domain, ofw_info_t *info,
     snprintf(info->prov, sizeof(info->prov), "%s", fake.prov);
     snprintf(info->fabric, sizeof(info->fabric), "fakefabric");
     snprintf(info->domain, sizeof(info->domain), "fakedomain");
-    info->addr_format = 42;
+    info->addr_format = fake.addr_format;
     info->inject_size = fake.inject_size;
     info->max_msg_size = fake.max_msg_size;
     info->iov_limit = fake.iov_limit;
@@ -206,7 +225,7 @@ int ofw_av_insert(ofw_ep_t *ep, const void *addr, size_t addr_len,
 {
     if (fake.av_fails) return -EINVAL;
     fake.av_inserts++;
-    *fi_addr = 7;
+    *fi_addr = FAKE_PEER_ADDR;
     return 0;
 }
 
@@ -237,7 +256,7 @@ ssize_t ofw_tinject(ofw_ep_t *ep, const void *buf, size_t len, uint64_t dest,
     if (send_refused()) return -EAGAIN;
     if (len > fake.inject_size) return -EINVAL;
     fake.injects++;
-    send_msg(buf, len, tag);
+    send_msg(buf, len, FAKE_PEER_ADDR, tag);
     return 0;
 }
 
@@ -257,7 +276,7 @@ ssize_t ofw_tsendv(ofw_ep_t *ep, const struct iovec *iov, size_t count,
         memcpy(data + off, iov[i].iov_base, iov[i].iov_len);
         off += iov[i].iov_len;
     }
-    send_msg(data, len, tag);
+    send_msg(data, len, FAKE_PEER_ADDR, tag);
     free(data);
     int err = 0;
     if (fake.send_error_completion) {
@@ -271,8 +290,8 @@ ssize_t ofw_tsendv(ofw_ep_t *ep, const struct iovec *iov, size_t count,
     return 0;
 }
 
-ssize_t ofw_trecv(ofw_ep_t *ep, void *buf, size_t len, uint64_t tag,
-                  uint64_t ignore, ofw_ctx_t *ctx)
+ssize_t ofw_trecv(ofw_ep_t *ep, void *buf, size_t len, uint64_t src,
+                  uint64_t tag, uint64_t ignore, ofw_ctx_t *ctx)
 {
     fake.trecv_calls++;
     if (fake.recv_eagain) {
@@ -282,7 +301,7 @@ ssize_t ofw_trecv(ofw_ep_t *ep, void *buf, size_t len, uint64_t tag,
     }
     for (unsigned i = 0; i < nunexp; i++) {
         struct unexp *u = &unexp[i];
-        if ((u->tag & ~ignore) != (tag & ~ignore)) continue;
+        if (!matches(src, tag, ignore, u->src, u->tag)) continue;
         struct unexp m = *u;
         memmove(u, u + 1, (nunexp - i - 1) * sizeof(*u));
         nunexp--;
@@ -297,7 +316,7 @@ ssize_t ofw_trecv(ofw_ep_t *ep, void *buf, size_t len, uint64_t tag,
         return 0;
     }
     if (nposted == MAXQ) abort();
-    posted[nposted++] = (struct posted){buf, len, tag, ignore, ctx};
+    posted[nposted++] = (struct posted){buf, len, src, tag, ignore, ctx};
     return 0;
 }
 

@@ -19,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
+#include <netinet/in.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -309,8 +310,10 @@ static void test_hs_connect_rejects(void **state)
     /* garbage */
     assert_int_equal(ops->hs_connect(&c, priv, "garbage", 7), -EPROTO);
     assert_int_equal(ops->hs_connect(&c, priv, buf, 3), -EPROTO);
-    /* the address vector refuses the address */
+    /* the address vector refuses the address (the fake's names have 9
+     * bytes) */
     b.addr_format = 42;
+    b.addr_len = 9;
     n = ofi_blob_encode(&b, buf, sizeof(buf));
     fake.av_fails = 1;
     assert_int_not_equal(ops->hs_connect(&c, priv, buf, n), 0);
@@ -322,6 +325,87 @@ static void test_hs_connect_rejects(void **state)
     ops->destroy();
     free(priv);
     fake_con_free(&c);
+}
+
+/* The peer's endpoint name goes to fi_av_insert, which takes no length:
+ * the provider reads as much as the address format says (a string up to
+ * its NUL). hs_connect refuses a name that is not whole for its format,
+ * with a warning naming the connection and what is wrong, and inserts
+ * nothing; the core then tries the next transport. Before, a 512-byte
+ * string without a NUL was read past its end (ASan: heap-buffer-overflow
+ * in the shm provider). */
+static void test_hs_connect_checks_endpoint_names(void **state)
+{
+    struct sockaddr_in in = {.sin_family = AF_INET};
+    struct sockaddr_in6 in6 = {.sin6_family = AF_INET6};
+    struct sockaddr_in in_as6 = {.sin_family = AF_INET6};
+    uint8_t nul_first[8] = {0}, no_nul[OFW_ADDR_MAX];
+    memset(no_nul, 'A', sizeof(no_nul));
+    static const char ok_str[] = "fi_shm://pscom-1-0000abcd";
+    static const char inner_nul[] = "fi_shm://x\0y";
+    const struct {
+        uint32_t format;
+        const void *addr;
+        size_t len;
+        int ok;
+    } cases[] = {
+        {OFI_FMT_STR, ok_str, sizeof(ok_str), 1},
+        {OFI_FMT_STR, "x", 2, 1},
+        {OFI_FMT_STR, no_nul, sizeof(no_nul), 0},
+        {OFI_FMT_STR, ok_str, sizeof(ok_str) - 1, 0}, /* NUL cut off */
+        {OFI_FMT_STR, inner_nul, sizeof(inner_nul), 0},
+        {OFI_FMT_STR, nul_first, 1, 0},
+        {OFI_FMT_SOCKADDR_IN, &in, sizeof(in), 1},
+        {OFI_FMT_SOCKADDR_IN, &in, sizeof(in) - 1, 0},
+        {OFI_FMT_SOCKADDR_IN, &in6, sizeof(in), 0}, /* a 16-byte prefix */
+        {OFI_FMT_SOCKADDR_IN, &in_as6, sizeof(in_as6), 0},
+        {OFI_FMT_SOCKADDR_IN6, &in6, sizeof(in6), 1},
+        {OFI_FMT_SOCKADDR_IN6, &in6, sizeof(in), 0},
+        {OFI_FMT_SOCKADDR_IN6, &in, sizeof(in), 0},
+        {OFI_FMT_SOCKADDR, &in, sizeof(in), 1},
+        {OFI_FMT_SOCKADDR, &in6, sizeof(in6), 1},
+        {OFI_FMT_SOCKADDR, &in_as6, sizeof(in_as6), 0},
+        {OFI_FMT_SOCKADDR, nul_first, 1, 0},
+        {42, "fake-addr", 9, 1}, /* other formats: as long as ours */
+        {42, "fake-addr+", 10, 0},
+        {42, "fake", 4, 0},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        fake_reset();
+        fake_core_reset();
+        fake.addr_format = cases[i].format;
+        assert_int_equal(ops->init(), 0);
+        struct psc_con c;
+        void *priv = calloc(1, pscom_plugin_ofi.con_priv_size);
+        uint8_t own[4096], buf[4096];
+        size_t lo = sizeof(own);
+        fake_con_init(&c, "C <-> peer:1", priv);
+        assert_int_equal(ops->hs_start(&c, priv, own, &lo), 0);
+
+        ofi_blob_t b;
+        valid_blob(buf, sizeof(buf), &b);
+        strcpy(b.prov, fake.prov);
+        b.addr_format = cases[i].format;
+        b.addr_len = cases[i].len;
+        memcpy(b.addr, cases[i].addr, cases[i].len);
+        size_t n = ofi_blob_encode(&b, buf, sizeof(buf));
+        int rc = ops->hs_connect(&c, priv, buf, n);
+        if (cases[i].ok) {
+            assert_int_equal(rc, 0);
+            assert_int_equal(fake.av_inserts, 1);
+        } else {
+            assert_int_equal(rc, -EPROTO);
+            assert_int_equal(fake.av_inserts, 0);
+            assert_non_null(strstr(fake_core_log, "C <-> peer:1: the peer "
+                                                  "sent a malformed endpoint "
+                                                  "name"));
+            assert_non_null(strstr(fake_core_reason, "endpoint name of"));
+        }
+        ops->hs_abort(&c, priv);
+        ops->destroy();
+        free(priv);
+        fake_con_free(&c);
+    }
 }
 
 static void test_init_and_endpoint_failures(void **state)
@@ -596,6 +680,94 @@ static void test_copies_outlive_close(void **state)
                                           "(PSP_OFI_COPY) were still in "
                                           "flight after 200 ms"));
     pair_free(&p);
+}
+
+/* A close lends the frames whose sends libfabric still reads from the
+ * core's buffers; each is returned when its last message completed. While
+ * any is lent the plugin holds the core's progress: the closed connection
+ * may have been its last, and the core calls a plugin's progress only
+ * while it has connections or a hold (before, the send of a frame lent by
+ * the last connection never ended). */
+static void test_lent_frames_hold_progress(void **state)
+{
+    fake.hold_tx = 1;
+    fake_core_holds = 0;
+    struct pair p;
+    pair_open(&p);
+    struct fake_frame *f[2];
+    uint8_t expect[2 * 60000];
+    f[0] = fake_frame_new(0, 0, 50000, 1); /* head and body: two sends */
+    f[1] = fake_frame_new(0, 0, 5000, 2);  /* one send */
+    send_frames(&p, &p.a, f, 2, expect);
+    assert_int_equal(fake_held_count(), 3);
+    ops->close(&p.b, p.pb);
+    ops->close(&p.a, p.pa);
+    assert_int_equal(p.a.lent, 2);
+    assert_int_equal(fake_core_holds, 1);
+
+    fake_release_held_one(0); /* frame 0's head */
+    progress(5);
+    assert_int_equal(p.a.returned, 0);
+    assert_int_equal(fake_core_holds, 1);
+    fake_release_held_one(0); /* frame 0's body */
+    progress(5);
+    assert_int_equal(p.a.returned, 1);
+    assert_int_equal(fake_core_holds, 1);
+    fake_release_held_one(0); /* frame 1 */
+    progress(5);
+    assert_int_equal(p.a.returned, 2);
+    assert_int_equal(fake_core_holds, 0);
+    ops->destroy();
+    pair_free(&p);
+}
+
+/* A connection that failed here (a protocol error from a broken peer)
+ * still lends the frames libfabric reads at its close: the peer lives,
+ * and its provider goes on taking them. peer_ended: the peer's
+ * pre-connection socket closed without a goodbye, as when its process
+ * ended, and nothing is lent. Before, a failed connection lent nothing,
+ * and the application could write a buffer still being sent. */
+static void lend_after_local_failure(int peer_ended)
+{
+    fake.hold_tx = 1;
+    fake_core_holds = 0;
+    int sv[2];
+    assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+    next_fd_a = sv[0];
+    struct pair p;
+    pair_open(&p);
+    struct fake_frame *f = fake_frame_new(0, 0, 5000, 1);
+    uint8_t expect[6000];
+    send_frames(&p, &p.a, &f, 1, expect);
+    assert_int_equal(fake_held_count(), 1);
+    uint8_t bad[4] = {0};
+    fake_send_raw(bad, sizeof(bad), ofi_tag(p.blob_a.conid, 0, OFI_PART_FIRST));
+    progress(2);
+    assert_int_equal(p.a.errors, 1);
+    assert_int_equal(p.a.err, PSCOM_ERR_IOERROR);
+    if (peer_ended) close(sv[1]);
+    ops->close(&p.a, p.pa);
+    assert_int_equal(p.a.lent, !peer_ended);
+    assert_int_equal(fake_core_holds, !peer_ended);
+    fake_release_held(0);
+    progress(5);
+    assert_int_equal(p.a.returned, !peer_ended);
+    assert_int_equal(fake_core_holds, 0);
+    if (!peer_ended) close(sv[1]);
+    ops->close(&p.b, p.pb);
+    pair_free(&p);
+    progress(4);
+    ops->destroy();
+}
+
+static void test_lend_after_local_failure(void **state)
+{
+    lend_after_local_failure(0);
+}
+
+static void test_no_lend_when_peer_ended(void **state)
+{
+    lend_after_local_failure(1);
 }
 
 /* What the peer's end of A's pre-connection socket holds: 1 and the frame
@@ -945,9 +1117,60 @@ static void test_bad_messages(void **state)
     }
 }
 
-/* The peer's end-of-connection message waits until our sends in flight
- * completed: the core would fail them, though the peer has them. */
-static void test_eof_waits_for_sends(void **state)
+/* Messages from another endpoint than the peer's, tagged with a
+ * connection's conid, never become its frames: a first message of a frame
+ * (the slot's receive) and the rest of a large frame (a body's receive,
+ * the stranger's chunk queued before the peer's). Receives are directed at
+ * the peer; before, they took messages from anyone and both were delivered
+ * as the peer's. */
+static void test_strangers_messages_ignored(void **state)
+{
+    struct pair p;
+    pair_open(&p);
+    uint8_t evil[8 + 5];
+    pscom_header_net_t h = {.msg_type = 1, .data_len = 5};
+    memcpy(evil, &h, 8);
+    memcpy(evil + 8, "EVIL!", 5);
+    fake_send_from(99, evil, sizeof(evil),
+                   ofi_tag(p.blob_b.conid, 0, OFI_PART_FIRST));
+    progress(5);
+    assert_int_equal(p.b.frames_in, 0);
+
+    struct fake_frame *f[2];
+    uint8_t expect[60000];
+    f[0] = fake_frame_new(0, 0, 100, 1);
+    f[1] = fake_frame_new(0, 0, 50000, 2); /* head, then the body */
+    uint8_t *body = malloc(f[1]->bl);
+    memset(body, 'E', f[1]->bl);
+    fake_send_from(99, body, f[1]->bl, ofi_tag(p.blob_b.conid, 1, 1));
+    free(body);
+    size_t total = send_frames(&p, &p.a, f, 2, expect);
+    progress(20);
+    check_stream(&p.b, expect, total, 2);
+    assert_int_equal(fake_unexpected_count(), 2); /* the stranger's */
+    pair_close(&p);
+}
+
+/* Conids start at a random number, not at one derived from the process
+ * id: another process cannot guess them (each init starts anew). */
+static void test_conids_random(void **state)
+{
+    uint32_t conid[2];
+    for (int i = 0; i < 2; i++) {
+        struct pair p;
+        pair_open(&p);
+        conid[i] = p.blob_a.conid;
+        pair_close(&p);
+    }
+    assert_int_not_equal(conid[0], conid[1]);
+    assert_int_not_equal(conid[0], ((uint32_t)getpid() << 12) + 1);
+}
+
+/* The peer's end-of-connection message behind a send of ours in flight:
+ * same_round 0, it arrives while the send is in flight; 1, it is read in
+ * the same round as the send's completion. Either way it is delivered
+ * after the send was reported, and at most one round after. */
+static void eof_behind_send(int same_round)
 {
     struct pair p;
     pair_open(&p);
@@ -956,15 +1179,44 @@ static void test_eof_waits_for_sends(void **state)
     struct fake_frame *eof = fake_frame_new(4, 0, 0, 2);
     uint8_t expect[60000];
     send_frames(&p, &p.a, &big, 1, expect);
-    send_frames(&p, &p.b, &eof, 1, expect);
-    progress(20);
-    assert_int_equal(p.a.frames_in, 0); /* held back */
-    fake_release_held(0);
-    progress(20);
+    if (!same_round) {
+        send_frames(&p, &p.b, &eof, 1, expect);
+        progress(20);
+        assert_int_equal(p.a.frames_in, 0); /* held back */
+        fake_release_held(0);
+    } else {
+        progress(2);
+        /* A's send completion, then B's EOF: one read of A's queue. */
+        fake.hold_tx = 0;
+        fake_release_held(0);
+        send_frames(&p, &p.b, &eof, 1, expect);
+        ops->progress();
+        assert_int_equal(p.a.qdone, 1);
+        assert_int_equal(p.a.frames_in, 0); /* one more round */
+    }
+    progress(2);
     assert_int_equal(p.a.frames_in, 1);
     assert_int_equal(p.a.qdone, 1);
     assert_true(p.a.tx_done_evt < p.a.frame_evt);
     pair_close(&p);
+}
+
+/* The peer's end-of-connection message waits until our sends in flight
+ * completed: the core would fail them, though the peer has them. */
+static void test_eof_waits_for_sends(void **state)
+{
+    eof_behind_send(0);
+}
+
+/* The peer's EOF read in the same round as the completion of our last
+ * send waits one round (the application sees the send done first), and
+ * is then delivered: it is the peer's last frame, so no later completion
+ * brings it up again. Before, it stayed held until the peer's goodbye
+ * timed out (5 * PSP_OFI_EOF_GRACE), or for ever while the peer's
+ * pre-connection socket stayed open. */
+static void test_eof_after_last_send_in_same_round(void **state)
+{
+    eof_behind_send(1);
 }
 
 /* tx_done returns -1 (closing): the plugin stops using the connection,
@@ -1530,6 +1782,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_blob_malformed, setup, teardown),
         cmocka_unit_test_setup_teardown(test_blob_fuzz, setup, teardown),
         cmocka_unit_test_setup_teardown(test_hs_connect_rejects, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_hs_connect_checks_endpoint_names,
+                                        setup, teardown),
         cmocka_unit_test_setup_teardown(test_init_and_endpoint_failures, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_stream_shapes, setup, teardown),
@@ -1541,6 +1795,12 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_copies_outlive_close, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_goodbye_waits_for_copies, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_lent_frames_hold_progress, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_lend_after_local_failure, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_no_lend_when_peer_ended, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_cancel_in_flight, setup, teardown),
         cmocka_unit_test_setup_teardown(test_send_eagain, setup, teardown),
@@ -1555,8 +1815,13 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_send_error_completion, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_bad_messages, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_strangers_messages_ignored,
+                                        setup, teardown),
+        cmocka_unit_test_setup_teardown(test_conids_random, setup, teardown),
         cmocka_unit_test_setup_teardown(test_eof_waits_for_sends, setup,
                                         teardown),
+        cmocka_unit_test_setup_teardown(test_eof_after_last_send_in_same_round,
+                                        setup, teardown),
         cmocka_unit_test_setup_teardown(test_stop_after_closing, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_close_cancels_and_drains, setup,
