@@ -29,6 +29,9 @@
  *                       waits in pscom_wait meanwhile (its progress may take
  *                       the fence's wake-up) for a message the rank sends
  *                       itself after the barrier
+ *   lost-messages       (2 ranks) rank 1 sends 50 messages and exits with
+ *                       status 7 while rank 0 makes no pscom call; after the
+ *                       event failed the connection, rank 0 receives them all
  *   lookup-progress     as barrier-progress, but rank 0 then waits in
  *                       pscom_pmix_lookup for a service rank 1 publishes
  *                       only once it has received the 64 MiB: the lookup
@@ -605,6 +608,120 @@ static int test_kill(bool unconnected)
 }
 
 /* ---------------------------------------------------------------------- */
+/* lost-messages                                                          */
+/* ---------------------------------------------------------------------- */
+
+#define LOST_N    50
+#define LOST_LEN  8192
+#define LOST_EXIT 7
+
+/* Rank 1's end was reported: set by a PMIx handler of the test's own that
+ * runs before every other (PMIx's thread), so the library's handler has
+ * the event queued, not yet handled. */
+static int g_end_reported;
+
+static void on_end_first(size_t id, pmix_status_t status,
+                         const pmix_proc_t *source, pmix_info_t info[],
+                         size_t ninfo, pmix_info_t *results, size_t nresults,
+                         pmix_event_notification_cbfunc_fn_t cbfunc,
+                         void *cbdata)
+{
+    (void)id;
+    (void)status;
+    (void)source;
+    (void)info;
+    (void)ninfo;
+    (void)results;
+    (void)nresults;
+    __atomic_store_n(&g_end_reported, 1, __ATOMIC_RELEASE);
+    if (cbfunc) cbfunc(PMIX_SUCCESS, NULL, 0, NULL, NULL, cbdata);
+}
+
+/* Rank 1 sends messages to rank 0 and exits (status LOST_EXIT, no
+ * finalize) while rank 0 makes no pscom call: they wait unread in rank 0's
+ * socket buffer when the PMIx event of rank 1's end fails the connection.
+ * They must be received all the same (the transport alone would deliver
+ * them before its end of stream). */
+static int test_lost_messages(void)
+{
+    pscom_pmix_job_t *job;
+    static unsigned char buf[LOST_LEN];
+
+    step("pscom_pmix_init");
+    pscom_err_t rc = pscom_pmix_init(&job);
+    CHECK(rc == PSCOM_SUCCESS, "pscom_pmix_init: %s", pscom_err_str(rc));
+    g_rank = pscom_pmix_rank(job);
+    CHECK(pscom_pmix_size(job) == 2, "needs 2 ranks");
+    if (g_rank == 0) {
+        /* Before the bootstrap: rank 1 cannot end before it. */
+        pmix_status_t code = PMIX_EVENT_PROC_TERMINATED;
+        bool yes = true;
+        pmix_info_t first;
+        PMIX_INFO_LOAD(&first, PMIX_EVENT_HDLR_FIRST, &yes, PMIX_BOOL);
+        pmix_status_t prc = PMIx_Register_event_handler(&code, 1, &first, 1,
+                                                        on_end_first, NULL, NULL);
+        PMIX_INFO_DESTRUCT(&first);
+        CHECK(prc >= 0, "PMIx_Register_event_handler: %s", PMIx_Error_string(prc));
+    }
+    pscom_socket_t *sock = pscom_open_socket(0, 0, PSCOM_RANK_UNDEFINED, 0);
+    CHECK(sock, "pscom_open_socket");
+    sock->ops.con_error = on_con_error;
+    step("pscom_pmix_bootstrap");
+    rc = pscom_pmix_bootstrap(job, sock, PSCOM_PMIX_BOOT_DIRECT);
+    CHECK(rc == PSCOM_SUCCESS, "pscom_pmix_bootstrap: %s", pscom_err_str(rc));
+    pscom_connection_t *con = pscom_pmix_connection(job, g_rank ? 0 : 1);
+
+    if (g_rank == 1) {
+        pscom_request_t *r = new_req();
+        for (int i = 0; i < LOST_N; i++) {
+            step("send %d", i);
+            fill(buf, LOST_LEN, seed_of(1, 0, i));
+            pscom_req_prepare(r, con, buf, LOST_LEN, NULL, 0);
+            pscom_post_send(r);
+            pscom_wait(r);
+            CHECK(pscom_req_successful(r), "send %d: %s", i,
+                  pscom_req_state_str(r->state));
+        }
+        result_ok("sent %d messages of %d bytes over %s; exiting with status "
+                  "%d, without finalize", LOST_N, LOST_LEN,
+                  pscom_con_type_str(con->type), LOST_EXIT);
+        _exit(LOST_EXIT);
+    }
+
+    struct seen seen = {0};
+    int codes[] = {PSCOM_PMIX_PROC_TERMINATED};
+    CHECK(pscom_pmix_event_register(job, codes, 1, 0, on_failure, &seen, NULL) ==
+              PSCOM_SUCCESS, "register the failure handler");
+    step("waiting, without pscom, for the event of rank 1's end");
+    while (!__atomic_load_n(&g_end_reported, __ATOMIC_ACQUIRE)) usleep(1000);
+    step("handling the event");
+    while (!seen.calls) {
+        pscom_pmix_progress(job);
+        usleep(1000);
+    }
+    CHECK(con->state == PSCOM_CON_STATE_CLOSED, "the connection to rank 1 is "
+          "not failed after the event (state %d)", (int)con->state);
+    pscom_request_t *r = new_req();
+    int got = 0;
+    for (int i = 0; i < LOST_N; i++) {
+        step("receive %d", i);
+        pscom_req_prepare(r, con, buf, LOST_LEN, NULL, 0);
+        pscom_post_recv(r);
+        pscom_wait(r);
+        if (pscom_req_successful(r) && pattern_ok(buf, LOST_LEN, seed_of(1, 0, i)))
+            got++;
+    }
+    CHECK(got == LOST_N, "%d of the %d messages rank 1 sent before it ended "
+          "were received", got, LOST_N);
+    result_ok("%d messages sent by rank 1 before it ended, received after its "
+              "connection failed (%s)", got, pscom_con_type_str(con->type));
+    pscom_request_free(r);
+    pscom_pmix_finalize(job);
+    pscom_close_socket(sock);
+    return 0;
+}
+
+/* ---------------------------------------------------------------------- */
 /* events                                                                 */
 /* ---------------------------------------------------------------------- */
 
@@ -1108,6 +1225,7 @@ int main(int argc, char **argv)
     if (!strcmp(argv[1], "alltoall")) return test_alltoall();
     if (!strcmp(argv[1], "barrier-progress")) return test_barrier_progress(0);
     if (!strcmp(argv[1], "lookup-progress")) return test_barrier_progress(1);
+    if (!strcmp(argv[1], "lost-messages")) return test_lost_messages();
     if (!strcmp(argv[1], "kill"))
         return test_kill(argc > 2 && !strcmp(argv[2], "--unconnected"));
     if (!strcmp(argv[1], "events"))

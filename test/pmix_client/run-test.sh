@@ -68,6 +68,21 @@ kill)
     echo "PASSED (launcher status $rc: one rank was killed on purpose)"
     exit 0
     ;;
+lost-messages)
+    case $launcher in
+    pscom_run) ;;
+    *) skip "lost-messages needs pscom_run --keep-going (a rank ends with" \
+            "status 7 on purpose, which ends the job under mpirun)" ;;
+    esac
+    run --keep-going -n 2 "$exe" lost-messages "$@" >"$out" 2>&1
+    rc=$?
+    cat "$out"
+    grep -q "FAIL" "$out" && fail "a rank failed"
+    [ "$(count_ok)" -eq 2 ] || fail "expected both ranks to pass (rc $rc)"
+    [ $rc -eq 7 ] || fail "launcher exit status $rc, expected 7 (rank 1's)"
+    echo "PASSED (launcher status 7: rank 1 ended so on purpose)"
+    exit 0
+    ;;
 pubsub)
     svc="pscom-test-$$"
     case $launcher in
