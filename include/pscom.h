@@ -555,11 +555,24 @@ void pscom_close_connection(pscom_connection_t *connection);
  * socket->ops.con_error(connection, PSCOM_OP_RW, error) is called once.
  * Later sends and receives on it fail at once; unexpected messages that had
  * arrived whole stay receivable. The connection stays valid until
- * pscom_close_connection(), which then sends nothing. error: a negative
- * pscom_err_t (PSCOM_ERR_IOERROR for a failure, PSCOM_ERR_EOF for a peer
- * that ended). PSCOM_ERR_ALREADY when it failed or is closing already
- * (nothing is called), PSCOM_ERR_INVALID for bad arguments. May be called
- * from callbacks (io_done, con_error, file descriptor callbacks). */
+ * pscom_close_connection(), which then sends nothing.
+ * An established connection is read first: pscom progresses until a round
+ * finds nothing more to do (at most 256 rounds), so that the messages the
+ * peer sent before it died, still held by the transport (tcp: the socket
+ * buffer), arrive whole and stay receivable, as the transport alone would
+ * have delivered them before the end of the stream. Callbacks (io_done,
+ * con_error of other connections) may run meanwhile. When the transport
+ * meets the end of the stream then, that end stands: con_error has been
+ * called with its error (PSCOM_ERR_EOF) and PSCOM_ERR_ALREADY is returned;
+ * likewise when a callback closed the connection meanwhile.
+ * error: a negative pscom_err_t (PSCOM_ERR_IOERROR for a failure,
+ * PSCOM_ERR_EOF for a peer that ended). PSCOM_ERR_ALREADY when it failed or
+ * is closing already (nothing is called), PSCOM_ERR_INVALID for bad
+ * arguments and for a pointer that is no open connection (closed, also by
+ * pscom_close_socket(), or never one): such a pointer is not read through.
+ * May be called from callbacks (io_done, con_error, file descriptor
+ * callbacks), not from recv_accept or default_recv (the transport is then
+ * in the middle of reading). */
 #define PSCOM_HAS_FAIL_CONNECTION 1
 pscom_err_t pscom_fail_connection(pscom_connection_t *connection,
                                   pscom_err_t error);

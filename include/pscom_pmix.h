@@ -69,7 +69,9 @@ typedef struct pscom_pmix_job pscom_pmix_job_t;
 /* Connect to the PMIx server of the launcher (PMIx_Init), learn this
  * process's rank and the job size, and register the library's event
  * handlers: a catch-all (default) handler, and handlers for the termination
- * or abort of a peer and for the loss of the PMIx server. Calls
+ * or abort of a peer and for the loss of the PMIx server (LOST_CONNECTION or
+ * UNREACH from this process's server or this process itself; from others
+ * they are events like any other). Calls
  * pscom_init(PSCOM_VERSION) first (a no-op when pscom is initialised
  * already; call pscom_init_thread() before this to use threads).
  *
@@ -110,15 +112,19 @@ pscom_err_t pscom_pmix_init(pscom_pmix_job_t **job_p);
  *
  * Collective: every rank of the namespace must call it. `socket` stays the
  * application's; its connections are closed by pscom_close_socket(), never
- * by this library. Do not close the table's connections yourself. Call once
- * per job, with no pscom traffic on the socket before.
+ * by this library, which then forgets them (it learns of the close through
+ * a receive on the connection to itself that takes no message). Do not
+ * close the table's connections yourself. Call once per job, with no pscom
+ * traffic on the socket before. pscom_pmix_is_local() may be called from
+ * another thread meanwhile.
  *
  * Errors (logged, naming the rank): PSCOM_ERR_INVALID for a missing or
  * malformed endpoint string of a peer (did it call pscom_pmix_bootstrap?
  * the same pscom version?), PSCOM_ERR_ALREADY on a second call, the error
  * of pscom_listen() or of a direct pscom_connect(), PSCOM_ERR_STDERROR with
  * ETIMEDOUT when peers did not connect within 3 * PSP_CONNECT_TIMEOUT,
- * ECONNABORTED when an event reported such a peer dead, or EIO/ENOTCONN
+ * ECONNABORTED when an event reported such a peer dead, or one that
+ * published no endpoint (it ended before its bootstrap), or EIO/ENOTCONN
  * when a PMIx call failed. */
 pscom_err_t pscom_pmix_bootstrap(pscom_pmix_job_t *job, pscom_socket_t *socket,
                                  unsigned flags);
@@ -135,10 +141,14 @@ pscom_err_t pscom_pmix_bootstrap(pscom_pmix_job_t *job, pscom_socket_t *socket,
  * progress). A singleton returns at once. */
 pscom_err_t pscom_pmix_barrier(pscom_pmix_job_t *job);
 
-/* Deregister every handler, drop queued events (their PMIx chains are told
- * PSCOM_PMIX_EVENT_NO_ACTION_TAKEN), PMIx_Finalize, and free the job. The
- * socket and its connections stay open: close them with
- * pscom_close_socket() (before or after). NULL is ignored. */
+/* Drop queued events (their PMIx chains are told
+ * PSCOM_PMIX_EVENT_NO_ACTION_TAKEN), deregister every handler,
+ * PMIx_Finalize, and free the job. The socket and its connections stay
+ * open: close them with pscom_close_socket() (before or after). NULL is
+ * ignored. May be called from an event handler (or a con_error the
+ * library's reaction to a peer's failure calls): the handlers after it are
+ * not called, the event's PMIx chain gets the status so far, and the job
+ * is freed when the handler returned; do not use it after the call. */
 void pscom_pmix_finalize(pscom_pmix_job_t *job);
 
 /* ---------------------------------------------------------------------- */
@@ -155,19 +165,22 @@ const char *pscom_pmix_nspace(const pscom_pmix_job_t *job);
 /* 1 when running without a PMIx server, else 0. */
 int pscom_pmix_is_singleton(const pscom_pmix_job_t *job);
 
-/* The socket given to pscom_pmix_bootstrap(), or NULL before. */
+/* The socket given to pscom_pmix_bootstrap(), or NULL before, and after
+ * pscom_close_socket() closed it. */
 pscom_socket_t *pscom_pmix_socket(const pscom_pmix_job_t *job);
 
 /* The connection to `rank` (0 <= rank < size) after pscom_pmix_bootstrap(),
  * else NULL. Owned by the socket. After the peer failed it stays valid and
  * in state PSCOM_CON_STATE_CLOSED (sends and receives on it fail at once).
  * The connection to oneself is a loop connection whose messages arrive on
- * its accepted twin: receive them with connection NULL (any source). */
+ * its accepted twin: receive them with connection NULL (any source). NULL
+ * after pscom_close_socket() closed the socket. */
 pscom_connection_t *pscom_pmix_connection(const pscom_pmix_job_t *job,
                                           int rank);
 
 /* 1 when PMIx places `rank` on this node, 0 when not, -1 when unknown (no
- * bootstrap yet, rank out of range, or the host tells nothing). */
+ * bootstrap yet, rank out of range, or the host tells nothing). Any thread,
+ * also while the bootstrap runs. */
 int pscom_pmix_is_local(const pscom_pmix_job_t *job, int rank);
 
 /* ---------------------------------------------------------------------- */
@@ -208,8 +221,9 @@ typedef struct pscom_pmix_event {
     const char *source_nspace; /* namespace of the source; "" for the host */
     int source_rank;           /* rank of the source, or -1 (host, unknown) */
     /* Ranks of this job that the event names (PMIX_EVENT_AFFECTED_PROC[S],
-     * or the source of a peer-failure event without them). For a peer
-     * failure their connections have been failed before any handler runs. */
+     * or the source of a peer-failure event that names no process). For a
+     * peer failure their connections have been failed before any handler
+     * runs. */
     const int *ranks;
     size_t nranks;
     const char *text;    /* PMIX_EVENT_TEXT_MESSAGE, or NULL */
@@ -250,15 +264,17 @@ typedef int (*pscom_pmix_event_cb_t)(pscom_pmix_job_t *job,
  * codes is copied. ctx is passed to cb unchanged. *id_p gets the id for
  * pscom_pmix_event_deregister() (ids are never 0 and never reused).
  * Events that happened before registering may still be delivered (PMIx
- * hosts cache events). Errors: PSCOM_ERR_INVALID (bad arguments),
- * PSCOM_ERR_STDERROR (PMIx refused: ENOTSUP, EIO; ENOMEM). */
+ * hosts cache events), also before this call returns: another thread's
+ * dispatch may run the handler at once. Errors: PSCOM_ERR_INVALID (bad
+ * arguments), PSCOM_ERR_STDERROR (PMIx refused: ENOTSUP, EIO; ENOMEM). */
 pscom_err_t pscom_pmix_event_register(pscom_pmix_job_t *job, const int *codes,
                                       size_t ncodes, unsigned flags,
                                       pscom_pmix_event_cb_t cb, void *ctx,
                                       size_t *id_p);
 
 /* Remove a handler: it is not called for events dispatched afterwards, also
- * not later in the chain running now. PSCOM_ERR_INVALID for an unknown id. */
+ * not later in the chain running now. Also from inside a handler (a
+ * one-shot handler removes itself). PSCOM_ERR_INVALID for an unknown id. */
 pscom_err_t pscom_pmix_event_deregister(pscom_pmix_job_t *job, size_t id);
 
 /* Where an event (or published data) is visible. */
@@ -275,7 +291,9 @@ typedef enum pscom_pmix_range {
  * code, for own events PSCOM_PMIX_EXTERNAL_BASE - n. range: who gets it
  * (DEFAULT: the job; PROC_LOCAL: only this process's handlers, also in a
  * singleton). rank: a rank of this job the event is about
- * (PMIX_EVENT_AFFECTED_PROC), or -1. text (may be NULL) is copied into
+ * (PMIX_EVENT_AFFECTED_PROC), or -1 for none (an affected process of no
+ * valid rank: receivers do not take the sender for the process a
+ * peer-failure code is about). text (may be NULL) is copied into
  * PMIX_EVENT_TEXT_MESSAGE. Whether the sender's own handlers also see an
  * event of a wider range depends on the host. Hosts may act on error codes
  * (Open MPI 4's mpirun aborts the job on a notified error event).

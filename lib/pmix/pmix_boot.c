@@ -159,6 +159,7 @@ void pmx_fail_peer(pscom_pmix_job_t *job, int rank, int code,
     bool first = !job->failed[rank];
     if (first) job->failed[rank] = failed;
     pscom_connection_t *con = job->cons ? job->cons[rank] : NULL;
+    bool closed = job->sock_closed;
     pthread_mutex_unlock(&job->peers_lock);
     if (!first) return;
 
@@ -168,9 +169,103 @@ void pmx_fail_peer(pscom_pmix_job_t *job, int rank, int code,
             "rank %d %s (PMIx event %s%s%s); %s", rank,
             normal_exit ? "terminated" : "failed", PMIx_Error_string(code),
             text ? ": " : "", text ? text : "",
-            con ? "failing its connection and the requests pending on it"
-                : "there is no connection to it yet");
+            con      ? "failing its connection and the requests pending on it"
+            : closed ? "its connection went with the closed socket"
+                     : "there is no connection to it yet");
     fail_connection(job, rank, con, failed);
+}
+
+/* ---------------------------------------------------------------------- */
+/* The bootstrap socket's close                                           */
+/* ---------------------------------------------------------------------- */
+
+/* pscom_close_socket() frees the socket's connections, before or after
+ * pscom_pmix_finalize(). The table must forget them then: an event would
+ * fail freed memory, or a new connection of the application that took its
+ * place. pscom tells nobody of a socket's close, but it fails the receives
+ * posted on its connections: a receive on the loop connection to ourselves
+ * that takes no message (which no transport breaks) ends exactly then. */
+struct sock_watch {
+    pscom_pmix_job_t *job; /* NULL once finalize left the request to it */
+    bool ended;            /* its io_done ran */
+};
+
+/* Between the watch's io_done (any thread, inside pscom) and finalize. */
+static pthread_mutex_t watch_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static int take_no_message(pscom_request_t *req, pscom_connection_t *con,
+                           pscom_header_net_t *header)
+{
+    (void)req;
+    (void)con;
+    (void)header;
+    return 0;
+}
+
+/* Does the end of the watch mean the socket's close? The connection to
+ * ourselves is a loop connection, which no transport breaks (its close
+ * ends it with its own EOF). Where the loop transport is not allowed it
+ * runs over another one and may break alone: the socket then still listens
+ * (a close stops that first) and lists it (a close takes it out). */
+static bool watch_end_is_close(pscom_pmix_job_t *job, pscom_connection_t *self)
+{
+    if (self->type == PSCOM_CON_TYPE_LOOP || job->sock->listen_portno < 0)
+        return true;
+    for (pscom_connection_t *c = pscom_get_next_connection(job->sock, NULL); c;
+         c = pscom_get_next_connection(job->sock, c))
+        if (c == self) return false;
+    return true;
+}
+
+static void on_watch_end(pscom_request_t *req)
+{
+    struct sock_watch *w = (struct sock_watch *)req->user;
+    pthread_mutex_lock(&watch_lock);
+    pscom_pmix_job_t *job = w->job;
+    w->ended = true;
+    if (job && !(req->state & PSCOM_REQ_STATE_CANCELED) &&
+        watch_end_is_close(job, req->connection)) {
+        pthread_mutex_lock(&job->peers_lock);
+        job->sock_closed = true;
+        job->sock = NULL;
+        if (job->cons)
+            for (int r = 0; r < job->size; r++) job->cons[r] = NULL;
+        pthread_mutex_unlock(&job->peers_lock);
+        pmx_log(job, PMX_LOG_DEBUG, "the bootstrap socket was closed: its "
+                "connections are forgotten");
+    }
+    pthread_mutex_unlock(&watch_lock);
+    if (!job) pscom_request_free(req);
+}
+
+static void sock_watch_start(pscom_pmix_job_t *job, pscom_connection_t *self)
+{
+    pscom_request_t *req = pscom_request_create(0, sizeof(struct sock_watch));
+    if (!req) {
+        pmx_log(job, PMX_LOG_WARN, "out of memory: the bootstrap socket's "
+                "close will go unnoticed (close it after pscom_pmix_finalize)");
+        return;
+    }
+    *(struct sock_watch *)req->user = (struct sock_watch){job, false};
+    req->connection = self;
+    req->ops.recv_accept = take_no_message;
+    req->ops.io_done = on_watch_end;
+    job->sock_watch = req;
+    pscom_post_recv(req);
+}
+
+void pmx_sock_watch_stop(pscom_pmix_job_t *job)
+{
+    pscom_request_t *req = job->sock_watch;
+    if (!req) return;
+    job->sock_watch = NULL;
+    pscom_cancel_recv(req); /* its io_done may be held for later */
+    struct sock_watch *w = (struct sock_watch *)req->user;
+    pthread_mutex_lock(&watch_lock);
+    bool ended = w->ended;
+    if (!ended) w->job = NULL; /* its io_done frees it */
+    pthread_mutex_unlock(&watch_lock);
+    if (ended) pscom_request_free(req);
 }
 
 /* ---------------------------------------------------------------------- */
@@ -179,8 +274,8 @@ void pmx_fail_peer(pscom_pmix_job_t *job, int rank, int code,
 
 /* The value of `key` published by `rank`, from the data the fence brought
  * (PMIX_OPTIONAL: no request to the server); hosts that did not bring it
- * get one request with a short timeout. *val_p: release with
- * PMIX_VALUE_RELEASE. */
+ * get one request with a short timeout, unless an event reported the rank
+ * dead. *val_p: release with PMIX_VALUE_RELEASE. */
 static pmix_status_t get_peer_value(pscom_pmix_job_t *job, int rank,
                                     const char *key, pmix_value_t **val_p)
 {
@@ -194,7 +289,7 @@ static pmix_status_t get_peer_value(pscom_pmix_job_t *job, int rank,
     PMIX_INFO_LOAD(&info, PMIX_OPTIONAL, &yes, PMIX_BOOL);
     rc = PMIx_Get(&proc, key, &info, 1, val_p);
     PMIX_INFO_DESTRUCT(&info);
-    if (rc != PMIX_ERR_NOT_FOUND) return rc;
+    if (rc != PMIX_ERR_NOT_FOUND || pmx_rank_reported_dead(job, rank)) return rc;
     PMIX_INFO_LOAD(&info, PMIX_TIMEOUT, &timeout, PMIX_INT);
     rc = PMIx_Get(&proc, key, &info, 1, val_p);
     PMIX_INFO_DESTRUCT(&info);
@@ -202,10 +297,11 @@ static pmix_status_t get_peer_value(pscom_pmix_job_t *job, int rank,
 }
 
 /* Read and check every peer's endpoint string into eps[]. Logs every bad
- * rank (the first few of them); 0, -1 (bad ranks) or -2 (out of memory). */
+ * rank (the first few of them); 0, -1 (bad ranks), -2 (out of memory) or
+ * -3 (a rank without an endpoint was reported dead). */
 static int read_endpoints(pscom_pmix_job_t *job, char **eps, uint32_t *nodeids)
 {
-    int bad = 0;
+    int bad = 0, dead = 0;
 
     for (int r = 0; r < job->size; r++) {
         pmix_value_t *val = NULL;
@@ -215,6 +311,14 @@ static int read_endpoints(pscom_pmix_job_t *job, char **eps, uint32_t *nodeids)
 
         if (r == job->rank) continue;
         pmix_status_t rc = get_peer_value(job, r, PMX_KEY_EP, &val);
+        if ((rc != PMIX_SUCCESS || !val) && pmx_rank_reported_dead(job, r)) {
+            if (++dead <= 8)
+                pmx_log(job, PMX_LOG_ERROR,
+                        "rank %d ended before it published its endpoint "
+                        "(a PMIx event reported it); the bootstrap fails",
+                        r);
+            continue;
+        }
         if (rc != PMIX_SUCCESS || !val) {
             if (++bad <= 8)
                 pmx_log(job, PMX_LOG_ERROR,
@@ -256,27 +360,29 @@ static int read_endpoints(pscom_pmix_job_t *job, char **eps, uint32_t *nodeids)
     if (bad > 8)
         pmx_log(job, PMX_LOG_ERROR, "... and %d more ranks without a valid "
                 "endpoint string", bad - 8);
-    return bad ? -1 : 0;
+    if (dead > 8)
+        pmx_log(job, PMX_LOG_ERROR, "... and %d more ranks that ended", dead - 8);
+    return dead ? -3 : bad ? -1 : 0;
 }
 
-/* Which ranks run on this node, according to the host. */
-static void read_locality(pscom_pmix_job_t *job)
+/* Which ranks run on this node, according to the host: local[size]. */
+static void read_locality(pscom_pmix_job_t *job, signed char *local)
 {
     pmix_proc_t *procs = NULL;
     size_t n = 0;
     pmix_status_t rc;
 
-    for (int r = 0; r < job->size; r++) job->local[r] = -1;
-    job->local[job->rank] = 1;
+    for (int r = 0; r < job->size; r++) local[r] = -1;
+    local[job->rank] = 1;
 
     rc = PMIx_Resolve_peers(NULL, job->me.nspace, &procs, &n);
     if (rc == PMIX_SUCCESS && procs) {
-        for (int r = 0; r < job->size; r++) job->local[r] = 0;
+        for (int r = 0; r < job->size; r++) local[r] = 0;
         for (size_t i = 0; i < n; i++)
             if (procs[i].rank < (pmix_rank_t)job->size &&
-                PMIX_CHECK_NSPACE(procs[i].nspace, job->me.nspace))
-                job->local[procs[i].rank] = 1;
-        job->local[job->rank] = 1;
+                pmx_nspace_is(procs[i].nspace, job->me.nspace))
+                local[procs[i].rank] = 1;
+        local[job->rank] = 1;
         PMIX_PROC_FREE(procs, n);
         return;
     }
@@ -286,16 +392,16 @@ static void read_locality(pscom_pmix_job_t *job)
     PMIX_LOAD_PROCID(&wild, job->me.nspace, PMIX_RANK_WILDCARD);
     pmix_status_t rc2 = PMIx_Get(&wild, PMIX_LOCAL_PEERS, NULL, 0, &val);
     if (rc2 == PMIX_SUCCESS && val && val->type == PMIX_STRING) {
-        for (int r = 0; r < job->size; r++) job->local[r] = 0;
+        for (int r = 0; r < job->size; r++) local[r] = 0;
         const char *s = val->data.string;
         while (*s) {
             char *end;
             long r = strtol(s, &end, 10);
             if (end == s) break;
-            if (r >= 0 && r < job->size) job->local[r] = 1;
+            if (r >= 0 && r < job->size) local[r] = 1;
             s = *end == ',' ? end + 1 : end;
         }
-        job->local[job->rank] = 1;
+        local[job->rank] = 1;
     } else {
         pmx_log(job, PMX_LOG_INFO,
                 "the PMIx host tells no locality (PMIx_Resolve_peers: %s, "
@@ -306,14 +412,14 @@ static void read_locality(pscom_pmix_job_t *job)
 }
 
 /* Log where PMIx's locality and the pscom node ids disagree. */
-static void check_locality(pscom_pmix_job_t *job, const uint32_t *nodeids,
-                           uint32_t mine)
+static void check_locality(pscom_pmix_job_t *job, const signed char *local,
+                           const uint32_t *nodeids, uint32_t mine)
 {
     int mismatch = 0, first = -1;
 
     for (int r = 0; r < job->size; r++) {
-        if (r == job->rank || job->local[r] < 0 || !nodeids[r]) continue;
-        if (job->local[r] != (nodeids[r] == mine)) {
+        if (r == job->rank || local[r] < 0 || !nodeids[r]) continue;
+        if (local[r] != (nodeids[r] == mine)) {
             if (first < 0) first = r;
             mismatch++;
         }
@@ -324,7 +430,7 @@ static void check_locality(pscom_pmix_job_t *job, const uint32_t *nodeids,
             "rank %d %s this node, its pscom node id is 0x%08x, ours 0x%08x "
             "(shm is offered where the pscom handshake finds the same boot "
             "id and hostname; PSP_NETWORK changes the node id)", mismatch,
-            first, job->local[first] ? "on" : "off", nodeids[first], mine);
+            first, local[first] ? "on" : "off", nodeids[first], mine);
 }
 
 /* Accepted connections of the ranks below us, found by rank and name. */
@@ -431,6 +537,7 @@ static pscom_err_t connect_self(pscom_pmix_job_t *job, const char *ep)
         return ret;
     }
     peer_set(job, job->rank, con);
+    sock_watch_start(job, con);
     return PSCOM_SUCCESS;
 }
 
@@ -478,13 +585,17 @@ pscom_err_t pscom_pmix_bootstrap(pscom_pmix_job_t *job, pscom_socket_t *sock,
     const unsigned both = PSCOM_PMIX_BOOT_ONDEMAND | PSCOM_PMIX_BOOT_DIRECT;
     char name[9], *ep = NULL, **eps = NULL;
     uint32_t *nodeids = NULL;
+    signed char *local = NULL;
     uint64_t t0 = now_ms(), t_fence = 0, t_read = 0;
     int ondemand;
     pscom_err_t ret;
 
     if (!job || !sock || (flags & ~both) || (flags & both) == both)
         return PSCOM_ERR_INVALID;
-    if (job->sock) {
+    pthread_mutex_lock(&job->peers_lock);
+    bool again = job->sock || job->sock_closed;
+    pthread_mutex_unlock(&job->peers_lock);
+    if (again) {
         pmx_log(job, PMX_LOG_ERROR, "pscom_pmix_bootstrap: called twice");
         return PSCOM_ERR_ALREADY;
     }
@@ -503,11 +614,12 @@ pscom_err_t pscom_pmix_bootstrap(pscom_pmix_job_t *job, pscom_socket_t *sock,
     job->cons = cons;
     pthread_mutex_unlock(&job->peers_lock);
     free(old);
-    free(job->local);
-    job->local = malloc((size_t)job->size);
+    /* Filled whole, then published: pscom_pmix_is_local reads it from any
+     * thread without a lock. */
+    local = malloc((size_t)job->size);
     eps = calloc((size_t)job->size, sizeof(*eps));
     nodeids = calloc((size_t)job->size, sizeof(*nodeids));
-    if (!job->cons || !job->local || !eps || !nodeids) {
+    if (!job->cons || !local || !eps || !nodeids) {
         errno = ENOMEM;
         ret = PSCOM_ERR_STDERROR;
         goto out_free;
@@ -526,10 +638,14 @@ pscom_err_t pscom_pmix_bootstrap(pscom_pmix_job_t *job, pscom_socket_t *sock,
     }
     ret = pscom_socket_get_ep_str(sock, &ep);
     if (ret != PSCOM_SUCCESS) goto out_free;
+    pthread_mutex_lock(&job->peers_lock);
     job->sock = sock;
+    pthread_mutex_unlock(&job->peers_lock);
 
     if (job->singleton) {
-        job->local[0] = 1;
+        local[0] = 1;
+        __atomic_store_n(&job->local, local, __ATOMIC_RELEASE);
+        local = NULL;
         ret = connect_self(job, ep);
         goto out_free;
     }
@@ -543,12 +659,18 @@ pscom_err_t pscom_pmix_bootstrap(pscom_pmix_job_t *job, pscom_socket_t *sock,
         errno = ENOMEM;
         ret = PSCOM_ERR_STDERROR;
         goto out_free;
+    case -3:
+        errno = ECONNABORTED;
+        ret = PSCOM_ERR_STDERROR;
+        goto out_free;
     default:
         ret = PSCOM_ERR_INVALID;
         goto out_free;
     }
-    read_locality(job);
-    check_locality(job, nodeids, (uint32_t)pscom_get_nodeid());
+    read_locality(job, local);
+    check_locality(job, local, nodeids, (uint32_t)pscom_get_nodeid());
+    __atomic_store_n(&job->local, local, __ATOMIC_RELEASE);
+    local = NULL;
     t_read = now_ms();
 
     /* On-demand connections first: pscom progress (which the direct
@@ -573,6 +695,7 @@ pscom_err_t pscom_pmix_bootstrap(pscom_pmix_job_t *job, pscom_socket_t *sock,
     }
 
 out_free:
+    free(local);
     if (ep) pscom_socket_free_ep_str(ep);
     if (eps)
         for (int r = 0; r < job->size; r++) free(eps[r]);

@@ -120,27 +120,40 @@ pmix_status_t pmx_op_wait(struct pmx_op *op)
     return op->status;
 }
 
-static void enqueue(pscom_pmix_job_t *job, struct pmx_event *ev)
+static void enqueue_locked(pscom_pmix_job_t *job, struct pmx_event *ev)
 {
-    pthread_mutex_lock(&job->evq_lock);
     ev->next = NULL;
     if (job->evq_tail)
         job->evq_tail->next = ev;
     else
         job->evq_head = ev;
     job->evq_tail = ev;
+}
+
+static void enqueue(pscom_pmix_job_t *job, struct pmx_event *ev)
+{
+    pthread_mutex_lock(&job->evq_lock);
+    enqueue_locked(job, ev);
     pthread_mutex_unlock(&job->evq_lock);
     pmx_wake(job);
 }
 
-static struct pmx_event *dequeue(pscom_pmix_job_t *job)
+static struct pmx_event *dequeue_locked(pscom_pmix_job_t *job)
 {
-    pthread_mutex_lock(&job->evq_lock);
     struct pmx_event *ev = job->evq_head;
     if (ev) {
         job->evq_head = ev->next;
         if (!job->evq_head) job->evq_tail = NULL;
     }
+    return ev;
+}
+
+/* The next event to handle, which becomes job->running. */
+static struct pmx_event *take_next(pscom_pmix_job_t *job)
+{
+    pthread_mutex_lock(&job->evq_lock);
+    struct pmx_event *ev = dequeue_locked(job);
+    job->running = ev;
     pthread_mutex_unlock(&job->evq_lock);
     return ev;
 }
@@ -156,7 +169,7 @@ static bool queue_empty(pscom_pmix_job_t *job)
 static int add_rank(struct pmx_event *ev, const pscom_pmix_job_t *job,
                     const pmix_proc_t *p)
 {
-    if (!PMIX_CHECK_NSPACE(p->nspace, job->me.nspace)) return 0;
+    if (!pmx_nspace_is(p->nspace, job->me.nspace)) return 0;
     if (p->rank >= (pmix_rank_t)job->size) return 0; /* wildcard, undef */
     for (size_t i = 0; i < ev->nranks; i++)
         if (ev->ranks[i] == (int)p->rank) return 0;
@@ -175,12 +188,14 @@ static int parse_info(struct pmx_event *ev, const pscom_pmix_job_t *job,
         const pmix_info_t *in = &info[i];
         if (PMIX_CHECK_KEY(in, PMIX_EVENT_AFFECTED_PROC) &&
             in->value.type == PMIX_PROC && in->value.data.proc) {
+            ev->names_procs = true;
             if (add_rank(ev, job, in->value.data.proc)) return -1;
         } else if (PMIX_CHECK_KEY(in, PMIX_EVENT_AFFECTED_PROCS) &&
                    in->value.type == PMIX_DATA_ARRAY &&
                    in->value.data.darray &&
                    in->value.data.darray->type == PMIX_PROC) {
             const pmix_proc_t *procs = in->value.data.darray->array;
+            ev->names_procs = true;
             for (size_t k = 0; k < in->value.data.darray->size; k++)
                 if (add_rank(ev, job, &procs[k])) return -1;
         } else if (PMIX_CHECK_KEY(in, PMIX_EVENT_TEXT_MESSAGE) &&
@@ -205,11 +220,22 @@ static int parse_info(struct pmx_event *ev, const pscom_pmix_job_t *job,
     return 0;
 }
 
-/* A peer-failure event without affected processes names its source. */
+/* A peer-failure event that names no affected process is about its
+ * source (hosts report a death with the dead process as the source). One
+ * that names them, also only with ranks that are none of ours (what
+ * pscom_pmix_notify sends for rank -1), is not: its sender is alive. */
 static int source_as_rank(struct pmx_event *ev, const pscom_pmix_job_t *job)
 {
-    if (ev->nranks || !is_peer_failure(ev->code)) return 0;
+    if (ev->names_procs || !is_peer_failure(ev->code)) return 0;
     return add_rank(ev, job, &ev->source);
+}
+
+static struct pmx_closing *closing_find_locked(pscom_pmix_job_t *job,
+                                               size_t ref)
+{
+    for (size_t i = 0; i < job->nclosing; i++)
+        if (job->closing[i].ref == ref) return &job->closing[i];
+    return NULL;
 }
 
 /* Every PMIx registration of ours lands here, on PMIx's thread. */
@@ -222,7 +248,6 @@ static void on_pmix_event(size_t evhdlr_id, pmix_status_t status,
     pscom_pmix_job_t *job = ev_job;
     struct pmx_event *ev = NULL;
 
-    (void)evhdlr_id;
     for (size_t i = 0; i < nresults; i++)
         if (PMIX_CHECK_KEY(&results[i], PMX_HANDLER_NAME)) goto pass_on;
     if (!job) goto pass_on;
@@ -239,8 +264,26 @@ static void on_pmix_event(size_t evhdlr_id, pmix_status_t status,
     ev->ninfo = ninfo;
     ev->cbfunc = cbfunc;
     ev->cbdata = cbdata;
-    enqueue(job, ev);
-    return;
+    ev->ref = evhdlr_id;
+    ev->has_ref = true;
+    ev->status = PMIX_EVENT_NO_ACTION_TAKEN;
+    /* Finalize, and the deregistration of the registration it came through
+     * while it is under way, pass events on at once: no
+     * PMIx_Deregister_event_handler may overtake a cbfunc. A
+     * deregistration that waits for the cbfunc of a queued event keeps
+     * taking events (and waits for them too), so that the application's
+     * other handlers still see them. */
+    pthread_mutex_lock(&job->evq_lock);
+    const struct pmx_closing *c = closing_find_locked(job, evhdlr_id);
+    bool take = !job->stopping && !(c && !c->deferred);
+    if (take) enqueue_locked(job, ev);
+    pthread_mutex_unlock(&job->evq_lock);
+    if (take) {
+        /* The pipe stays open: finalize closes it only after its
+         * deregistrations, which wait for this call to return. */
+        pmx_wake(job);
+        return;
+    }
 
 pass_on:
     if (ev) event_free(ev);
@@ -256,11 +299,13 @@ int pmx_event_local(pscom_pmix_job_t *job, int code, int rank,
     ev->code = code;
     PMIX_LOAD_PROCID(&ev->source, job->me.nspace, (pmix_rank_t)job->rank);
     if (text && !(ev->text = strdup(text))) goto nomem;
+    ev->names_procs = true; /* rank, or -1 for none */
     if (rank >= 0) {
         pmix_proc_t p;
         pmx_proc(job, rank, &p);
         if (add_rank(ev, job, &p)) goto nomem;
     }
+    ev->status = PMIX_EVENT_NO_ACTION_TAKEN;
     enqueue(job, ev);
     return 0;
 
@@ -268,6 +313,22 @@ nomem:
     if (ev) event_free(ev);
     errno = ENOMEM;
     return -1;
+}
+
+bool pmx_rank_reported_dead(pscom_pmix_job_t *job, int rank)
+{
+    signed char failed;
+    pmx_peer_get(job, rank, &failed);
+    if (failed) return true;
+    bool dead = false;
+    pthread_mutex_lock(&job->evq_lock);
+    for (const struct pmx_event *ev = job->evq_head; ev && !dead; ev = ev->next) {
+        if (!is_peer_failure(ev->code)) continue;
+        for (size_t i = 0; i < ev->nranks; i++)
+            if (ev->ranks[i] == rank) dead = true;
+    }
+    pthread_mutex_unlock(&job->evq_lock);
+    return dead;
 }
 
 /* ---------------------------------------------------------------------- */
@@ -284,6 +345,23 @@ static bool handler_matches(const struct pmx_handler *h, int category,
     return false;
 }
 
+/* Does a lost-connection code concern this process's own server? PMIx
+ * reports the loss with the server as its source (OpenPMIx 4.2: the
+ * server's namespace and rank), or this process; any other source is a
+ * process that notified the code, or a host relaying one about somebody
+ * else, and this process's server is fine. */
+static bool own_server_lost(const pscom_pmix_job_t *job,
+                            const struct pmx_event *ev)
+{
+    const pmix_proc_t *src = &ev->source;
+    if (pmx_nspace_is(src->nspace, job->me.nspace))
+        return src->rank == job->me.rank;
+    if (job->server_known)
+        return pmx_nspace_is(src->nspace, job->server.nspace) &&
+               src->rank == job->server.rank;
+    return true; /* the server unknown: not one of our job's processes */
+}
+
 /* The library's own part of an event. Returns true when it acted. */
 static bool react(pscom_pmix_job_t *job, const struct pmx_event *ev)
 {
@@ -293,21 +371,116 @@ static bool react(pscom_pmix_job_t *job, const struct pmx_event *ev)
         bool term = ev->code == PMIX_EVENT_PROC_TERMINATED ||
                     ev->code == PMIX_PROC_TERMINATED;
         bool normal = term && !(ev->has_exit_code && ev->exit_code != 0);
-        for (size_t i = 0; i < ev->nranks; i++) {
+        /* A connection's con_error may finalize the job. */
+        for (size_t i = 0; i < ev->nranks && !job->finalized; i++) {
             pmx_fail_peer(job, ev->ranks[i], ev->code, ev->text, normal);
             acted = true;
         }
     }
-    if (is_server_lost(ev->code) &&
-        !__atomic_exchange_n(&job->server_lost, true, __ATOMIC_RELAXED)) {
-        pmx_log(job, PMX_LOG_ERROR,
-                "lost the connection to the PMIx server (PMIx event %s): "
-                "barrier, publish/lookup and notify fail from now on; the "
-                "pscom connections between the ranks stay",
-                PMIx_Error_string(ev->code));
-        acted = true;
+    if (is_server_lost(ev->code) && !job->finalized) {
+        if (!own_server_lost(job, ev)) {
+            pmx_log(job, PMX_LOG_INFO,
+                    "PMIx event %s from %s:%d, not about this process's "
+                    "server (%s:%d): the server stays in use",
+                    PMIx_Error_string(ev->code), ev->source.nspace,
+                    (int)ev->source.rank,
+                    job->server_known ? job->server.nspace : "?",
+                    job->server_known ? (int)job->server.rank : -1);
+        } else if (!__atomic_exchange_n(&job->server_lost, true,
+                                        __ATOMIC_RELAXED)) {
+            pmx_log(job, PMX_LOG_ERROR,
+                    "lost the connection to the PMIx server (PMIx event "
+                    "%s): barrier, publish/lookup and notify fail from now "
+                    "on; the pscom connections between the ranks stay",
+                    PMIx_Error_string(ev->code));
+            acted = true;
+        }
     }
     return acted;
+}
+
+/* Is an event that came through our PMIx registration ref queued or being
+ * handled? Under evq_lock. */
+static bool ref_busy_locked(const pscom_pmix_job_t *job, size_t ref)
+{
+    const struct pmx_event *r = job->running;
+    if (r && r->has_ref && r->ref == ref) return true;
+    for (const struct pmx_event *ev = job->evq_head; ev; ev = ev->next)
+        if (ev->has_ref && ev->ref == ref) return true;
+    return false;
+}
+
+static void closing_remove(pscom_pmix_job_t *job, size_t ref)
+{
+    pthread_mutex_lock(&job->evq_lock);
+    struct pmx_closing *c = closing_find_locked(job, ref);
+    if (c) *c = job->closing[--job->nclosing];
+    pthread_mutex_unlock(&job->evq_lock);
+}
+
+static void deregister_ref(pscom_pmix_job_t *job, size_t ref)
+{
+    pmix_status_t rc = PMIx_Deregister_event_handler(ref, NULL, NULL);
+    if (rc != PMIX_SUCCESS && !pmx_server_lost(job))
+        pmx_log(job, PMX_LOG_WARN, "PMIx_Deregister_event_handler: %s",
+                PMIx_Error_string(rc));
+}
+
+/* Give up our PMIx registration ref. OpenPMIx reads a registration's
+ * handler object after the handler's cbfunc (cycle_events, on its thread)
+ * and PMIx_Deregister_event_handler frees it: so it is deregistered at
+ * once only when no event that came through it waits for its cbfunc, else
+ * after that cbfunc (release_ref). Both are shifted to PMIx's thread in
+ * the order they are called. */
+static void give_up_ref(pscom_pmix_job_t *job, size_t ref)
+{
+    pthread_mutex_lock(&job->evq_lock);
+    bool deferred = ref_busy_locked(job, ref);
+    if (job->nclosing == job->cap_closing) {
+        size_t ncap = job->cap_closing ? 2 * job->cap_closing : 4;
+        struct pmx_closing *n = realloc(job->closing, ncap * sizeof(*n));
+        if (!n) {
+            pthread_mutex_unlock(&job->evq_lock);
+            /* Its events keep coming and reach no handler of it. */
+            pmx_log(job, PMX_LOG_WARN, "out of memory: a PMIx event handler "
+                    "stays registered until pscom_pmix_finalize");
+            return;
+        }
+        job->closing = n;
+        job->cap_closing = ncap;
+    }
+    job->closing[job->nclosing++] = (struct pmx_closing){ref, deferred};
+    pthread_mutex_unlock(&job->evq_lock);
+    if (deferred) return;
+    deregister_ref(job, ref);
+    closing_remove(job, ref);
+}
+
+/* After the cbfunc of an event that came through ref: the deregistration
+ * that waited for it, unless another such event still waits. */
+static void release_ref(pscom_pmix_job_t *job, size_t ref)
+{
+    pthread_mutex_lock(&job->evq_lock);
+    struct pmx_closing *c = closing_find_locked(job, ref);
+    bool now = c && c->deferred && !ref_busy_locked(job, ref);
+    if (now) c->deferred = false;
+    pthread_mutex_unlock(&job->evq_lock);
+    if (!now) return;
+    deregister_ref(job, ref);
+    closing_remove(job, ref);
+}
+
+/* Close the event's PMIx chain (if it still waits for us) and free it. */
+static void finish_event(pscom_pmix_job_t *job, struct pmx_event *ev)
+{
+    if (ev->cbfunc) ev->cbfunc(ev->status, NULL, 0, NULL, NULL, ev->cbdata);
+    pthread_mutex_lock(&job->evq_lock);
+    if (job->running == ev) job->running = NULL;
+    pthread_mutex_unlock(&job->evq_lock);
+    /* After a finalize from a handler nothing is waiting, and PMIx is
+     * finalized. */
+    if (ev->has_ref && !job->finalized) release_ref(job, ev->ref);
+    event_free(ev);
 }
 
 static void handle(pscom_pmix_job_t *job, struct pmx_event *ev)
@@ -315,8 +488,6 @@ static void handle(pscom_pmix_job_t *job, struct pmx_event *ev)
     pscom_pmix_result_t *res = NULL;
     size_t nres = 0, cap = 0;
     int prev = PSCOM_PMIX_EVENT_CONTINUE;
-    bool acted = react(job, ev);
-    int final = acted ? PMIX_EVENT_PARTIAL_ACTION_TAKEN : PMIX_EVENT_NO_ACTION_TAKEN;
 
     pscom_pmix_event_t pub = {
         .code = ev->code,
@@ -334,6 +505,7 @@ static void handle(pscom_pmix_job_t *job, struct pmx_event *ev)
 
     pmx_log(job, PMX_LOG_DEBUG, "event %s from %s:%d", pub.code_str,
             pub.source_nspace, pub.source_rank);
+    if (react(job, ev)) ev->status = PMIX_EVENT_PARTIAL_ACTION_TAKEN;
     for (int cat = PMX_CAT_SPECIFIC; cat <= PMX_CAT_DEFAULT; cat++) {
         for (size_t i = 0;; i++) {
             pthread_mutex_lock(&job->hdlr_lock);
@@ -361,17 +533,25 @@ static void handle(pscom_pmix_job_t *job, struct pmx_event *ev)
                 }
             }
             if (nres < cap) res[nres++] = (pscom_pmix_result_t){id, st};
-            prev = final = st;
+            prev = ev->status = st;
             if (st == PSCOM_PMIX_EVENT_ACTION_COMPLETE) goto done;
         }
     }
 done:
     free(res);
-    if (ev->cbfunc)
-        ev->cbfunc(final, NULL, 0, NULL, NULL, ev->cbdata);
-    event_free(ev);
+    finish_event(job, ev);
 }
 
+/* The job whose event this thread is handling (dispatch). */
+static __thread const pscom_pmix_job_t *dispatching;
+
+bool pmx_dispatching(const pscom_pmix_job_t *job)
+{
+    return job && dispatching == job;
+}
+
+/* Handle what is queued. Returns how many events it handled; a job that
+ * a handler finalized is freed here, and must not be used after. */
 static int dispatch(pscom_pmix_job_t *job)
 {
     int n = 0;
@@ -379,9 +559,16 @@ static int dispatch(pscom_pmix_job_t *job)
     for (;;) {
         if (pthread_mutex_trylock(&job->dispatch_lock)) return n;
         struct pmx_event *ev;
-        while ((ev = dequeue(job))) {
+        while ((ev = take_next(job))) {
+            dispatching = job;
             handle(job, ev);
+            dispatching = NULL;
             n++;
+            if (job->finalized) {
+                pthread_mutex_unlock(&job->dispatch_lock);
+                pmx_job_free(job);
+                return n;
+            }
         }
         pthread_mutex_unlock(&job->dispatch_lock);
         /* An event queued after our last look, while a dispatcher on
@@ -469,29 +656,15 @@ pscom_err_t pscom_pmix_event_register(pscom_pmix_job_t *job, const int *codes,
     h->cb = cb;
     h->ctx = ctx;
 
-    /* Codes get a PMIx registration of their own, so that events their
-     * sender keeps from default handlers reach us too. */
-    if (!job->singleton && category != PMX_CAT_DEFAULT && !pmx_server_lost(job)) {
-        pmix_status_t rc = pmix_register(codes, ncodes, &h->pmix_ref);
-        if (rc != PMIX_SUCCESS) {
-            pmx_log(job, PMX_LOG_ERROR,
-                    "pscom_pmix_event_register: PMIx_Register_event_handler "
-                    "for %zu code(s), %s first: %s", ncodes,
-                    PMIx_Error_string(codes[0]), PMIx_Error_string(rc));
-            free(h->codes);
-            free(h);
-            return pmx_err(rc);
-        }
-        h->has_pmix_ref = true;
-    }
-
+    /* In the table first: PMIx may deliver an event to the registration
+     * below before it returns (an event it kept for the codes), and a
+     * dispatcher on another thread may handle it at once. */
     pthread_mutex_lock(&job->hdlr_lock);
     if (job->nhdlrs == job->cap_hdlrs) {
         size_t ncap = job->cap_hdlrs ? 2 * job->cap_hdlrs : 16;
         struct pmx_handler **n = realloc(job->hdlrs, ncap * sizeof(*n));
         if (!n) {
             pthread_mutex_unlock(&job->hdlr_lock);
-            if (h->has_pmix_ref) PMIx_Deregister_event_handler(h->pmix_ref, NULL, NULL);
             free(h->codes);
             free(h);
             errno = ENOMEM;
@@ -502,32 +675,59 @@ pscom_err_t pscom_pmix_event_register(pscom_pmix_job_t *job, const int *codes,
     }
     h->id = job->next_id++;
     job->hdlrs[job->nhdlrs++] = h;
+    size_t id = h->id;
     pthread_mutex_unlock(&job->hdlr_lock);
-    if (id_p) *id_p = h->id;
+
+    /* Codes get a PMIx registration of their own, so that events their
+     * sender keeps from default handlers reach us too. */
+    if (!job->singleton && category != PMX_CAT_DEFAULT && !pmx_server_lost(job)) {
+        size_t ref;
+        pmix_status_t rc = pmix_register(codes, ncodes, &ref);
+        if (rc != PMIX_SUCCESS) {
+            pmx_log(job, PMX_LOG_ERROR,
+                    "pscom_pmix_event_register: PMIx_Register_event_handler "
+                    "for %zu code(s), %s first: %s", ncodes,
+                    PMIx_Error_string(codes[0]), PMIx_Error_string(rc));
+            /* It stays in the table (a dispatcher may be at its index),
+             * never called again, until finalize frees it. */
+            pthread_mutex_lock(&job->hdlr_lock);
+            h->removed = true;
+            pthread_mutex_unlock(&job->hdlr_lock);
+            return pmx_err(rc);
+        }
+        pthread_mutex_lock(&job->hdlr_lock);
+        bool removed = h->removed; /* by another thread meanwhile */
+        if (!removed) {
+            h->pmix_ref = ref;
+            h->has_pmix_ref = true;
+        }
+        pthread_mutex_unlock(&job->hdlr_lock);
+        if (removed) give_up_ref(job, ref);
+    }
+    if (id_p) *id_p = id;
     return PSCOM_SUCCESS;
 }
 
 pscom_err_t pscom_pmix_event_deregister(pscom_pmix_job_t *job, size_t id)
 {
-    struct pmx_handler *h = NULL;
+    bool found = false, had_ref = false;
+    size_t ref = 0;
 
     if (!job) return PSCOM_ERR_INVALID;
     pthread_mutex_lock(&job->hdlr_lock);
-    for (size_t i = 0; i < job->nhdlrs; i++)
-        if (job->hdlrs[i]->id == id && !job->hdlrs[i]->removed) {
-            h = job->hdlrs[i];
-            h->removed = true;
-            break;
-        }
-    pthread_mutex_unlock(&job->hdlr_lock);
-    if (!h) return PSCOM_ERR_INVALID;
-    if (h->has_pmix_ref) {
+    for (size_t i = 0; i < job->nhdlrs; i++) {
+        struct pmx_handler *h = job->hdlrs[i];
+        if (h->id != id || h->removed) continue;
+        h->removed = true;
+        found = true;
+        had_ref = h->has_pmix_ref;
+        ref = h->pmix_ref;
         h->has_pmix_ref = false;
-        pmix_status_t rc = PMIx_Deregister_event_handler(h->pmix_ref, NULL, NULL);
-        if (rc != PMIX_SUCCESS && !pmx_server_lost(job))
-            pmx_log(job, PMX_LOG_WARN, "PMIx_Deregister_event_handler: %s",
-                    PMIx_Error_string(rc));
+        break;
     }
+    pthread_mutex_unlock(&job->hdlr_lock);
+    if (!found) return PSCOM_ERR_INVALID;
+    if (had_ref) give_up_ref(job, ref);
     return PSCOM_SUCCESS;
 }
 
@@ -556,11 +756,14 @@ pscom_err_t pscom_pmix_notify(pscom_pmix_job_t *job, int code,
 
     if (text)
         PMIX_INFO_LOAD(&info[ninfo++], PMIX_EVENT_TEXT_MESSAGE, text, PMIX_STRING);
-    if (rank >= 0) {
+    /* Also for rank -1, as a process of no valid rank: an event that names
+     * no process is taken to be about its source, when its code tells of a
+     * peer's failure (source_as_rank). */
+    if (rank >= 0)
         pmx_proc(job, rank, &affected);
-        PMIX_INFO_LOAD(&info[ninfo++], PMIX_EVENT_AFFECTED_PROC, &affected,
-                       PMIX_PROC);
-    }
+    else
+        PMIX_LOAD_PROCID(&affected, job->me.nspace, PMIX_RANK_UNDEF);
+    PMIX_INFO_LOAD(&info[ninfo++], PMIX_EVENT_AFFECTED_PROC, &affected, PMIX_PROC);
     rc = PMIx_Notify_event(code, &job->me,
                            range == PSCOM_PMIX_RANGE_DEFAULT ? PMIX_RANGE_NAMESPACE
                                                              : pmx_range(range),
@@ -625,34 +828,60 @@ int pmx_events_start(pscom_pmix_job_t *job)
 
 void pmx_events_stop(pscom_pmix_job_t *job)
 {
-    if (!job->singleton) {
-        for (size_t i = 0; i < job->nown_refs; i++)
-            PMIx_Deregister_event_handler(job->own_refs[i], NULL, NULL);
-        job->nown_refs = 0;
-        pthread_mutex_lock(&job->hdlr_lock);
-        for (size_t i = 0; i < job->nhdlrs; i++) {
-            struct pmx_handler *h = job->hdlrs[i];
-            h->removed = true;
-            if (h->has_pmix_ref) {
-                h->has_pmix_ref = false;
-                PMIx_Deregister_event_handler(h->pmix_ref, NULL, NULL);
-            }
-        }
-        pthread_mutex_unlock(&job->hdlr_lock);
-    }
-    /* No PMIx handler of ours runs any more, and once the descriptor is
-     * out of pscom's table (under pscom's lock) no other thread's progress
-     * is dispatching: what is queued is dropped. */
-    ev_job = NULL;
+    /* From now on our PMIx handlers pass every event on at once. */
+    pthread_mutex_lock(&job->evq_lock);
+    job->stopping = true;
+    pthread_mutex_unlock(&job->evq_lock);
+    /* Once the descriptor is out of pscom's table (under pscom's lock) no
+     * other thread's pscom progress is dispatching; pscom_pmix_progress
+     * must not overlap finalize. A handler of this thread may be running
+     * (finalize from a handler: pmx_dispatching). */
     if (job->fd_watched) pscom_plugin_fd_del(job->pipe_rd);
     job->fd_watched = false;
-    struct pmx_event *ev;
-    while ((ev = dequeue(job))) {
+    pthread_mutex_lock(&job->hdlr_lock);
+    for (size_t i = 0; i < job->nhdlrs; i++) job->hdlrs[i]->removed = true;
+    pthread_mutex_unlock(&job->hdlr_lock);
+
+    /* Every PMIx chain we hold is closed before any registration of ours
+     * is given up: OpenPMIx reads the registration's handler object after
+     * the cbfunc, and its deregistration frees it. */
+    pthread_mutex_lock(&job->evq_lock);
+    struct pmx_event *running = job->running, *ev;
+    struct pmx_event *queued = job->evq_head;
+    job->evq_head = job->evq_tail = NULL;
+    pthread_mutex_unlock(&job->evq_lock);
+    while ((ev = queued)) {
+        queued = ev->next;
         if (ev->cbfunc)
             ev->cbfunc(PMIX_EVENT_NO_ACTION_TAKEN, NULL, 0, NULL, NULL,
                        ev->cbdata);
         event_free(ev);
     }
+    if (running && running->cbfunc) {
+        /* Its handler finalizes: what the chain came to so far. */
+        running->cbfunc(running->status, NULL, 0, NULL, NULL,
+                        running->cbdata);
+        running->cbfunc = NULL;
+    }
+
+    if (!job->singleton) {
+        for (size_t i = 0; i < job->nown_refs; i++)
+            deregister_ref(job, job->own_refs[i]);
+        job->nown_refs = 0;
+        /* No other thread changes the table now (finalize owns the job). */
+        for (size_t i = 0; i < job->nhdlrs; i++) {
+            struct pmx_handler *h = job->hdlrs[i];
+            if (!h->has_pmix_ref) continue;
+            h->has_pmix_ref = false;
+            deregister_ref(job, h->pmix_ref);
+        }
+        for (size_t i = 0; i < job->nclosing; i++)
+            if (job->closing[i].deferred) deregister_ref(job, job->closing[i].ref);
+    }
+    job->nclosing = 0;
+    /* Every deregistration is done: no PMIx handler of ours runs or will
+     * run, so the pipe can go. */
+    ev_job = NULL;
     if (job->pipe_rd >= 0) close(job->pipe_rd);
     if (job->pipe_wr >= 0) close(job->pipe_wr);
     job->pipe_rd = job->pipe_wr = -1;

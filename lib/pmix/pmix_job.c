@@ -68,6 +68,11 @@ pscom_err_t pmx_err(pmix_status_t rc)
     return PSCOM_ERR_STDERROR;
 }
 
+bool pmx_nspace_is(const char *a, const char *b)
+{
+    return a && b && a[0] && b[0] && strncmp(a, b, PMIX_MAX_NSLEN) == 0;
+}
+
 void pmx_proc(const pscom_pmix_job_t *job, int rank, pmix_proc_t *p)
 {
     PMIX_LOAD_PROCID(p, job->me.nspace, (pmix_rank_t)rank);
@@ -116,6 +121,35 @@ static bool pmix_env_present(void)
     return false;
 }
 
+/* The server this process connected to: PMIx takes it from the first of
+ * these variables that is set, "NSPACE.RANK;URI" (the rank after the last
+ * dot before the ';'). */
+static bool server_from_env(pmix_proc_t *server)
+{
+    static const char *const vars[] = {"PMIX_SERVER_URI41", "PMIX_SERVER_URI4",
+                                       "PMIX_SERVER_URI3", "PMIX_SERVER_URI21",
+                                       "PMIX_SERVER_URI2"};
+    for (size_t i = 0; i < sizeof(vars) / sizeof(vars[0]); i++) {
+        const char *uri = getenv(vars[i]);
+        if (!uri) continue;
+        const char *semi = strchr(uri, ';');
+        const char *dot = NULL;
+        for (const char *c = uri; semi && c < semi; c++)
+            if (*c == '.') dot = c;
+        if (!dot || dot == uri || (size_t)(dot - uri) > PMIX_MAX_NSLEN)
+            return false;
+        char *end;
+        errno = 0;
+        unsigned long rank = strtoul(dot + 1, &end, 10);
+        if (errno || end != semi || end == dot + 1) return false;
+        memset(server, 0, sizeof(*server));
+        memcpy(server->nspace, uri, (size_t)(dot - uri));
+        server->rank = (pmix_rank_t)rank;
+        return true;
+    }
+    return false;
+}
+
 static int get_u32(const pscom_pmix_job_t *job, const pmix_proc_t *proc,
                    const char *key, uint32_t *out)
 {
@@ -136,13 +170,14 @@ static int get_u32(const pscom_pmix_job_t *job, const pmix_proc_t *proc,
     return ret;
 }
 
-static void job_free(pscom_pmix_job_t *job)
+void pmx_job_free(pscom_pmix_job_t *job)
 {
     for (size_t i = 0; i < job->nhdlrs; i++) {
         free(job->hdlrs[i]->codes);
         free(job->hdlrs[i]);
     }
     free(job->hdlrs);
+    free(job->closing);
     free(job->cons);
     free(job->local);
     free(job->failed);
@@ -194,7 +229,7 @@ pscom_err_t pscom_pmix_init(pscom_pmix_job_t **job_p)
                     getenv("PMIX_NAMESPACE") ? getenv("PMIX_NAMESPACE") : "unset",
                     getenv("PMIX_RANK") ? getenv("PMIX_RANK") : "unset",
                     PMIx_Get_version());
-            job_free(job);
+            pmx_job_free(job);
             pthread_mutex_unlock(&job_lock);
             errno = ENOTCONN;
             return PSCOM_ERR_STDERROR;
@@ -216,7 +251,7 @@ pscom_err_t pscom_pmix_init(pscom_pmix_job_t **job_p)
                     "the PMIx host does not tell the job size (PMIX_JOB_SIZE "
                     "of namespace %s)", job->me.nspace);
             PMIx_Finalize(NULL, 0);
-            job_free(job);
+            pmx_job_free(job);
             pthread_mutex_unlock(&job_lock);
             errno = ENOTSUP;
             return PSCOM_ERR_STDERROR;
@@ -227,19 +262,22 @@ pscom_err_t pscom_pmix_init(pscom_pmix_job_t **job_p)
             pmx_log(NULL, PMX_LOG_ERROR, "PMIx says rank %d of %d ranks",
                     job->rank, job->size);
             PMIx_Finalize(NULL, 0);
-            job_free(job);
+            pmx_job_free(job);
             pthread_mutex_unlock(&job_lock);
             errno = EINVAL;
             return PSCOM_ERR_STDERROR;
         }
-        pmx_log(job, PMX_LOG_INFO, "PMIx %s, %d ranks", PMIx_Get_version(),
-                job->size);
+        job->server_known = server_from_env(&job->server);
+        pmx_log(job, PMX_LOG_INFO, "PMIx %s, %d ranks, server %s:%d",
+                PMIx_Get_version(), job->size,
+                job->server_known ? job->server.nspace : "unknown",
+                job->server_known ? (int)job->server.rank : -1);
     }
 
     job->failed = calloc((size_t)job->size, sizeof(*job->failed));
     if (!job->failed || pmx_events_start(job)) {
         if (!job->singleton) PMIx_Finalize(NULL, 0);
-        job_free(job);
+        pmx_job_free(job);
         pthread_mutex_unlock(&job_lock);
         return PSCOM_ERR_STDERROR;
     }
@@ -292,7 +330,11 @@ void pscom_pmix_finalize(pscom_pmix_job_t *job)
         pthread_mutex_unlock(&job_lock);
         return;
     }
+    /* From a handler, the dispatcher still holds the job: it frees it
+     * when the handler returned. */
+    bool from_handler = pmx_dispatching(job);
     pmx_events_stop(job);
+    pmx_sock_watch_stop(job);
     if (!job->singleton) {
         pmix_status_t rc = PMIx_Finalize(NULL, 0);
         if (rc != PMIX_SUCCESS && !pmx_server_lost(job))
@@ -301,7 +343,10 @@ void pscom_pmix_finalize(pscom_pmix_job_t *job)
     }
     the_job = NULL;
     pthread_mutex_unlock(&job_lock);
-    job_free(job);
+    if (from_handler)
+        job->finalized = true;
+    else
+        pmx_job_free(job);
 }
 
 int pscom_pmix_rank(const pscom_pmix_job_t *job)
@@ -324,9 +369,17 @@ int pscom_pmix_is_singleton(const pscom_pmix_job_t *job)
     return job && job->singleton;
 }
 
+pscom_socket_t *pmx_job_sock(pscom_pmix_job_t *job)
+{
+    pthread_mutex_lock(&job->peers_lock);
+    pscom_socket_t *sock = job->sock;
+    pthread_mutex_unlock(&job->peers_lock);
+    return sock;
+}
+
 pscom_socket_t *pscom_pmix_socket(const pscom_pmix_job_t *job)
 {
-    return job ? job->sock : NULL;
+    return job ? pmx_job_sock((pscom_pmix_job_t *)job) : NULL;
 }
 
 pscom_connection_t *pscom_pmix_connection(const pscom_pmix_job_t *job,
@@ -338,8 +391,9 @@ pscom_connection_t *pscom_pmix_connection(const pscom_pmix_job_t *job,
 
 int pscom_pmix_is_local(const pscom_pmix_job_t *job, int rank)
 {
-    if (!job || !job->local || rank < 0 || rank >= job->size) return -1;
-    return job->local[rank];
+    if (!job || rank < 0 || rank >= job->size) return -1;
+    const signed char *local = __atomic_load_n(&job->local, __ATOMIC_ACQUIRE);
+    return local ? local[rank] : -1;
 }
 
 const char *pscom_pmix_event_str(int code)

@@ -42,6 +42,10 @@ struct pmx_event {
     pmix_proc_t source;
     int *ranks; /* ranks of our namespace the event names; owned */
     size_t nranks;
+    /* It names its processes (PMIX_EVENT_AFFECTED_PROC[S], also with no
+     * valid rank of ours): a peer failure does not fall back to its
+     * source. */
+    bool names_procs;
     char *text; /* owned copy, or NULL */
     int exit_code;
     bool has_exit_code;
@@ -52,10 +56,27 @@ struct pmx_event {
     size_t ninfo;
     pmix_event_notification_cbfunc_fn_t cbfunc;
     void *cbdata;
+    /* The PMIx registration of ours it came through (has_ref): PMIx reads
+     * that registration's handler object until cbfunc is called, so it is
+     * not deregistered before. */
+    size_t ref;
+    bool has_ref;
+    /* What the chain came to so far: the status cbfunc gets. */
+    int status;
+};
+
+/* A PMIx registration of ours being given up (job->closing). */
+struct pmx_closing {
+    size_t ref;
+    /* Waits for the cbfunc of the events that came through it (they are
+     * still queued); else its PMIx_Deregister_event_handler is under way,
+     * and events that come through it meanwhile are passed on at once. */
+    bool deferred;
 };
 
 /* An application handler. Never freed before finalize, so a dispatcher may
- * keep a pointer across the handler calls. */
+ * keep a pointer across the handler calls. has_pmix_ref and pmix_ref under
+ * hdlr_lock. */
 struct pmx_handler {
     size_t id;
     int category; /* PMX_CAT_* */
@@ -77,26 +98,50 @@ struct pscom_pmix_job {
     /* A lost-connection event came: set by a dispatcher, read by any
      * thread (atomic loads and stores). */
     bool server_lost;
+    /* The PMIx server this process is connected to, from the
+     * PMIX_SERVER_URI* variable PMIx connected with (server_known). */
+    pmix_proc_t server;
+    bool server_known;
 
     /* Bootstrap. */
     pscom_socket_t *sock;
     pscom_connection_t **cons; /* [size] */
-    signed char *local;        /* [size]: 1, 0, -1 unknown */
+    /* [size]: 1, 0, -1 unknown; NULL until the bootstrap filled it whole.
+     * Published once (atomic release store, acquire loads): any thread
+     * reads it without a lock. */
+    signed char *local;
     /* [size]: 0, or what an event said: 1 failed, 2 terminated normally.
      * Allocated at init: events may come before the bootstrap. */
     signed char *failed;
-    /* cons[] (and the array itself) and failed[]: written by the bootstrap
-     * and by event dispatchers, which may run on other threads (pscom
-     * progress). Never held while calling pscom. */
+    /* pscom_close_socket() of the bootstrap socket was seen (a receive on
+     * the connection to ourselves that takes no message ended): sock and
+     * every cons[] entry are NULL from then on. */
+    bool sock_closed;
+    /* That receive (pmix_boot.c); finalize withdraws it. */
+    pscom_request_t *sock_watch;
+    /* sock, cons[] (and the array itself), failed[] and sock_closed:
+     * written by the bootstrap, by event dispatchers and by the socket's
+     * close, which may run on other threads (pscom progress). Never held
+     * while calling pscom. */
     pthread_mutex_t peers_lock;
 
     /* Events: filled by PMIx's thread, emptied by the dispatcher. */
     pthread_mutex_t evq_lock;
     struct pmx_event *evq_head, *evq_tail;
+    /* Under evq_lock: the event a dispatcher handles now; finalize has
+     * begun (our PMIx handlers pass every event on at once); the PMIx
+     * registrations being given up. */
+    struct pmx_event *running;
+    bool stopping;
+    struct pmx_closing *closing;
+    size_t nclosing, cap_closing;
     int pipe_rd, pipe_wr;
     bool fd_watched;
     /* One dispatcher at a time (trylock; never held while waiting). */
     pthread_mutex_t dispatch_lock;
+    /* pscom_pmix_finalize ran inside one of the job's handlers: the
+     * dispatcher frees the job when the handler returned. */
+    bool finalized;
 
     /* Application handlers, in registration order. */
     pthread_mutex_t hdlr_lock;
@@ -121,6 +166,14 @@ pscom_connection_t *pmx_peer_get(pscom_pmix_job_t *job, int rank,
                                  signed char *failed);
 
 /* pmix_job.c */
+/* Free what the job holds and the job itself (finalize, or the
+ * dispatcher after a finalize from a handler). */
+void pmx_job_free(pscom_pmix_job_t *job);
+/* Are a and b the same namespace? Never for an empty name (PMIx's
+ * PMIX_CHECK_NSPACE takes one for a wildcard). */
+bool pmx_nspace_is(const char *a, const char *b);
+/* The bootstrap socket, NULL before the bootstrap and after its close. */
+pscom_socket_t *pmx_job_sock(pscom_pmix_job_t *job);
 void pmx_log(const pscom_pmix_job_t *job, int level, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 /* Map a PMIx status to a pscom error (setting errno for STDERROR). */
@@ -154,11 +207,20 @@ pmix_status_t pmx_op_wait(struct pmx_op *op);
 /* Queue an event made in this process (singleton, local notify). */
 int pmx_event_local(pscom_pmix_job_t *job, int code, int rank,
                     const char *text);
+/* Did an event report rank dead: marked by a dispatcher (job->failed), or
+ * a peer-failure event naming it waits in the queue? */
+bool pmx_rank_reported_dead(pscom_pmix_job_t *job, int rank);
+/* Is this thread running a handler (or the library's reaction) of job's
+ * events? Then finalize leaves the job's free to the dispatcher. */
+bool pmx_dispatching(const pscom_pmix_job_t *job);
 
 /* pmix_boot.c */
 /* Parse "host:port@name": 0, or -1 with *why set to what is wrong. */
 int pmx_ep_check(const char *ep, int *port, char name[9], const char **why);
 void pmx_fail_peer(pscom_pmix_job_t *job, int rank, int code,
                    const char *text, bool normal_exit);
+/* Withdraw the receive that watches for the bootstrap socket's close
+ * (finalize). */
+void pmx_sock_watch_stop(pscom_pmix_job_t *job);
 
 #endif /* PMX_PRIV_H_ */

@@ -45,10 +45,11 @@ pscom_err_t pscom_pmix_publish(pscom_pmix_job_t *job, pscom_socket_t *socket,
         persist > PSCOM_PMIX_PERSIST_SESSION)
         return PSCOM_ERR_INVALID;
     if (!service_ok(job, service, "pscom_pmix_publish")) return PSCOM_ERR_INVALID;
-    if (!socket) socket = job->sock;
+    if (!socket) socket = pmx_job_sock(job);
     if (!socket) {
         pmx_log(job, PMX_LOG_ERROR, "pscom_pmix_publish \"%s\": no socket "
-                "(pass one, or bootstrap first)", service);
+                "(pass one, or bootstrap first; the bootstrap socket is "
+                "closed?)", service);
         return PSCOM_ERR_INVALID;
     }
     if (!pmx_server_usable(job, "pscom_pmix_publish")) return PSCOM_ERR_STDERROR;

@@ -556,24 +556,73 @@ void pscom_close_connection(pscom_connection_t *connection)
     psc_unlock();
 }
 
+/* The open connection whose public part is `connection`, found among the
+ * connections of the open sockets without reading through the pointer
+ * (the caller may hold one to a connection freed long ago), or NULL. */
+static struct psc_con *find_live_con(const pscom_connection_t *connection)
+{
+    struct psc_list *s, *c;
+    psc_list_for_each(s, &psc_ctx.sockets) {
+        struct psc_sock *sock = psc_list_entry(s, struct psc_sock, next_sock);
+        psc_list_for_each(c, &sock->cons) {
+            struct psc_con *con = psc_list_entry(c, struct psc_con, next_con);
+            if (&con->pub == connection) return con;
+        }
+    }
+    return NULL;
+}
+
+/* Rounds of progress a failure spends reading what the transport still
+ * holds for the connection. tcp reads all its socket has in one round;
+ * the bound keeps a peer that goes on sending from holding the call. */
+#define FAIL_DRAIN_ROUNDS 256
+
+/* Read what has arrived for con before it is failed, so that the messages
+ * its peer sent before it died become unexpected messages that stay
+ * receivable: the bytes still in the kernel's socket buffer would go with
+ * the connection, while the transport alone delivers them before the end
+ * of the stream. Until a round of progress finds nothing to do (so nothing
+ * more for con either), or the transport ended the connection itself, or
+ * a callback closed it. Runs inside the caller's psc_enter: con is not
+ * freed meanwhile. */
+static void drain_before_fail(struct psc_con *con)
+{
+    for (unsigned round = 0; round < FAIL_DRAIN_ROUNDS; round++) {
+        if (!psc_progress()) return;
+        if (con->failed || con->closing || con->zombie) return;
+    }
+    psc_debug("%s: still reading after %u rounds of progress; failing it "
+              "now", psc_con_str(con), FAIL_DRAIN_ROUNDS);
+}
+
 pscom_err_t pscom_fail_connection(pscom_connection_t *connection,
                                   pscom_err_t error)
 {
     if (!connection || error >= 0) return PSCOM_ERR_INVALID;
     psc_lock();
     psc_enter();
-    struct psc_con *con = con_of(connection);
+    struct psc_con *con = find_live_con(connection);
     pscom_err_t ret = PSCOM_SUCCESS;
-    if (con->magic != PSC_CON_MAGIC || con->zombie) {
+    if (!con) {
+        psc_debug("pscom_fail_connection: %p is no open connection (closed "
+                  "already, or its socket was closed); nothing to fail",
+                  (void *)connection);
         ret = PSCOM_ERR_INVALID;
     } else if (con->failed || con->closing) {
         ret = PSCOM_ERR_ALREADY;
     } else {
-        if (con->precon) psc_precon_destroy(con->precon);
-        con->ondemand = false;
-        psc_debug("%s: failed by the application: %s", psc_con_str(con),
-                  pscom_err_str(error));
-        psc_con_fail(con, PSCOM_OP_RW, error);
+        if (con->plugin_open) drain_before_fail(con);
+        if (con->failed || con->closing || con->zombie) {
+            /* The transport reported the end itself (con_error has been
+             * called with its error), or a callback closed it. */
+            ret = PSCOM_ERR_ALREADY;
+        } else {
+            if (con->precon) psc_precon_destroy(con->precon);
+            con->ondemand = false;
+            psc_debug("%s: failed by the application: %s", psc_con_str(con),
+                      pscom_err_str(error));
+            psc_con_fail(con, PSCOM_OP_RW, error);
+        }
     }
     psc_leave();
     psc_unlock();

@@ -36,12 +36,32 @@
  *                       4's mpirun does not find a publish of range
  *                       namespace by another rank of the job
  *
+ *   lost-messages       (2 ranks) rank 1 sends 50 messages and exits with
+ *                       status 7 while rank 0 makes no pscom call; after the
+ *                       event failed the connection, rank 0 receives them all
+ *   closed-socket       (2 ranks) rank 0 closes its bootstrap socket and opens
+ *                       connections of another one; rank 1's end fails none
+ *   dead-before-boot [--dispatched]  (2 ranks) rank 1 ends before the
+ *                       bootstrap; rank 0's fails with ECONNABORTED
+ *   fake-lost           (2 ranks) rank 1 notifies UNREACH; rank 0 keeps
+ *                       using its server
+ *   notify-failure-code (2 ranks) rank 1 notifies a peer-failure code about
+ *                       no rank of the job; rank 0 keeps its connection
+ *   lost-server         (1 rank) kills its launcher: LOST_CONNECTION is
+ *                       noticed, the barrier fails with ENOTCONN
+ *   teardown MODE       (1 rank) a PMIx registration goes while an event of
+ *                       it is queued: queued (finalize), dereg, oneshot
+ *   finalize-in-handler [--by-pscom]  a handler finalizes the job
+ *   register-order      an event dispatched while its handler is being
+ *                       registered reaches it
+ *
  * PSCOM_TEST_THREADED=1 initialises pscom with pscom_init_thread().
  *
  * Every rank prints "RESULT rank R: OK ..." when its checks passed, or a
  * line with "FAIL" and exits 1. A watchdog ends a hanging rank with exit
  * status 3 and the step it hung in.
  */
+#include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <pmix.h>
@@ -182,7 +202,9 @@ static void on_con_error(pscom_connection_t *con, pscom_op_t op,
     fflush(stdout);
 }
 
-static pscom_socket_t *boot(pscom_pmix_job_t **job_p, unsigned flags)
+/* pscom_pmix_init, before(job) when given, and the bootstrap. */
+static pscom_socket_t *boot_after(pscom_pmix_job_t **job_p, unsigned flags,
+                                  void (*before)(pscom_pmix_job_t *job))
 {
     pscom_pmix_job_t *job;
     pscom_err_t rc;
@@ -194,6 +216,7 @@ static pscom_socket_t *boot(pscom_pmix_job_t **job_p, unsigned flags)
     rc = pscom_pmix_init(&job);
     CHECK(rc == PSCOM_SUCCESS, "pscom_pmix_init: %s", pscom_err_str(rc));
     g_rank = pscom_pmix_rank(job);
+    if (before) before(job);
     pscom_socket_t *sock = pscom_open_socket(0, 0, PSCOM_RANK_UNDEFINED, 0);
     CHECK(sock, "pscom_open_socket");
     sock->ops.con_error = on_con_error;
@@ -202,6 +225,11 @@ static pscom_socket_t *boot(pscom_pmix_job_t **job_p, unsigned flags)
     CHECK(rc == PSCOM_SUCCESS, "pscom_pmix_bootstrap: %s", pscom_err_str(rc));
     *job_p = job;
     return sock;
+}
+
+static pscom_socket_t *boot(pscom_pmix_job_t **job_p, unsigned flags)
+{
+    return boot_after(job_p, flags, NULL);
 }
 
 /* One round: every rank sends to every rank (itself included) and receives
@@ -291,20 +319,63 @@ static int count_connections(pscom_socket_t *sock)
 /* alltoall                                                               */
 /* ---------------------------------------------------------------------- */
 
+/* alltoall: a thread asks for the locality of every rank while the
+ * bootstrap learns it. It may see -1 (not known yet), and then only the
+ * final answer: never a value the bootstrap is still writing. */
+static struct {
+    pscom_pmix_job_t *job;
+    pthread_t thread;
+    int done;            /* atomic: the bootstrap returned */
+    signed char seen[64]; /* the first answer other than -1, per rank */
+    char bad[128];
+} g_local;
+
+static void *read_locality(void *arg)
+{
+    int n = pscom_pmix_size(g_local.job);
+    (void)arg;
+    if (n > 64) n = 64;
+    memset(g_local.seen, -1, sizeof(g_local.seen));
+    while (!__atomic_load_n(&g_local.done, __ATOMIC_ACQUIRE)) {
+        for (int r = 0; r < n && !g_local.bad[0]; r++) {
+            int v = pscom_pmix_is_local(g_local.job, r);
+            if (v == -1 && g_local.seen[r] == -1) continue;
+            if ((v != 0 && v != 1) || (g_local.seen[r] != -1 && v != g_local.seen[r]))
+                snprintf(g_local.bad, sizeof(g_local.bad), "rank %d: %d after %d",
+                         r, v, g_local.seen[r]);
+            g_local.seen[r] = (signed char)v;
+        }
+    }
+    return NULL;
+}
+
+static void start_locality_reader(pscom_pmix_job_t *job)
+{
+    g_local.job = job;
+    CHECK(pthread_create(&g_local.thread, NULL, read_locality, NULL) == 0,
+          "pthread_create");
+}
+
 static int test_alltoall(void)
 {
     pscom_pmix_job_t *job;
-    pscom_socket_t *sock = boot(&job, 0);
+    pscom_socket_t *sock = boot_after(&job, 0, start_locality_reader);
     int n = pscom_pmix_size(job), me = pscom_pmix_rank(job);
     char types[256] = "";
     size_t off = 0;
 
+    __atomic_store_n(&g_local.done, 1, __ATOMIC_RELEASE);
+    pthread_join(g_local.thread, NULL);
+    CHECK(!g_local.bad[0], "pscom_pmix_is_local during the bootstrap: %s",
+          g_local.bad);
     CHECK(n >= 2, "needs at least 2 ranks, the job has %d", n);
     for (int r = 0; r < n; r++) {
         CHECK(pscom_pmix_connection(job, r), "no connection to rank %d", r);
         CHECK(pscom_pmix_is_local(job, r) == 1,
               "rank %d is not local (%d), all run on this node", r,
               pscom_pmix_is_local(job, r));
+        CHECK(r >= 64 || g_local.seen[r] == -1 || g_local.seen[r] == 1,
+              "rank %d was seen as %d during the bootstrap", r, g_local.seen[r]);
     }
     CHECK(pscom_pmix_connection(job, n) == NULL, "a connection beyond size");
     CHECK(pscom_pmix_is_local(job, -1) == -1, "locality of rank -1");
@@ -599,6 +670,606 @@ static int test_kill(bool unconnected)
     }
     pscom_request_free(rr);
     pscom_request_free(sr);
+    pscom_pmix_finalize(job);
+    pscom_close_socket(sock);
+    return 0;
+}
+
+/* ---------------------------------------------------------------------- */
+/* lost-messages                                                          */
+/* ---------------------------------------------------------------------- */
+
+#define LOST_N    50
+#define LOST_LEN  8192
+#define LOST_EXIT 7
+
+/* Rank 1's end was reported: set by a PMIx handler of the test's own that
+ * runs before every other (PMIx's thread), so the library's handler has
+ * the event queued, not yet handled. */
+static int g_end_reported;
+
+static void on_end_first(size_t id, pmix_status_t status,
+                         const pmix_proc_t *source, pmix_info_t info[],
+                         size_t ninfo, pmix_info_t *results, size_t nresults,
+                         pmix_event_notification_cbfunc_fn_t cbfunc,
+                         void *cbdata)
+{
+    (void)id;
+    (void)status;
+    (void)source;
+    (void)info;
+    (void)ninfo;
+    (void)results;
+    (void)nresults;
+    /* The chain goes on to the library's handler before anything this
+     * process asks PMIx after seeing the flag. */
+    if (cbfunc) cbfunc(PMIX_SUCCESS, NULL, 0, NULL, NULL, cbdata);
+    __atomic_store_n(&g_end_reported, 1, __ATOMIC_RELEASE);
+}
+
+/* Rank 0 learns of an end of rank 1 before the library handles it: a PMIx
+ * handler of the test's own that runs first. Registered before the
+ * bootstrap, which rank 1 cannot pass alone. */
+static void watch_end_first(pscom_pmix_job_t *job)
+{
+    (void)job;
+    if (g_rank != 0) return;
+    pmix_status_t code = PMIX_EVENT_PROC_TERMINATED;
+    bool yes = true;
+    pmix_info_t first;
+    PMIX_INFO_LOAD(&first, PMIX_EVENT_HDLR_FIRST, &yes, PMIX_BOOL);
+    pmix_status_t rc = PMIx_Register_event_handler(&code, 1, &first, 1,
+                                                   on_end_first, NULL, NULL);
+    PMIX_INFO_DESTRUCT(&first);
+    CHECK(rc >= 0, "PMIx_Register_event_handler: %s", PMIx_Error_string(rc));
+}
+
+/* Wait, without pscom, until on_end_first saw rank 1's end: the event
+ * is queued in the library then, not handled. */
+static void wait_end_reported(void)
+{
+    step("waiting, without pscom, for the event of rank 1's end");
+    while (!__atomic_load_n(&g_end_reported, __ATOMIC_ACQUIRE)) usleep(1000);
+}
+
+/* Rank 1: a barrier with rank 0, then the end (status LOST_EXIT, without
+ * finalize). */
+static void end_after_barrier(pscom_pmix_job_t *job, const char *when)
+{
+    step("barrier, then the end %s", when);
+    CHECK(pscom_pmix_barrier(job) == PSCOM_SUCCESS, "barrier");
+    result_ok("ending with status %d %s, without finalize", LOST_EXIT, when);
+    _exit(LOST_EXIT);
+}
+
+/* Rank 0: a handler of PROC_TERMINATED that fills s. */
+static void register_end_handler(pscom_pmix_job_t *job, struct seen *s)
+{
+    int codes[] = {PSCOM_PMIX_PROC_TERMINATED};
+    CHECK(pscom_pmix_event_register(job, codes, 1, 0, on_failure, s, NULL) ==
+              PSCOM_SUCCESS, "register the failure handler");
+}
+
+/* Handle events until the handler that fills s ran. */
+static void handle_until_seen(pscom_pmix_job_t *job, const struct seen *s)
+{
+    step("handling the event");
+    while (!s->calls) {
+        pscom_pmix_progress(job);
+        usleep(1000);
+    }
+}
+
+/* Rank 1 sends messages to rank 0 and exits (status LOST_EXIT, no
+ * finalize) while rank 0 makes no pscom call: they wait unread in rank 0's
+ * socket buffer when the PMIx event of rank 1's end fails the connection.
+ * They must be received all the same (the transport alone would deliver
+ * them before its end of stream). */
+static int test_lost_messages(void)
+{
+    pscom_pmix_job_t *job;
+    static unsigned char buf[LOST_LEN];
+    pscom_socket_t *sock = boot_after(&job, PSCOM_PMIX_BOOT_DIRECT, watch_end_first);
+    CHECK(pscom_pmix_size(job) == 2, "needs 2 ranks");
+    pscom_connection_t *con = pscom_pmix_connection(job, g_rank ? 0 : 1);
+
+    if (g_rank == 1) {
+        pscom_request_t *r = new_req();
+        for (int i = 0; i < LOST_N; i++) {
+            step("send %d", i);
+            fill(buf, LOST_LEN, seed_of(1, 0, i));
+            pscom_req_prepare(r, con, buf, LOST_LEN, NULL, 0);
+            pscom_post_send(r);
+            pscom_wait(r);
+            CHECK(pscom_req_successful(r), "send %d: %s", i,
+                  pscom_req_state_str(r->state));
+        }
+        result_ok("sent %d messages of %d bytes over %s; exiting with status "
+                  "%d, without finalize", LOST_N, LOST_LEN,
+                  pscom_con_type_str(con->type), LOST_EXIT);
+        _exit(LOST_EXIT);
+    }
+
+    struct seen seen = {0};
+    register_end_handler(job, &seen);
+    wait_end_reported();
+    handle_until_seen(job, &seen);
+    CHECK(con->state == PSCOM_CON_STATE_CLOSED, "the connection to rank 1 is "
+          "not failed after the event (state %d)", (int)con->state);
+    pscom_request_t *r = new_req();
+    int got = 0;
+    for (int i = 0; i < LOST_N; i++) {
+        step("receive %d", i);
+        pscom_req_prepare(r, con, buf, LOST_LEN, NULL, 0);
+        pscom_post_recv(r);
+        pscom_wait(r);
+        if (pscom_req_successful(r) && pattern_ok(buf, LOST_LEN, seed_of(1, 0, i)))
+            got++;
+    }
+    CHECK(got == LOST_N, "%d of the %d messages rank 1 sent before it ended "
+          "were received", got, LOST_N);
+    result_ok("%d messages sent by rank 1 before it ended, received after its "
+              "connection failed (%s)", got, pscom_con_type_str(con->type));
+    pscom_request_free(r);
+    pscom_pmix_finalize(job);
+    pscom_close_socket(sock);
+    return 0;
+}
+
+/* ---------------------------------------------------------------------- */
+/* closed-socket                                                          */
+/* ---------------------------------------------------------------------- */
+
+#define NEW_CONS 8
+
+static int g_new_errors;
+static void on_new_con_error(pscom_connection_t *con, pscom_op_t op,
+                             pscom_err_t err)
+{
+    g_new_errors++;
+    printf("rank %d: con_error %s: %s during %s\n", g_rank, pscom_con_str(con),
+           pscom_err_str(err), pscom_op_str(op));
+}
+
+/* Rank 0 closes its bootstrap socket (allowed before pscom_pmix_finalize)
+ * and opens a socket with connections of the same size, which take the
+ * freed connections' memory; then rank 1 ends. Its event must fail none
+ * of them: the job forgot the connections of the closed socket. */
+static int test_closed_socket(void)
+{
+    pscom_pmix_job_t *job;
+    pscom_socket_t *sock = boot_after(&job, 0, watch_end_first);
+    CHECK(pscom_pmix_size(job) == 2, "needs 2 ranks");
+    step("barrier after the bootstrap");
+    CHECK(pscom_pmix_barrier(job) == PSCOM_SUCCESS, "barrier");
+    if (g_rank == 1) end_after_barrier(job, "after rank 0's close");
+
+    struct seen seen = {0};
+    register_end_handler(job, &seen);
+    step("closing the bootstrap socket");
+    pscom_close_socket(sock);
+    CHECK(pscom_pmix_socket(job) == NULL, "the closed socket is still the job's");
+    for (int r = 0; r < 2; r++)
+        CHECK(pscom_pmix_connection(job, r) == NULL,
+              "a connection of the closed socket is still the job's (rank %d)", r);
+    pscom_socket_t *other = pscom_open_socket(0, 0, PSCOM_RANK_UNDEFINED, 0);
+    CHECK(other, "pscom_open_socket");
+    other->ops.con_error = on_new_con_error;
+    pscom_connection_t *cons[NEW_CONS];
+    for (int i = 0; i < NEW_CONS; i++) {
+        cons[i] = pscom_open_connection(other);
+        CHECK(cons[i], "pscom_open_connection");
+    }
+    step("barrier after the close");
+    CHECK(pscom_pmix_barrier(job) == PSCOM_SUCCESS, "barrier");
+    wait_end_reported();
+    handle_until_seen(job, &seen);
+    CHECK(g_new_errors == 0, "the event of rank 1 failed %d connection(s) of "
+          "another socket", g_new_errors);
+    for (int i = 0; i < NEW_CONS; i++)
+        CHECK(cons[i]->state != PSCOM_CON_STATE_CLOSED, "connection %d of "
+              "another socket failed", i);
+    result_ok("rank 1's end after the close of the bootstrap socket failed "
+              "none of %d connections of another socket", NEW_CONS);
+    pscom_close_socket(other);
+    pscom_pmix_finalize(job);
+    return 0;
+}
+
+/* ---------------------------------------------------------------------- */
+/* dead-before-boot                                                       */
+/* ---------------------------------------------------------------------- */
+
+/* Rank 1 ends before the bootstrap. Rank 0's bootstrap, the event queued
+ * (or, with `dispatched`, handled), must fail with ECONNABORTED, not wait
+ * for rank 1's endpoint and call it missing. */
+static int test_dead_before_boot(bool dispatched)
+{
+    pscom_pmix_job_t *job;
+
+    step("pscom_pmix_init");
+    pscom_err_t rc = pscom_pmix_init(&job);
+    CHECK(rc == PSCOM_SUCCESS, "pscom_pmix_init: %s", pscom_err_str(rc));
+    g_rank = pscom_pmix_rank(job);
+    CHECK(pscom_pmix_size(job) == 2, "needs 2 ranks");
+    /* Rank 1 ends once rank 0 watches for it. */
+    watch_end_first(job);
+    if (g_rank == 1) end_after_barrier(job, "before the bootstrap");
+    step("barrier before rank 1 ends");
+    CHECK(pscom_pmix_barrier(job) == PSCOM_SUCCESS, "barrier");
+    struct seen seen = {0};
+    register_end_handler(job, &seen);
+    wait_end_reported();
+    if (dispatched) handle_until_seen(job, &seen);
+    pscom_socket_t *sock = pscom_open_socket(0, 0, PSCOM_RANK_UNDEFINED, 0);
+    CHECK(sock, "pscom_open_socket");
+    step("bootstrap without rank 1");
+    double t0 = now_s();
+    rc = pscom_pmix_bootstrap(job, sock, 0);
+    int e = errno;
+    CHECK(rc == PSCOM_ERR_STDERROR && e == ECONNABORTED, "bootstrap with rank 1 "
+          "dead: %s (%s), expected ECONNABORTED", pscom_err_str(rc), strerror(e));
+    result_ok("bootstrap with rank 1 dead (event %s): ECONNABORTED after %.2f s",
+              dispatched ? "handled" : "queued", now_s() - t0);
+    pscom_pmix_finalize(job);
+    pscom_close_socket(sock);
+    return 0;
+}
+
+/* ---------------------------------------------------------------------- */
+/* fake-lost, lost-server                                                 */
+/* ---------------------------------------------------------------------- */
+
+/* Two ranks: rank 1 notifies events to the job, rank 0 handles `events` of
+ * them (code `code`), checks what they left, and then the two exchange a
+ * token over their connection. */
+struct notify_case {
+    int code;
+    int events;
+    void (*send)(pscom_pmix_job_t *job);                    /* rank 1 */
+    void (*check)(pscom_pmix_job_t *job, pscom_connection_t *peer); /* rank 0 */
+    const char *what;
+};
+
+static int run_notify_case(const struct notify_case *c)
+{
+    pscom_pmix_job_t *job;
+    pscom_socket_t *sock = boot(&job, 0);
+    struct seen seen = {0};
+    unsigned char token = 1;
+    CHECK(pscom_pmix_size(job) == 2, "needs 2 ranks");
+    CHECK(pscom_pmix_event_register(job, &c->code, 1, 0, on_failure, &seen, NULL) ==
+              PSCOM_SUCCESS, "register the handler");
+    step("barrier");
+    CHECK(pscom_pmix_barrier(job) == PSCOM_SUCCESS, "barrier");
+    pscom_connection_t *peer = pscom_pmix_connection(job, 1 - g_rank);
+    if (g_rank == 1) {
+        c->send(job);
+        step("waiting for rank 0's token");
+        CHECK(pscom_recv_from(peer, NULL, 0, &token, 1) == PSCOM_SUCCESS, "token");
+        pscom_send(peer, NULL, 0, &token, 1);
+        pscom_flush(peer);
+    } else {
+        step("handling rank 1's events");
+        while (seen.calls < c->events) {
+            pscom_pmix_progress(job);
+            usleep(1000);
+        }
+        c->check(job, peer);
+        pscom_send(peer, NULL, 0, &token, 1);
+        CHECK(pscom_recv_from(peer, NULL, 0, &token, 1) == PSCOM_SUCCESS,
+              "token from rank 1");
+    }
+    result_ok("%s", c->what);
+    pscom_pmix_finalize(job);
+    pscom_close_socket(sock);
+    return 0;
+}
+
+/* fake-lost: rank 1 notifies UNREACH to the job (OpenPMIx passes a
+ * notified LOST_CONNECTION on to nobody, UNREACH it does). Rank 0's server
+ * is fine: rank 0 must keep using it (a lookup answers ENOENT, not
+ * ENOTCONN). */
+static void send_unreach(pscom_pmix_job_t *job)
+{
+    pscom_err_t rc = pscom_pmix_notify(job, PMIX_ERR_UNREACH,
+                                       PSCOM_PMIX_RANGE_NAMESPACE, -1,
+                                       "not really");
+    CHECK(rc == PSCOM_SUCCESS, "notify: %s", pscom_err_str(rc));
+}
+
+static void check_server_in_use(pscom_pmix_job_t *job, pscom_connection_t *peer)
+{
+    char *ep = NULL;
+    (void)peer;
+    pscom_err_t rc = pscom_pmix_lookup(job, "pscom-test-nobody-publishes-this",
+                                       PSCOM_PMIX_RANGE_DEFAULT, 0, 0, &ep);
+    int e = errno;
+    CHECK(rc == PSCOM_ERR_STDERROR && (e == ENOENT || e == ETIMEDOUT),
+          "lookup after rank 1's UNREACH: %s (%s); the server is fine",
+          pscom_err_str(rc), strerror(e));
+}
+
+/* notify-failure-code: rank 1 notifies a peer-failure code twice, through
+ * pscom_pmix_notify with rank -1 (no rank), and through PMIx naming a
+ * process of an empty namespace. Neither is about rank 1 (it is alive) nor
+ * any rank of the job: rank 0 must not fail its connection to rank 1. */
+static void send_failure_about_nobody(pscom_pmix_job_t *job)
+{
+    pscom_err_t rc = pscom_pmix_notify(job, PSCOM_PMIX_PROC_ABORTED_BY_SIG,
+                                       PSCOM_PMIX_RANGE_NAMESPACE, -1,
+                                       "about nobody");
+    CHECK(rc == PSCOM_SUCCESS, "notify: %s", pscom_err_str(rc));
+    pmix_proc_t me, nobody;
+    pmix_info_t info;
+    PMIX_LOAD_PROCID(&me, pscom_pmix_nspace(job), 1);
+    PMIX_LOAD_PROCID(&nobody, "", 1);
+    PMIX_INFO_LOAD(&info, PMIX_EVENT_AFFECTED_PROC, &nobody, PMIX_PROC);
+    pmix_status_t prc = PMIx_Notify_event(PMIX_ERR_PROC_ABORTED_BY_SIG, &me,
+                                          PMIX_RANGE_NAMESPACE, &info, 1, NULL,
+                                          NULL);
+    PMIX_INFO_DESTRUCT(&info);
+    CHECK(prc == PMIX_SUCCESS, "PMIx_Notify_event: %s", PMIx_Error_string(prc));
+}
+
+static void check_connection_kept(pscom_pmix_job_t *job, pscom_connection_t *peer)
+{
+    (void)job;
+    CHECK(peer->state != PSCOM_CON_STATE_CLOSED && !con_errors,
+          "an event about no rank of the job failed the connection to its "
+          "sender, rank 1");
+}
+
+static const struct notify_case fake_lost = {
+    PMIX_ERR_UNREACH, 1, send_unreach, check_server_in_use,
+    "rank 1's UNREACH left the server in use"};
+static const struct notify_case failure_about_nobody = {
+    PSCOM_PMIX_PROC_ABORTED_BY_SIG, 2, send_failure_about_nobody,
+    check_connection_kept,
+    "rank 1's two failure events about nobody left its connection alone"};
+
+/* The launcher dies: PMIx reports LOST_CONNECTION (its source the server)
+ * and the job stops using the server. */
+static int test_lost_server(void)
+{
+    pscom_pmix_job_t *job;
+    pscom_socket_t *sock = boot(&job, 0);
+    struct seen seen = {0};
+    int codes[] = {PSCOM_PMIX_LOST_CONNECTION};
+    CHECK(pscom_pmix_event_register(job, codes, 1, 0, on_failure, &seen, NULL) ==
+              PSCOM_SUCCESS, "register the handler");
+    /* run-test.sh removes what the launcher leaves behind. */
+    const char *tmp = getenv("PMIX_SERVER_TMPDIR");
+    printf("tmpdir: %s\n", tmp ? tmp : "");
+    fflush(stdout);
+    step("killing the launcher (pid %d)", (int)getppid());
+    CHECK(kill(getppid(), SIGKILL) == 0, "kill: %s", strerror(errno));
+    handle_until_seen(job, &seen);
+    pscom_err_t rc = pscom_pmix_barrier(job);
+    int e = errno;
+    CHECK(rc == PSCOM_ERR_STDERROR && e == ENOTCONN,
+          "barrier without a server: %s (%s), expected ENOTCONN",
+          pscom_err_str(rc), strerror(e));
+    step("finalize without a server");
+    pscom_pmix_finalize(job);
+    pscom_close_socket(sock);
+    result_ok("the lost server was noticed: barrier ENOTCONN");
+    return 0;
+}
+
+/* ---------------------------------------------------------------------- */
+/* teardown, finalize-in-handler, register-order                          */
+/* ---------------------------------------------------------------------- */
+
+#define EV_T (PSCOM_PMIX_EXTERNAL_BASE - 20)
+
+static int g_tear_calls, g_tear_seen;
+static size_t g_tear_id;
+
+/* ctx non-NULL: a one-shot handler, it deregisters itself. */
+static int on_tear(pscom_pmix_job_t *job, const pscom_pmix_event_t *ev,
+                   int prev, void *ctx)
+{
+    (void)ev;
+    (void)prev;
+    g_tear_calls++;
+    if (ctx)
+        CHECK(pscom_pmix_event_deregister(job, g_tear_id) == PSCOM_SUCCESS,
+              "a handler deregisters itself");
+    return PSCOM_PMIX_EVENT_CONTINUE;
+}
+
+static int on_tear_seen(pscom_pmix_job_t *job, const pscom_pmix_event_t *ev,
+                        int prev, void *ctx)
+{
+    (void)job;
+    (void)prev;
+    (void)ctx;
+    if (ev->code == EV_T) g_tear_seen++;
+    return PSCOM_PMIX_EVENT_CONTINUE;
+}
+
+/* Notify EV_T to ourselves and leave PMIx's thread the time to queue it;
+ * nothing here dispatches. */
+static void notify_unhandled(pscom_pmix_job_t *job, const char *text)
+{
+    step("notify %s", text);
+    CHECK(pscom_pmix_notify(job, EV_T, PSCOM_PMIX_RANGE_PROC_LOCAL, -1, text) ==
+              PSCOM_SUCCESS, "notify");
+    usleep(300000);
+}
+
+/* Dispatch until the default handler saw n events EV_T, then leave PMIx's
+ * thread the time to go on with their chains. */
+static void dispatch_until_seen(pscom_pmix_job_t *job, int n)
+{
+    step("dispatching");
+    while (g_tear_seen < n) {
+        pscom_pmix_progress(job);
+        usleep(1000);
+    }
+    usleep(300000);
+}
+
+/* An event waits in the queue (PMIx keeps its chain open until the
+ * library calls its cbfunc) while a PMIx registration it came through
+ * goes. OpenPMIx reads the registration's handler object after that
+ * cbfunc: deregistered before, it read freed memory (run with freed
+ * memory filled, this crashes). Modes: queued (finalize with the event
+ * queued), dereg (the handler deregistered with its event queued),
+ * oneshot (a handler deregisters itself when called). */
+static int test_teardown(const char *mode)
+{
+    pscom_pmix_job_t *job;
+    pscom_socket_t *sock = boot(&job, 0);
+    int code = EV_T;
+    bool queued = !strcmp(mode, "queued"), dereg = !strcmp(mode, "dereg"),
+         oneshot = !strcmp(mode, "oneshot");
+    CHECK(queued || dereg || oneshot, "unknown mode %s", mode);
+    g_mode = mode;
+    CHECK(!pscom_pmix_event_register(job, NULL, 0, PSCOM_PMIX_EVENT_DEFAULT,
+                                     on_tear_seen, NULL, NULL), "default handler");
+    if (dereg || oneshot)
+        CHECK(!pscom_pmix_event_register(job, &code, 1, 0, on_tear,
+                                         oneshot ? &code : NULL, &g_tear_id),
+              "handler of EV_T");
+    notify_unhandled(job, mode);
+    if (dereg) {
+        CHECK(pscom_pmix_event_deregister(job, g_tear_id) == PSCOM_SUCCESS,
+              "deregister with its event queued");
+        dispatch_until_seen(job, 1);
+        CHECK(g_tear_calls == 0, "a removed handler was called");
+    } else if (oneshot) {
+        dispatch_until_seen(job, 1);
+        CHECK(g_tear_calls == 1, "the one-shot handler ran %d times", g_tear_calls);
+        notify_unhandled(job, "after the one-shot handler");
+        dispatch_until_seen(job, 2);
+        CHECK(g_tear_calls == 1, "the one-shot handler ran again");
+    }
+    step("finalize%s", queued ? " with the event queued" : "");
+    pscom_pmix_finalize(job);
+    usleep(300000);
+    pscom_close_socket(sock);
+    result_ok("%s: PMIx's chains closed before their registrations went", mode);
+    return 0;
+}
+
+static int g_fin_calls, g_after_fin_calls;
+
+static int on_finalize(pscom_pmix_job_t *job, const pscom_pmix_event_t *ev,
+                       int prev, void *ctx)
+{
+    (void)ev;
+    (void)prev;
+    (void)ctx;
+    g_fin_calls++;
+    pscom_pmix_finalize(job);
+    return PSCOM_PMIX_EVENT_CONTINUE;
+}
+
+static int on_after_finalize(pscom_pmix_job_t *job,
+                             const pscom_pmix_event_t *ev, int prev, void *ctx)
+{
+    (void)job;
+    (void)ev;
+    (void)prev;
+    (void)ctx;
+    g_after_fin_calls++;
+    return PSCOM_PMIX_EVENT_CONTINUE;
+}
+
+/* A handler finalizes the job: the dispatcher that called it must not use
+ * the freed job, the handlers after it in the chain are not called, and
+ * pscom goes on. `by_pscom`: pscom progress dispatches (the event pipe's
+ * callback), else pscom_pmix_progress. */
+static int test_finalize_in_handler(bool by_pscom)
+{
+    pscom_pmix_job_t *job;
+    pscom_socket_t *sock = boot(&job, 0);
+    int code = EV_T;
+    CHECK(!pscom_pmix_event_register(job, &code, 1, 0, on_finalize, NULL, NULL),
+          "the finalizing handler");
+    CHECK(!pscom_pmix_event_register(job, NULL, 0, PSCOM_PMIX_EVENT_DEFAULT,
+                                     on_after_finalize, NULL, NULL),
+          "a handler after it");
+    step("notify");
+    CHECK(pscom_pmix_notify(job, EV_T, PSCOM_PMIX_RANGE_PROC_LOCAL, -1,
+                            "finalize") == PSCOM_SUCCESS, "notify");
+    step("dispatching by %s", by_pscom ? "pscom progress" : "pscom_pmix_progress");
+    while (!g_fin_calls) {
+        /* The job is gone once the handler ran. */
+        if (by_pscom)
+            pscom_test_any();
+        else
+            pscom_pmix_progress(job);
+        usleep(100);
+    }
+    for (int i = 0; i < 1000; i++) pscom_test_any();
+    CHECK(g_after_fin_calls == 0, "a handler ran after the job was finalized");
+    pscom_close_socket(sock);
+    result_ok("finalized from a handler run by %s",
+              by_pscom ? "pscom progress" : "pscom_pmix_progress");
+    return 0;
+}
+
+/* register-order: PMIx may hand an event to an application handler's
+ * PMIx registration before pscom_pmix_event_register returns, and another
+ * thread's dispatcher may handle it at once. The handler must be in the
+ * table by then. This test's PMIx_Register_event_handler (it takes the
+ * place of PMIx's for libpscom_pmix) plays that thread: after the real
+ * registration it notifies the code and dispatches. */
+static pmix_status_t (*g_after_register)(void);
+
+pmix_status_t PMIx_Register_event_handler(pmix_status_t codes[], size_t ncodes,
+                                          pmix_info_t info[], size_t ninfo,
+                                          pmix_notification_fn_t event_hdlr,
+                                          pmix_hdlr_reg_cbfunc_t cbfunc,
+                                          void *cbdata)
+{
+    static pmix_status_t (*real)(pmix_status_t[], size_t, pmix_info_t[], size_t,
+                                 pmix_notification_fn_t, pmix_hdlr_reg_cbfunc_t,
+                                 void *);
+    if (!real) {
+        *(void **)&real = dlsym(RTLD_NEXT, "PMIx_Register_event_handler");
+        CHECK(real, "dlsym PMIx_Register_event_handler: %s", dlerror());
+    }
+    pmix_status_t rc = real(codes, ncodes, info, ninfo, event_hdlr, cbfunc, cbdata);
+    if (g_after_register && ncodes == 1 && codes[0] == EV_T) g_after_register();
+    return rc;
+}
+
+static pscom_pmix_job_t *g_order_job;
+
+static pmix_status_t dispatch_in_the_gap(void)
+{
+    int before = g_tear_seen;
+    CHECK(pscom_pmix_notify(g_order_job, EV_T, PSCOM_PMIX_RANGE_PROC_LOCAL, -1,
+                            "in the gap") == PSCOM_SUCCESS, "notify");
+    step("dispatching between the PMIx registration and its return");
+    while (g_tear_seen == before) {
+        pscom_pmix_progress(g_order_job);
+        usleep(1000);
+    }
+    return PMIX_SUCCESS;
+}
+
+static int test_register_order(void)
+{
+    pscom_pmix_job_t *job;
+    pscom_socket_t *sock = boot(&job, 0);
+    int code = EV_T;
+    CHECK(!pscom_pmix_is_singleton(job), "needs a PMIx server");
+    g_order_job = job;
+    CHECK(!pscom_pmix_event_register(job, NULL, 0, PSCOM_PMIX_EVENT_DEFAULT,
+                                     on_tear_seen, NULL, NULL), "default handler");
+    g_after_register = dispatch_in_the_gap;
+    step("registering the handler of EV_T");
+    CHECK(!pscom_pmix_event_register(job, &code, 1, 0, on_tear, NULL, &g_tear_id),
+          "handler of EV_T");
+    g_after_register = NULL;
+    CHECK(g_tear_calls == 1, "the handler missed the event dispatched while it "
+          "was registered (called %d times)", g_tear_calls);
+    result_ok("an event dispatched while its handler was registered reached it");
     pscom_pmix_finalize(job);
     pscom_close_socket(sock);
     return 0;
@@ -1101,13 +1772,28 @@ int main(int argc, char **argv)
     if (argc < 2) {
         fprintf(stderr, "usage: %s alltoall|barrier-progress|lookup-progress|kill|events [--peers]|"
                 "pubsub-server SVC RANGE|pubsub-client SVC RANGE|singleton|"
-                "badep MODE\n", argv[0]);
+                "badep MODE|lost-messages|closed-socket|dead-before-boot "
+                "[--dispatched]|fake-lost|notify-failure-code|lost-server|"
+                "teardown MODE|"
+                "finalize-in-handler [--by-pscom]|register-order\n", argv[0]);
         return 2;
     }
     g_mode = argv[1];
     if (!strcmp(argv[1], "alltoall")) return test_alltoall();
     if (!strcmp(argv[1], "barrier-progress")) return test_barrier_progress(0);
     if (!strcmp(argv[1], "lookup-progress")) return test_barrier_progress(1);
+    if (!strcmp(argv[1], "lost-messages")) return test_lost_messages();
+    if (!strcmp(argv[1], "closed-socket")) return test_closed_socket();
+    if (!strcmp(argv[1], "dead-before-boot"))
+        return test_dead_before_boot(argc > 2 && !strcmp(argv[2], "--dispatched"));
+    if (!strcmp(argv[1], "fake-lost")) return run_notify_case(&fake_lost);
+    if (!strcmp(argv[1], "notify-failure-code"))
+        return run_notify_case(&failure_about_nobody);
+    if (!strcmp(argv[1], "lost-server")) return test_lost_server();
+    if (!strcmp(argv[1], "teardown") && argc == 3) return test_teardown(argv[2]);
+    if (!strcmp(argv[1], "finalize-in-handler"))
+        return test_finalize_in_handler(argc > 2 && !strcmp(argv[2], "--by-pscom"));
+    if (!strcmp(argv[1], "register-order")) return test_register_order();
     if (!strcmp(argv[1], "kill"))
         return test_kill(argc > 2 && !strcmp(argv[2], "--unconnected"));
     if (!strcmp(argv[1], "events"))

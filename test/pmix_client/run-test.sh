@@ -68,6 +68,45 @@ kill)
     echo "PASSED (launcher status $rc: one rank was killed on purpose)"
     exit 0
     ;;
+lost-messages|closed-socket|dead-before-boot)
+    # Rank 1 ends with status 7 on purpose, after its RESULT line.
+    case $launcher in
+    pscom_run) ;;
+    *) skip "$test needs pscom_run --keep-going (a rank ends with status 7" \
+            "on purpose, which ends the job under mpirun)" ;;
+    esac
+    run --keep-going -n 2 "$exe" "$test" "$@" >"$out" 2>&1
+    rc=$?
+    cat "$out"
+    grep -q "FAIL" "$out" && fail "a rank failed"
+    [ "$(count_ok)" -eq 2 ] || fail "expected both ranks to pass (rc $rc)"
+    [ $rc -eq 7 ] || fail "launcher exit status $rc, expected 7 (rank 1's)"
+    echo "PASSED (launcher status 7: rank 1 ended so on purpose)"
+    exit 0
+    ;;
+lost-server)
+    # The rank kills its launcher and goes on without it: wait for its
+    # last line, and remove what the launcher left behind.
+    [ "$launcher" = pscom_run ] || skip "lost-server kills pscom_run; not another launcher"
+    run -n 1 "$exe" lost-server >"$out" 2>&1
+    rc=$?
+    i=0
+    while ! grep -qE "^RESULT rank|FAIL" "$out" && [ $i -lt 600 ]; do
+        sleep 0.1
+        i=$((i + 1))
+    done
+    cat "$out"
+    tmp=$(sed -n 's/^tmpdir: //p' "$out")
+    case $tmp in */pscom_run.*) rm -rf "$tmp" ;; esac
+    grep -q "FAIL" "$out" && fail "the rank failed"
+    [ "$(count_ok)" -eq 1 ] || fail "no result from the rank (launcher status $rc)"
+    # PMIx calls fail without a server anyway; the library must have
+    # taken the event for its server's loss.
+    grep -q "lost the connection to the PMIx server" "$out" ||
+        fail "the library did not take LOST_CONNECTION for its server's loss"
+    echo "PASSED (the launcher was killed on purpose: status $rc)"
+    exit 0
+    ;;
 pubsub)
     svc="pscom-test-$$"
     case $launcher in

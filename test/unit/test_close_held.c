@@ -13,6 +13,7 @@
 #include <stddef.h>
 #include <cmocka.h>
 
+#include "fake_transport.h"
 #include "frames.h"
 
 #define ANSWER_TAG 100
@@ -104,46 +105,25 @@ static int fk_progress(void)
     return did;
 }
 
-static void fk_tx_kick(pscom_plugin_con_t *c, void *priv)
-{
-    (void)c;
-    (void)priv;
-}
-
-static void fk_close(pscom_plugin_con_t *c, void *priv)
-{
-    (void)c;
-    (void)priv;
-}
-
-static const pscom_plugin_ops_t fk_ops = {
-    .tx_kick = fk_tx_kick, .close = fk_close, .progress = fk_progress};
-static const pscom_plugin_t fk_desc = {
-    .api_version = PSCOM_PLUGIN_API_VERSION, .name = "fake", .ops = &fk_ops};
-static struct psc_plugin fk_plugin = {.desc = &fk_desc, .name = "fake"};
+static struct fake_transport fk_transport;
 
 /* A connection of s that looks established on the fake transport. */
 static pscom_connection_t *fake_con(pscom_socket_t *s, unsigned batch)
 {
-    pscom_connection_t *c = pscom_open_connection(s);
-    assert_non_null(c);
-    fk = con_of(c);
-    fk->plugin = &fk_plugin;
-    fk->plugin_open = true;
-    fk_plugin.open_cons++;
-    psc_active.n = 1;
-    psc_active.progress[0] = fk_progress;
+    fk = fake_transport_con(&fk_transport, s);
+    assert_non_null(fk);
     fk_batch = batch;
     fk_answered = fk_retire = fk_cts_after_eof = fk_req_after_eof = false;
     fk_hold_eof = false;
     nwritten = 0;
-    return c;
+    return &fk->pub;
 }
 
 static int setup(void **state)
 {
     (void)state;
     assert_int_equal(pscom_init(PSCOM_VERSION), PSCOM_SUCCESS);
+    fake_transport_init(&fk_transport, fk_progress);
     return 0;
 }
 
@@ -152,8 +132,7 @@ static int fake_off(void **state)
 {
     (void)state;
     fk = NULL;
-    if (psc_active.n == 1 && psc_active.progress[0] == fk_progress)
-        psc_active.n = 0;
+    fake_transport_off(&fk_transport);
     return 0;
 }
 
