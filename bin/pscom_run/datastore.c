@@ -247,12 +247,13 @@ static void append_result(psr_ds_result_t **list_p, psr_ds_result_t *res)
     *list_p = res;
 }
 
-static psr_ds_result_t *result_new(pmix_status_t status, void *cookie)
+static psr_ds_result_t *result_new(psr_ds_t *ds, pmix_status_t status, void *cookie)
 {
     psr_ds_result_t *res = calloc(1, sizeof(*res));
     if (!res) return NULL;
     res->status = status;
     res->cookie = cookie;
+    res->release = ds->ops.release;
     return res;
 }
 
@@ -287,7 +288,7 @@ static psr_ds_result_t *answer(psr_ds_t *ds, const psr_ds_client_t *who,
                                size_t ncustom, const char *const keys[], size_t nkeys,
                                void *cookie)
 {
-    psr_ds_result_t *res = result_new(PMIX_SUCCESS, cookie);
+    psr_ds_result_t *res = result_new(ds, PMIX_SUCCESS, cookie);
     if (!res) return NULL;
     res->hits = calloc(nkeys ? nkeys : 1, sizeof(*res->hits));
     if (!res->hits) {
@@ -310,7 +311,7 @@ static psr_ds_result_t *answer(psr_ds_t *ds, const psr_ds_client_t *who,
         if (!it) continue;
         void *copy = ds->ops.copy(it->value);
         if (!copy) {
-            psr_ds_result_free(ds, res);
+            psr_ds_result_free(res);
             free(consumed);
             return NULL;
         }
@@ -385,7 +386,7 @@ static void complete_parked_if(psr_ds_t *ds, pmix_status_t status,
         }
         *pp = p->next;
         if (done_p) {
-            psr_ds_result_t *res = result_new(status, p->cookie);
+            psr_ds_result_t *res = result_new(ds, status, p->cookie);
             /* Out of memory here loses the answer; the requester is gone
              * or timed out, so nothing better can be done. */
             if (res) append_result(done_p, res);
@@ -655,12 +656,12 @@ size_t psr_ds_parked(const psr_ds_t *ds)
     return n;
 }
 
-void psr_ds_result_free(psr_ds_t *ds, psr_ds_result_t *res)
+void psr_ds_result_free(psr_ds_result_t *res)
 {
     while (res) {
         psr_ds_result_t *next = res->next;
         for (size_t i = 0; i < res->nhits; i++)
-            if (res->hits[i].value) ds->ops.release(res->hits[i].value);
+            if (res->hits[i].value) res->release(res->hits[i].value);
         free(res->hits);
         free(res);
         res = next;

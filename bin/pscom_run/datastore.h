@@ -91,7 +91,8 @@ typedef struct psr_ds_hit {
 /*
  * The answer to one lookup.  Results come back one at a time from
  * psr_ds_lookup, or as a list (linked by next) of parked lookups that some
- * other call completed.  The caller owns them: psr_ds_result_free.
+ * other call completed.  The caller owns them: psr_ds_result_free, which
+ * needs no store, so results may outlive the store that made them.
  */
 typedef struct psr_ds_result {
     struct psr_ds_result *next;    /* list of completed lookups handed to the caller */
@@ -99,6 +100,7 @@ typedef struct psr_ds_result {
     void *cookie;            /* as given to psr_ds_lookup */
     psr_ds_hit_t *hits;
     size_t nhits;
+    void (*release)(void *value);   /* the store's ops.release, for the hits' values */
 } psr_ds_result_t;
 
 /* A lookup's wait request: nwait 0 = answer at once; PSR_DS_WAIT_ALL = every key. */
@@ -178,8 +180,9 @@ double psr_ds_next_deadline(const psr_ds_t *ds);
 size_t psr_ds_count(const psr_ds_t *ds);
 size_t psr_ds_parked(const psr_ds_t *ds);
 
-/* Free a list of results and the values they hold. */
-void psr_ds_result_free(psr_ds_t *ds, psr_ds_result_t *res);
+/* Free a list of results and the values they hold (any thread, no store
+ * needed; the cookies stay the caller's). */
+void psr_ds_result_free(psr_ds_result_t *res);
 
 /*
  * Does subject lie inside range as seen from anchor?  custom lists the

@@ -378,10 +378,25 @@ static void deliver_results(psr_job_t *job, psr_ds_result_t *list)
         if (pdata) PMIX_PDATA_FREE(pdata, res->nhits);
         free(req);
     }
-    pthread_mutex_lock(&job->lock);
-    psr_ds_result_free(job->ds, list);
-    pthread_mutex_unlock(&job->lock);
+    /* Without the store, which the end of the job may have destroyed meanwhile. */
+    psr_ds_result_free(list);
 }
+
+/* Free answers that will not be delivered, with their requests. */
+static void drop_results(psr_ds_result_t *list)
+{
+    for (psr_ds_result_t *res = list; res; res = res->next) free(res->cookie);
+    psr_ds_result_free(list);
+}
+
+/*
+ * The datastore goes when the last process of the job has ended
+ * (psr_server_stop), but the library may still hand us requests: a child
+ * of a process can keep its connection open, and requests read before the
+ * end may still be queued.  They get this answer; the upcalls check under
+ * job->lock, in the same section that uses the store.
+ */
+#define DS_GONE PMIX_ERR_NOT_AVAILABLE
 
 /* ---------------------------------------------------------------------- */
 /* Host callbacks                                                          */
@@ -535,14 +550,19 @@ static pmix_status_t host_publish(const pmix_proc_t *proc, const pmix_info_t inf
     }
     psr_ds_client_t who;
     ds_client(job, proc, &d, &who);
+    double now = psr_now();
     pthread_mutex_lock(&job->lock);
-    st = psr_ds_publish(job->ds, &who, &d.scope, d.persist, &d.access, kvs, nkvs,
-                        psr_now(), &done);
+    if (job->ds)
+        st = psr_ds_publish(job->ds, &who, &d.scope, d.persist, &d.access, kvs, nkvs, now,
+                            &done);
+    else
+        st = DS_GONE;
     pthread_mutex_unlock(&job->lock);
-    psr_log(job, 2, "publish by %s:%u of %zu key(s)%s%s, range %s, persistence %s: %s",
+    psr_log(job, 2, "publish by %s:%u of %zu key(s)%s%s, range %s, persistence %s: %s%s",
             proc->nspace, proc->rank, nkvs, nkvs ? " starting with " : "",
             nkvs ? kvs[0].key : "", range_name(d.scope.range),
-            PMIx_Persistence_string(d.persist), PMIx_Error_string(st));
+            PMIx_Persistence_string(d.persist), PMIx_Error_string(st),
+            st == DS_GONE ? " (the job has ended)" : "");
     if (st == PMIX_SUCCESS) nkvs = 0;   /* the store owns the values now */
 out_kvs:
     for (size_t i = 0; i < nkvs; i++) value_release(kvs[i].value);
@@ -587,17 +607,27 @@ static pmix_status_t host_lookup(const pmix_proc_t *proc, char **keys,
     psr_ds_result_t *res = NULL;
     double deadline = d.nwait && d.timeout > 0 ? psr_now() + d.timeout : 0;
     pthread_mutex_lock(&job->lock);
-    st = psr_ds_lookup(job->ds, &who, &d.scope, (const char *const *)keys, nkeys, d.nwait,
-                       deadline, req, &res);
+    if (job->ds)
+        st = psr_ds_lookup(job->ds, &who, &d.scope, (const char *const *)keys, nkeys,
+                           d.nwait, deadline, req, &res);
+    else
+        st = DS_GONE;
     pthread_mutex_unlock(&job->lock);
-    psr_log(job, 2, "lookup by %s:%u of %zu key(s)%s%s, range %s%s", proc->nspace,
+    psr_log(job, 2, "lookup by %s:%u of %zu key(s)%s%s, range %s%s%s%s%s", proc->nspace,
             proc->rank, nkeys, nkeys ? " starting with " : "", nkeys ? keys[0] : "",
             range_name(d.scope.range),
-            st == PMIX_OPERATION_IN_PROGRESS ? ": waiting for a publish" : "");
+            st == PMIX_OPERATION_IN_PROGRESS ? ": waiting for a publish" : "",
+            st == DS_GONE ? ": " : "", st == DS_GONE ? PMIx_Error_string(st) : "",
+            st == DS_GONE ? " (the job has ended)" : "");
     directives_free(&d);
 
     if (st == PMIX_OPERATION_IN_PROGRESS) {
         psr_job_wake(job);  /* the main loop's timeout may have to shrink */
+        return PMIX_SUCCESS;
+    }
+    if (st == DS_GONE) {
+        free(req);
+        cbfunc(st, NULL, 0, cbdata);
         return PMIX_SUCCESS;
     }
     if (st != PMIX_SUCCESS) {
@@ -621,11 +651,15 @@ static pmix_status_t host_unpublish(const pmix_proc_t *proc, char **keys,
         psr_ds_client_t who;
         ds_client(job, proc, &d, &who);
         pthread_mutex_lock(&job->lock);
-        st = psr_ds_unpublish(job->ds, &who, d.range_given ? d.scope.range : PMIX_RANGE_UNDEF,
-                              nkeys ? (const char *const *)keys : NULL, nkeys);
+        if (job->ds)
+            st = psr_ds_unpublish(job->ds, &who,
+                                  d.range_given ? d.scope.range : PMIX_RANGE_UNDEF,
+                                  nkeys ? (const char *const *)keys : NULL, nkeys);
+        else
+            st = DS_GONE;
         pthread_mutex_unlock(&job->lock);
-        psr_log(job, 2, "unpublish by %s:%u of %zu key(s): %s", proc->nspace, proc->rank,
-                nkeys, PMIx_Error_string(st));
+        psr_log(job, 2, "unpublish by %s:%u of %zu key(s): %s%s", proc->nspace, proc->rank,
+                nkeys, PMIx_Error_string(st), st == DS_GONE ? " (the job has ended)" : "");
     }
     directives_free(&d);
     cbfunc(st, cbdata);
@@ -1238,26 +1272,20 @@ int psr_server_stop(psr_job_t *job, int sfd, const sigset_t *ending)
     psr_ds_result_t *done = NULL;
     pthread_mutex_lock(&job->lock);
     psr_ds_t *ds = job->ds;
-    job->ds = NULL;
+    job->ds = NULL;         /* requests from now on: DS_GONE */
     psr_ds_result_t *answers = job->answers;
     job->answers = NULL;
     pthread_mutex_unlock(&job->lock);
     /*
      * Every process has ended: lookups still waiting, and answers not yet
      * handed over, belong to processes that are gone.  They are dropped
-     * (the library releases its records of dead peers itself).
+     * (the library releases its records of dead peers itself).  No upcall
+     * uses the store any more: each checks job->ds under the lock, and
+     * results in flight need no store.
      */
     if (ds) psr_ds_destroy(ds, PMIX_ERR_LOST_CONNECTION, &done);
-    for (psr_ds_result_t *lists[] = { done, answers }, **l = lists; l < lists + 2; l++) {
-        while (*l) {
-            psr_ds_result_t *r = *l;
-            *l = r->next;
-            free(r->cookie);
-            for (size_t i = 0; i < r->nhits; i++) value_release(r->hits[i].value);
-            free(r->hits);
-            free(r);
-        }
-    }
+    drop_results(done);
+    drop_results(answers);
     /* Bounded, and ended by a signal that asks pscom_run to end: a library
      * whose progress thread is stuck (OpenPMIx 4.2 was seen blocked on a
      * lock in freed memory after clients died during a fence) must not

@@ -381,6 +381,24 @@ class Cases:
                     ("Terminated at the end of the job",
                      "Terminated during PMIx_server_finalize"))
 
+    # Datastore requests that reach pscom_run after its last process has
+    # gone (a child of it holds the connection open; pscom_run_stuck holds
+    # the first request, or a lookup's answer, until the job has ended):
+    # each is answered PMIX_ERR_NOT_AVAILABLE and pscom_run ends with the
+    # job's status (1: exit without PMIx_Finalize). It crashed (SIGSEGV)
+    # on the datastore that the end of the job had destroyed.
+    def late_requests(self):
+        stuck = self.c("pscom_run_stuck")
+        for step, answered in (("late-publish", 5), ("late-answer", 3)):
+            r = launch([stuck, "-vv", "-n", "1", self.c("t_late"), "1", "late"],
+                       env={"PSCOM_TEST_STUCK": step})
+            expect(r, 1, max_secs=20)
+            check("late_upcall: resumed after the end of the job" in r.err,
+                  "%s: no request was held until the job had ended" % step, r)
+            n = len(re.findall(r": NOT_AVAILABLE \(the job has ended\)$", r.err, re.M))
+            check(n == answered, "%s: %d requests answered as after the end, expected %d"
+                  % (step, n, answered), r)
+
     # step: PSCOM_TEST_STUCK; called: the wrapper's line; timed_out: the
     # message of a job that ends while it is stuck (None: it is only slow);
     # signalled: the message (or a tuple of messages, one of which) of a

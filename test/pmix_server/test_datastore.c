@@ -105,7 +105,7 @@ static pmix_status_t look(psr_ds_t *ds, const psr_ds_client_t *who, pmix_data_ra
     st = res->status;
     if (res->nhits && from) *from = res->hits[0].publisher;
     if (res->nhits && value) snprintf(value, vlen, "%s", (char *)res->hits[0].value);
-    psr_ds_result_free(ds, res);
+    psr_ds_result_free(res);
     return st;
 }
 
@@ -201,11 +201,11 @@ static void test_search_range(void **state)
     psr_ds_scope_t s = { .range = PMIX_RANGE_CUSTOM, .custom = &only_b, .ncustom = 1 };
     assert_int_equal(psr_ds_lookup(ds, &b0, &s, keys, 1, 0, 0, NULL, &res), PMIX_SUCCESS);
     assert_int_equal(res->status, PMIX_ERR_NOT_FOUND);
-    psr_ds_result_free(ds, res);
+    psr_ds_result_free(res);
     s.custom = &only_a0;
     assert_int_equal(psr_ds_lookup(ds, &b0, &s, keys, 1, 0, 0, NULL, &res), PMIX_SUCCESS);
     assert_int_equal(res->status, PMIX_SUCCESS);
-    psr_ds_result_free(ds, res);
+    psr_ds_result_free(res);
 }
 
 static void test_duplicates(void **state)
@@ -451,7 +451,7 @@ static void test_wait_for_publish(void **state)
     assert_int_equal(done->nhits, 1);
     assert_string_equal(done->hits[0].key, "later");
     assert_null(done->next);
-    psr_ds_result_free(ds, done);
+    psr_ds_result_free(done);
     done = NULL;
 
     kv.key = "also";
@@ -463,14 +463,14 @@ static void test_wait_for_publish(void **state)
     assert_int_equal(done->status, PMIX_SUCCESS);
     assert_int_equal(done->nhits, 2);
     assert_string_equal((char *)done->hits[1].value, "2");
-    psr_ds_result_free(ds, done);
+    psr_ds_result_free(done);
     assert_int_equal(psr_ds_parked(ds), 0);
 
     /* Already there: answered at once even with a wait. */
     assert_int_equal(psr_ds_lookup(ds, &a0, NULL, keys, 2, PSR_DS_WAIT_ALL, 0, NULL, &res),
                      PMIX_SUCCESS);
     assert_int_equal(res->status, PMIX_SUCCESS);
-    psr_ds_result_free(ds, res);
+    psr_ds_result_free(res);
 }
 
 static void test_wait_respects_range(void **state)
@@ -508,7 +508,7 @@ static void test_wait_first_read_goes_to_oldest(void **state)
     assert_non_null(done);
     assert_ptr_equal(done->cookie, &first);
     assert_null(done->next);
-    psr_ds_result_free(ds, done);
+    psr_ds_result_free(done);
     assert_int_equal(psr_ds_count(ds), 0);
     assert_int_equal(psr_ds_parked(ds), 1);
 }
@@ -537,12 +537,12 @@ static void test_wait_timeout(void **state)
     assert_ptr_equal(done->cookie, &c2);
     assert_int_equal(done->status, PMIX_ERR_TIMEOUT);
     assert_int_equal(done->nhits, 0);
-    psr_ds_result_free(ds, done);
+    psr_ds_result_free(done);
     done = NULL;
     assert_true(psr_ds_next_deadline(ds) == 20.0);
     psr_ds_expire(ds, 1e9, &done);
     assert_ptr_equal(done->cookie, &c1);
-    psr_ds_result_free(ds, done);
+    psr_ds_result_free(done);
     /* No deadline: waits until its requester ends. */
     assert_int_equal(psr_ds_parked(ds), 1);
     assert_true(psr_ds_next_deadline(ds) == 0);
@@ -564,7 +564,7 @@ static void test_wait_requester_ends(void **state)
     assert_ptr_equal(done->cookie, &c1);
     assert_int_equal(done->status, PMIX_ERR_LOST_CONNECTION);
     assert_null(done->next);
-    psr_ds_result_free(ds, done);
+    psr_ds_result_free(done);
     assert_int_equal(psr_ds_parked(ds), 1);
 }
 
@@ -589,6 +589,25 @@ static void test_destroy_completes_parked(void **state)
     assert_int_equal(live, 0);
 }
 
+/* A result needs no store: it may be freed after the store is gone (the
+ * PMIx thread hands answers over while the main thread ends the job). */
+static void test_result_outlives_store(void **state)
+{
+    (void)state;
+    live = 0;
+    psr_ds_t *ds = psr_ds_create(&ops);
+    psr_ds_client_t a0 = client("A", 0);
+    const char *keys[] = { "k" };
+    psr_ds_result_t *res = NULL;
+    assert_int_equal(PUB(ds, &a0, "k", PMIX_RANGE_SESSION), PMIX_SUCCESS);
+    assert_int_equal(psr_ds_lookup(ds, &a0, NULL, keys, 1, 0, 0, NULL, &res), PMIX_SUCCESS);
+    assert_int_equal(res->nhits, 1);
+    psr_ds_destroy(ds, PMIX_ERR_LOST_CONNECTION, NULL);
+    assert_int_equal(live, 1);
+    psr_ds_result_free(res);
+    assert_int_equal(live, 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -609,6 +628,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_wait_timeout, setup, teardown),
         cmocka_unit_test_setup_teardown(test_wait_requester_ends, setup, teardown),
         cmocka_unit_test(test_destroy_completes_parked),
+        cmocka_unit_test(test_result_outlives_store),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
