@@ -19,7 +19,9 @@
  *   destroyed (the launcher is the session); all leave on unpublish.
  * - A lookup that may wait (PMIX_WAIT) and is not yet satisfied is parked
  *   and completed by a later publish, by its deadline (PMIX_ERR_TIMEOUT) or
- *   by the end of its requester.
+ *   by the end of its requester.  A publish looks only at the parked
+ *   lookups that name one of its keys (an index by key), so many parked
+ *   lookups do not slow down publishes of other keys.
  *
  * Not thread-safe: the caller serialises all calls.
  */
@@ -179,6 +181,13 @@ double psr_ds_next_deadline(const psr_ds_t *ds);
 /* Number of stored items and of parked lookups (for tests and diagnostics). */
 size_t psr_ds_count(const psr_ds_t *ds);
 size_t psr_ds_parked(const psr_ds_t *ds);
+
+/*
+ * How many times publishes have checked whether a parked lookup is now
+ * satisfied, since the store was created (for tests and diagnostics): a
+ * publish checks only the lookups that wait for one of its keys.
+ */
+unsigned long psr_ds_rechecks(const psr_ds_t *ds);
 
 /* Free a list of results and the values they hold (any thread, no store
  * needed; the cookies stay the caller's). */
