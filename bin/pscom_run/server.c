@@ -432,6 +432,17 @@ static pmix_status_t host_client_finalized(const pmix_proc_t *proc, void *server
     return PMIX_OPERATION_SUCCEEDED;
 }
 
+/*
+ * pscom_run's exit status for PMIx_Abort(status): the low 8 bits, which is
+ * what exit() would keep, but never 0 (256 would report success) and 1 for
+ * a negative status (-1 would give 255, pscom_run's own failure).
+ */
+static int abort_exit_status(int status)
+{
+    if (status < 0 || (status & 0xff) == 0) return 1;
+    return status & 0xff;
+}
+
 static pmix_status_t host_abort(const pmix_proc_t *proc, void *server_object, int status,
                                 const char msg[], pmix_proc_t procs[], size_t nprocs,
                                 pmix_op_cbfunc_t cbfunc, void *cbdata)
@@ -442,11 +453,15 @@ static pmix_status_t host_abort(const pmix_proc_t *proc, void *server_object, in
     (void)nprocs;
     /* Whatever the caller names, PMIx_Abort ends the whole job here: a
      * launch is one job, and partial aborts would leave peers waiting. */
-    psr_log(job, 0, "%s rank %u called PMIx_Abort with status %d: %s", proc->nspace,
-            proc->rank, status, msg && *msg ? msg : "(no message)");
+    int exit_status = abort_exit_status(status);
+    char mapped[40] = "";
+    if (exit_status != status)
+        snprintf(mapped, sizeof(mapped), " (exit status %d)", exit_status);
+    psr_log(job, 0, "%s rank %u called PMIx_Abort with status %d%s: %s", proc->nspace,
+            proc->rank, status, mapped, msg && *msg ? msg : "(no message)");
     pthread_mutex_lock(&job->lock);
     if (p) p->aborted = true;
-    psr_job_end_locked(job, status != 0 ? status : 1, 0);
+    psr_job_end_locked(job, exit_status, 0);
     pthread_mutex_unlock(&job->lock);
     /* PMIx_Abort does not return while the host can end the caller, so
      * cbfunc is never called: the caller waits until the job's end kills

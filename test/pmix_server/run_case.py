@@ -173,9 +173,16 @@ class Cases:
 
     # Abort, signals, output.
     def abort(self):
-        r = launch([self.R, "-n", "3", self.c("t_abort"), "1"])
-        expect(r, 42, max_secs=10)
-        check("t_abort: rank 1 gives up" in r.err, "the abort message was not shown", r)
+        # The exit status is the status's low 8 bits, as exit() keeps them,
+        # but 1 where they are 0 or the status is negative (256 exited 0,
+        # and -1 255, pscom_run's own failure).
+        for status, want in ((42, 42), (300, 44), (256, 1), (0, 1), (-1, 1)):
+            r = launch([self.R, "-n", "3", self.c("t_abort"), "1", str(status)])
+            expect(r, want, max_secs=10)
+            check("t_abort: rank 1 gives up" in r.err, "the abort message was not shown", r)
+            said = "called PMIx_Abort with status %d%s:" % (
+                status, "" if want == status else " (exit status %d)" % want)
+            check(said in r.err, "no line saying %r" % said, r)
 
     def _signal(self, mode, sig, status, caught):
         t0 = time.monotonic()
