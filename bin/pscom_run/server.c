@@ -127,15 +127,28 @@ static void op_ignore(pmix_status_t status, void *cbdata)
 /* ---------------------------------------------------------------------- */
 /* Values kept by the datastore and the event cache                        */
 
-static void *value_copy(const void *v)
+/* A deep copy of v into *copy_p: PMIX_SUCCESS, or why not (the library's
+ * error: a type it cannot copy, out of memory). */
+static pmix_status_t value_dup(const pmix_value_t *v, pmix_value_t **copy_p)
 {
     pmix_value_t *copy = calloc(1, sizeof(*copy));
-    if (!copy) return NULL;
-    if (PMIx_Value_xfer(copy, (pmix_value_t *)v) != PMIX_SUCCESS) {
+    if (!copy) return PMIX_ERR_NOMEM;
+    pmix_status_t st = PMIx_Value_xfer(copy, v);
+    if (st != PMIX_SUCCESS) {
+        /* It may have failed half way, with parts allocated. */
+        PMIx_Value_destruct(copy);
         free(copy);
-        return NULL;
+        return st;
     }
-    return copy;
+    *copy_p = copy;
+    return PMIX_SUCCESS;
+}
+
+/* The datastore's copy: of a value it accepted, so only memory can fail. */
+static void *value_copy(const void *v)
+{
+    pmix_value_t *copy;
+    return value_dup(v, &copy) == PMIX_SUCCESS ? copy : NULL;
 }
 
 static void value_release(void *v)
@@ -555,13 +568,16 @@ static pmix_status_t host_publish(const pmix_proc_t *proc, const pmix_info_t inf
     if (st != PMIX_SUCCESS) goto out_dir;
     for (size_t i = 0; i < ninfo; i++) {
         if (!is_data[i]) continue;
-        kvs[nkvs].key = info[i].key;
-        kvs[nkvs].value = value_copy(&info[i].value);
-        if (!kvs[nkvs].value) {
-            st = PMIX_ERR_NOMEM;
+        pmix_value_t *copy;
+        st = value_dup(&info[i].value, &copy);
+        if (st != PMIX_SUCCESS) {
+            psr_log(job, 1, "publish by %s:%u: cannot copy the value of %s (type %s): %s",
+                    proc->nspace, proc->rank, info[i].key,
+                    PMIx_Data_type_string(info[i].value.type), PMIx_Error_string(st));
             goto out_kvs;
         }
-        nkvs++;
+        kvs[nkvs].key = info[i].key;
+        kvs[nkvs++].value = copy;
     }
     psr_ds_client_t who;
     ds_client(job, proc, &d, &who);

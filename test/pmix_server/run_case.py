@@ -406,6 +406,16 @@ class Cases:
             check(n == answered, "%s: %d requests answered as after the end, expected %d"
                   % (step, n, answered), r)
 
+    # A published value that the library cannot copy: the publish fails
+    # with the library's reason, and the half-made copy is destructed
+    # (the publish reported NO-MEM and leaked it).
+    def publish_copy_fails(self):
+        r = launch([self.c("pscom_run_stuck"), "-n", "1", self.c("t_late"), "1", "status"],
+                   env={"PSCOM_TEST_STUCK": "xfer-fails"})
+        expect(r, 0, r"^publish status: NOT-SUPPORTED$", 1, max_secs=10)
+        check("xfer_fails: the failed copy was destructed" in r.err,
+              "the failed copy was not destructed", r)
+
     # step: PSCOM_TEST_STUCK; called: the wrapper's line; timed_out: the
     # message of a job that ends while it is stuck (None: it is only slow);
     # signalled: the message (or a tuple of messages, one of which) of a

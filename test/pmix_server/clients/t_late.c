@@ -1,12 +1,14 @@
 /*
  * Datastore requests at the edges of what pscom_run can serve; run under
- * pscom_run_stuck (stuck_pmix.c), whose PSCOM_TEST_STUCK holds pscom_run's
- * copies of values.
+ * pscom_run_stuck (stuck_pmix.c), whose PSCOM_TEST_STUCK holds or fails
+ * pscom_run's copies of values.
  *   pscom_run_stuck -vv -n 1 t_late 1 late
  * Sends, without waiting for the answers: publish t.late.a, lookup
  * t.late.a, publish t.late.b, lookup t.late.b, unpublish t.late.a; then
  * exits without PMIx_Finalize. With a copy held until the job has ended,
  * the requests reach pscom_run after its last process has gone.
+ *   pscom_run_stuck -n 1 t_late 1 status
+ * Publishes t.late.s (a string) and prints "publish status: <status>".
  */
 #include "tclient.h"
 
@@ -62,5 +64,11 @@ int main(int argc, char **argv)
         usleep(500000);     /* the requests have reached the server */
         _exit(0);
     }
-    t_fail("mode late, not '%s'", mode);
+    T_CHECK(strcmp(mode, "status") == 0, "mode late or status, not '%s'", mode);
+    pmix_info_t info;
+    PMIX_INFO_LOAD(&info, "t.late.s", "a string", PMIX_STRING);
+    printf("publish status: %s\n", PMIx_Error_string(PMIx_Publish(&info, 1)));
+    PMIX_INFO_DESTRUCT(&info);
+    t_finalize();
+    return 0;
 }
