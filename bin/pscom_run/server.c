@@ -27,6 +27,7 @@
 static psr_job_t *g_job;
 
 static void replay_events(psr_job_t *job, const pmix_proc_t *proc);
+static void report_uninit_exits(psr_job_t *job, psr_app_t *app);
 static int register_tick(psr_job_t *job);
 
 /* ---------------------------------------------------------------------- */
@@ -423,10 +424,16 @@ static pmix_status_t host_client_connected(const pmix_proc_t *proc, void *server
     psr_proc_t *p = server_object;
     pthread_mutex_lock(&job->lock);
     bool stand_in = p && p->exited;
-    if (p && !stand_in) p->connected = true;
+    bool first = false;     /* the first of its namespace */
+    if (p && !stand_in) {
+        p->connected = true;
+        first = job->apps[p->app].nconnected++ == 0;
+    }
     pthread_mutex_unlock(&job->lock);
     psr_log(job, 2, "%s:%u connected%s", proc->nspace, proc->rank,
             stand_in ? " (a stand-in for the dead process)" : "");
+    /* Before the replay: this process gets those events at once. */
+    if (first) report_uninit_exits(job, &job->apps[p->app]);
     if (!stand_in) replay_events(job, proc);
     return PMIX_OPERATION_SUCCEEDED;
 }
@@ -1164,6 +1171,48 @@ static void notify_termination(psr_job_t *job, const psr_proc_t *p, pmix_status_
     host_event(job, PMIX_EVENT_PROC_TERMINATED, &p->id, info, 4);
 }
 
+/* Room for the text of a termination event: a namespace and a sentence. */
+#define TERM_TEXT_LEN (PMIX_MAX_NSLEN + 160)
+
+/* Tell the user and the other processes that p ended abnormally. */
+static void announce_abnormal(psr_job_t *job, const psr_proc_t *p, pmix_status_t cause,
+                              int code, const char *text)
+{
+    psr_log(job, 0, "%s%s", text,
+            job->opts->keep_going ? "; the others keep going" : "; ending the job");
+    notify_termination(job, p, cause, code, text);
+}
+
+static void uninit_text(const psr_proc_t *p, char *text, size_t len)
+{
+    snprintf(text, len, "%s rank %u exited without calling PMIx_Init, which other "
+             "processes of its namespace called", p->id.nspace, p->id.rank);
+}
+
+/*
+ * The first process of app's namespace has connected: processes of it
+ * that exited with status 0 before (without PMIx_Init, see
+ * psr_server_proc_exited) left it short of a member, so they ended
+ * abnormally after all.
+ */
+static void report_uninit_exits(psr_job_t *job, psr_app_t *app)
+{
+    for (int r = 0; r < app->np; r++) {
+        psr_proc_t *q = &job->procs[app->first + r];
+        pthread_mutex_lock(&job->lock);
+        bool late = q->uninit_exit;
+        q->uninit_exit = false;
+        bool ending = job->ending;
+        if (late && !ending && !job->opts->keep_going)
+            psr_job_end_locked(job, 1, job->opts->grace);
+        pthread_mutex_unlock(&job->lock);
+        if (!late || ending) continue;
+        char text[TERM_TEXT_LEN];
+        uninit_text(q, text, sizeof(text));
+        announce_abnormal(job, q, PMIX_ERR_PROC_TERM_WO_SYNC, 0, text);
+    }
+}
+
 void psr_server_proc_exited(psr_job_t *job, psr_proc_t *p)
 {
     pthread_mutex_lock(&job->lock);
@@ -1178,7 +1227,7 @@ void psr_server_proc_exited(psr_job_t *job, psr_proc_t *p)
     int code = WIFEXITED(wstatus) ? WEXITSTATUS(wstatus)
                : WIFSIGNALED(wstatus) ? 128 + WTERMSIG(wstatus) : 1;
     pmix_status_t cause = PMIX_SUCCESS;
-    char text[256];
+    char text[TERM_TEXT_LEN];
     if (aborted) {
         cause = PMIX_ERR_PROC_REQUESTED_ABORT;
         snprintf(text, sizeof(text), "%s rank %u called PMIx_Abort", p->id.nspace, p->id.rank);
@@ -1194,6 +1243,14 @@ void psr_server_proc_exited(psr_job_t *job, psr_proc_t *p)
         cause = PMIX_ERR_PROC_TERM_WO_SYNC;
         snprintf(text, sizeof(text), "%s rank %u exited without calling PMIx_Finalize",
                  p->id.nspace, p->id.rank);
+    } else if (!connected && app->nconnected > 0) {
+        /* The others of its namespace wait for it in their collectives. */
+        cause = PMIX_ERR_PROC_TERM_WO_SYNC;
+        uninit_text(p, text, sizeof(text));
+    } else if (!connected) {
+        /* Nobody of its namespace has used PMIx yet, and perhaps nobody
+         * will (programs without PMIx): decided when one connects. */
+        p->uninit_exit = true;
     }
     if (code != 0 && job->exit_status == 0) job->exit_status = code;
     bool abnormal = cause != PMIX_SUCCESS;
@@ -1203,10 +1260,7 @@ void psr_server_proc_exited(psr_job_t *job, psr_proc_t *p)
 
     if (!connected && job->opts->keep_going && !ending) psr_stand_in_spawn(job, p);
     if (!abnormal || ending) return;
-
-    psr_log(job, 0, "%s%s", text,
-            job->opts->keep_going ? "; the others keep going" : "; ending the job");
-    notify_termination(job, p, cause, code, text);
+    announce_abnormal(job, p, cause, code, text);
 }
 
 /*

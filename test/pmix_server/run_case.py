@@ -171,6 +171,29 @@ class Cases:
             # among the survivors.
             expect(r, 7, r"^fence returned ", 2, max_secs=10)
 
+    # A process that exits with 0 without PMIx_Init while the others of
+    # its namespace use PMIx leaves them waiting in their fence: the job
+    # ends (status 1), whether it exits before any of them has connected
+    # ("before") or after ("late"; mpirun ends the job only then). With
+    # --keep-going a stand-in ends it for the library and their fence
+    # returns. Before, the job hung without --keep-going. Processes of a
+    # namespace that nobody connects from (no PMIx) may exit 0 as they like.
+    def exit0_without_init(self):
+        t = self.c("t_fence_death")
+        for when in ("before", "late"):
+            r = launch([self.R, "-n", "3", t, "1", when, "0"])
+            expect(r, 1, max_secs=10)
+            check("rank 1 exited without calling PMIx_Init, which other processes of its "
+                  "namespace called; ending the job" in r.err, "no message naming rank 1", r)
+            r = launch([self.R, "--keep-going", "-n", "3", t, "1", when, "0"])
+            expect(r, 0, r"^fence returned ", 2, max_secs=10)
+            check("rank 1 exited without calling PMIx_Init" in r.err,
+                  "no message naming rank 1", r)
+        r = launch([self.R, "-n", "2", "sh", "-c", "exit 0", ":",
+                    "-n", "1", self.c("t_late"), "2", "status"])
+        expect(r, 0, r"^publish status: SUCCESS$", 1, max_secs=10)
+        check("PMIx_Init" not in r.err, "a process without PMIx was reported", r)
+
     # Abort, signals, output.
     def abort(self):
         # The exit status is the status's low 8 bits, as exit() keeps them,
