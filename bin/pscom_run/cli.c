@@ -30,7 +30,8 @@ const char psr_usage[] =
     "  --grace S          seconds between ending a job and SIGTERM, and between\n"
     "                     SIGTERM and SIGKILL (default 1)\n"
     "  --timeout S        end the job after S seconds, exit status 124\n"
-    "  -v, --verbose      report connections, events and datastore use on stderr\n"
+    "  -v, --verbose      more on stderr, per v: -v deaths and events; -vv (or\n"
+    "                     -v -v) also connections, fences and the datastore\n"
     "  -h, --help         this text\n"
     "  --version          version of pscom_run and of the PMIx library\n";
 
@@ -92,8 +93,11 @@ int psr_cli_parse(int argc, char **argv, psr_opts_t *opts, char *err, size_t err
             opts->tag_output = true;
         } else if (strcmp(a, "--keep-going") == 0) {
             opts->keep_going = true;
-        } else if (strcmp(a, "-v") == 0 || strcmp(a, "--verbose") == 0) {
+        } else if (strcmp(a, "--verbose") == 0) {
             opts->verbose++;
+        } else if (a[0] == '-' && a[1] == 'v' && a[1 + strspn(a + 1, "v")] == '\0') {
+            /* -v, -vv, -vvv: a level per v, as -v -v -v. */
+            opts->verbose += (int)strlen(a + 1);
         } else if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
             opts->help = true;
             return 0;

@@ -1,15 +1,23 @@
 /*
  * pscom_run: the publish/lookup datastore.  See datastore.h for the rules.
  *
- * Items and parked lookups live in two singly linked lists, items in
- * publication order (newest last) and parked lookups in arrival order, so
- * a publish serves the longest-waiting lookup first.  The store is small
- * (what a job publishes by name), so linear scans are the right tool.
+ * Items live in a singly linked list in publication order (newest last):
+ * the store is small (what a job publishes by name), so a lookup scans it.
+ * Parked lookups are in a list in arrival order and, for each of their
+ * keys, among that key's waiters (a hash table of the keys that parked
+ * lookups wait for).  A publish walks only the waiters of its own keys,
+ * merged by arrival, so it still serves the longest-waiting lookup first
+ * while lookups waiting for other keys cost it nothing: scanning every
+ * parked lookup on every publish made 4000 publishes with 500 lookups
+ * waiting take seconds of the PMIx progress thread.
  */
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "datastore.h"
+/* The project's one intrusive list; header only (pscom_run does not link libpscom). */
+#include "../../lib/pscom/list.h"
 
 typedef struct ds_item {
     struct ds_item *next;           /* ds->items, publication order */
@@ -31,8 +39,18 @@ typedef struct ds_item {
     unsigned long seq;              /* publication order, newer is larger */
 } ds_item_t;
 
+typedef struct ds_waitkey ds_waitkey_t;
+
+/* A parked lookup's place among the waiters of one of its keys. */
+typedef struct ds_waiter {
+    struct psc_list link;           /* wk->waiters, arrival order */
+    ds_waitkey_t *wk;
+    struct ds_parked *parked;
+} ds_waiter_t;
+
 typedef struct ds_parked {
-    struct ds_parked *next;         /* ds->parked, arrival order */
+    struct psc_list link;           /* ds->parked, arrival order */
+    unsigned long seq;              /* arrival order, later is larger */
     psr_ds_client_t who;
     pmix_data_range_t range;
     pmix_proc_t *custom;
@@ -42,13 +60,28 @@ typedef struct ds_parked {
     size_t nwait;                   /* keys that must be found, never 0 */
     double deadline;                /* 0: none */
     void *cookie;
+    ds_waiter_t *waiters;           /* one per distinct key, nwaiters of them */
+    size_t nwaiters;
 } ds_parked_t;
+
+/* A key that parked lookups wait for. */
+struct ds_waitkey {
+    struct ds_waitkey *next;        /* ds->waitkeys[bucket] chain */
+    struct psc_list waiters;        /* ds_waiter_t.link, arrival order */
+    bool pinned;                    /* a publish is walking its waiters: keep it */
+    char key[PMIX_MAX_KEYLEN + 1];
+};
 
 struct psr_ds {
     psr_ds_value_ops_t ops;
     ds_item_t *items;
-    ds_parked_t *parked;
+    struct psc_list parked;         /* ds_parked_t.link, arrival order */
+    ds_waitkey_t **waitkeys;        /* hash table: nbuckets chains, a power of 2 (or none) */
+    size_t nbuckets;
+    size_t nwaitkeys;
     unsigned long next_seq;
+    unsigned long next_parked_seq;
+    unsigned long rechecks;         /* parked lookups checked by publishes */
 };
 
 /*
@@ -232,12 +265,120 @@ static void item_unlink(psr_ds_t *ds, ds_item_t *victim)
     }
 }
 
+/* FNV-1a. */
+static size_t key_hash(const char *key)
+{
+    uint64_t h = 14695981039346656037ULL;
+    for (; *key; key++) h = (h ^ (unsigned char)*key) * 1099511628211ULL;
+    return (size_t)h;
+}
+
+/* Where key's record is or would be linked in; the table must exist. */
+static ds_waitkey_t **waitkey_slot(psr_ds_t *ds, const char *key)
+{
+    ds_waitkey_t **pp = &ds->waitkeys[key_hash(key) & (ds->nbuckets - 1)];
+    while (*pp && strcmp((*pp)->key, key) != 0) pp = &(*pp)->next;
+    return pp;
+}
+
+static ds_waitkey_t *waitkey_find(psr_ds_t *ds, const char *key)
+{
+    return ds->nbuckets ? *waitkey_slot(ds, key) : NULL;
+}
+
+/* Double the table (16 chains at first); out of memory keeps the old one. */
+static void waitkeys_grow(psr_ds_t *ds)
+{
+    size_t n = ds->nbuckets ? 2 * ds->nbuckets : 16;
+    ds_waitkey_t **table = calloc(n, sizeof(*table));
+    if (!table) return;
+    for (size_t b = 0; b < ds->nbuckets; b++) {
+        while (ds->waitkeys[b]) {
+            ds_waitkey_t *wk = ds->waitkeys[b];
+            ds->waitkeys[b] = wk->next;
+            size_t to = key_hash(wk->key) & (n - 1);
+            wk->next = table[to];
+            table[to] = wk;
+        }
+    }
+    free(ds->waitkeys);
+    ds->waitkeys = table;
+    ds->nbuckets = n;
+}
+
+/* The record of key (a valid key), made when there is none; NULL when out of memory. */
+static ds_waitkey_t *waitkey_get(psr_ds_t *ds, const char *key)
+{
+    if (ds->nwaitkeys >= ds->nbuckets) waitkeys_grow(ds);
+    if (!ds->nbuckets) return NULL;
+    ds_waitkey_t **pp = waitkey_slot(ds, key);
+    if (*pp) return *pp;
+    ds_waitkey_t *wk = calloc(1, sizeof(*wk));
+    if (!wk) return NULL;
+    psc_list_init(&wk->waiters);
+    strcpy(wk->key, key);
+    *pp = wk;
+    ds->nwaitkeys++;
+    return wk;
+}
+
+/* Drop wk once nobody waits for its key, unless a publish is walking it. */
+static void waitkey_put(psr_ds_t *ds, ds_waitkey_t *wk)
+{
+    if (wk->pinned || !psc_list_empty(&wk->waiters)) return;
+    ds_waitkey_t **pp = waitkey_slot(ds, wk->key);
+    *pp = wk->next;
+    ds->nwaitkeys--;
+    free(wk);
+}
+
+static void parked_unindex(psr_ds_t *ds, ds_parked_t *p)
+{
+    for (size_t i = 0; i < p->nwaiters; i++) {
+        psc_list_del(&p->waiters[i].link);
+        waitkey_put(ds, p->waiters[i].wk);
+    }
+    p->nwaiters = 0;
+}
+
+/* Put p among the waiters of each of its keys (once per key); -1 when out
+ * of memory, and then among none. */
+static int parked_index(psr_ds_t *ds, ds_parked_t *p)
+{
+    p->waiters = calloc(p->nkeys, sizeof(*p->waiters));
+    if (!p->waiters) return -1;
+    for (size_t k = 0; k < p->nkeys; k++) {
+        bool again = false;
+        for (size_t j = 0; j < k && !again; j++) again = strcmp(p->keys[j], p->keys[k]) == 0;
+        if (again) continue;
+        ds_waitkey_t *wk = waitkey_get(ds, p->keys[k]);
+        if (!wk) {
+            parked_unindex(ds, p);
+            return -1;
+        }
+        ds_waiter_t *w = &p->waiters[p->nwaiters++];
+        w->wk = wk;
+        w->parked = p;
+        psc_list_add_tail(&w->link, &wk->waiters);
+    }
+    return 0;
+}
+
 static void parked_free(ds_parked_t *p)
 {
     for (size_t i = 0; i < p->nkeys; i++) free(p->keys[i]);
     free(p->keys);
     free(p->custom);
+    free(p->waiters);
     free(p);
+}
+
+/* Take p out of the store and free it. */
+static void parked_remove(psr_ds_t *ds, ds_parked_t *p)
+{
+    psc_list_del(&p->link);
+    parked_unindex(ds, p);
+    parked_free(p);
 }
 
 static void append_result(psr_ds_result_t **list_p, psr_ds_result_t *res)
@@ -247,12 +388,13 @@ static void append_result(psr_ds_result_t **list_p, psr_ds_result_t *res)
     *list_p = res;
 }
 
-static psr_ds_result_t *result_new(pmix_status_t status, void *cookie)
+static psr_ds_result_t *result_new(psr_ds_t *ds, pmix_status_t status, void *cookie)
 {
     psr_ds_result_t *res = calloc(1, sizeof(*res));
     if (!res) return NULL;
     res->status = status;
     res->cookie = cookie;
+    res->release = ds->ops.release;
     return res;
 }
 
@@ -287,7 +429,7 @@ static psr_ds_result_t *answer(psr_ds_t *ds, const psr_ds_client_t *who,
                                size_t ncustom, const char *const keys[], size_t nkeys,
                                void *cookie)
 {
-    psr_ds_result_t *res = result_new(PMIX_SUCCESS, cookie);
+    psr_ds_result_t *res = result_new(ds, PMIX_SUCCESS, cookie);
     if (!res) return NULL;
     res->hits = calloc(nkeys ? nkeys : 1, sizeof(*res->hits));
     if (!res->hits) {
@@ -310,7 +452,7 @@ static psr_ds_result_t *answer(psr_ds_t *ds, const psr_ds_client_t *who,
         if (!it) continue;
         void *copy = ds->ops.copy(it->value);
         if (!copy) {
-            psr_ds_result_free(ds, res);
+            psr_ds_result_free(res);
             free(consumed);
             return NULL;
         }
@@ -337,29 +479,67 @@ static psr_ds_result_t *answer(psr_ds_t *ds, const psr_ds_client_t *who,
     return res;
 }
 
-/* Serve parked lookups that the store can now satisfy, oldest first. */
-static void serve_parked(psr_ds_t *ds, psr_ds_result_t **done_p)
+/* Answer p and take it out of the store if enough of its keys are there now. */
+static void serve_one(psr_ds_t *ds, ds_parked_t *p, psr_ds_result_t **done_p)
 {
-    ds_parked_t **pp = &ds->parked;
-    while (*pp) {
-        ds_parked_t *p = *pp;
-        bool denied;
-        size_t found = count_found(ds, &p->who, p->range, p->custom, p->ncustom,
-                                   (const char *const *)p->keys, p->nkeys, &denied);
-        if (found < p->nwait) {
-            pp = &p->next;
-            continue;
+    bool denied;
+    ds->rechecks++;
+    size_t found = count_found(ds, &p->who, p->range, p->custom, p->ncustom,
+                               (const char *const *)p->keys, p->nkeys, &denied);
+    if (found < p->nwait) return;
+    psr_ds_result_t *res = answer(ds, &p->who, p->range, p->custom, p->ncustom,
+                                  (const char *const *)p->keys, p->nkeys, p->cookie);
+    /* Out of memory: it stays parked until a later publish of one of its
+     * keys serves it, its deadline passes or its requester ends. */
+    if (!res) return;
+    parked_remove(ds, p);
+    append_result(done_p, res);
+}
+
+/* A walk through the waiters of one key. */
+typedef struct ds_cursor {
+    ds_waitkey_t *wk;
+    struct psc_list *pos;           /* the next waiter to look at */
+} ds_cursor_t;
+
+static ds_parked_t *cursor_parked(const ds_cursor_t *c)
+{
+    if (c->pos == &c->wk->waiters) return NULL;
+    return psc_list_entry(c->pos, ds_waiter_t, link)->parked;
+}
+
+/*
+ * Serve the parked lookups that wait for a key of the items from `first`
+ * to the end of the list (those just published), the longest-waiting
+ * first: the waiter lists of those keys, each in arrival order, merged.
+ * cur has room for one cursor per item.
+ */
+static void serve_waiters(psr_ds_t *ds, ds_item_t *first, ds_cursor_t *cur,
+                          psr_ds_result_t **done_p)
+{
+    size_t n = 0;
+    for (ds_item_t *it = first; it; it = it->next) {
+        ds_waitkey_t *wk = waitkey_find(ds, it->key);
+        if (!wk) continue;
+        wk->pinned = true;
+        cur[n].wk = wk;
+        cur[n++].pos = wk->waiters.next;
+    }
+    for (;;) {
+        ds_parked_t *next = NULL;
+        for (size_t i = 0; i < n; i++) {
+            ds_parked_t *p = cursor_parked(&cur[i]);
+            if (p && (!next || p->seq < next->seq)) next = p;
         }
-        psr_ds_result_t *res = answer(ds, &p->who, p->range, p->custom, p->ncustom,
-                                      (const char *const *)p->keys, p->nkeys, p->cookie);
-        if (!res) {
-            /* Leave it parked; a later call or its deadline retries. */
-            pp = &p->next;
-            continue;
-        }
-        *pp = p->next;
-        parked_free(p);
-        append_result(done_p, res);
+        if (!next) break;
+        /* Every walk steps past next before serving may free its waiters. */
+        for (size_t i = 0; i < n; i++)
+            if (cursor_parked(&cur[i]) == next) cur[i].pos = cur[i].pos->next;
+        serve_one(ds, next, done_p);
+    }
+    for (size_t i = 0; i < n; i++) {
+        cur[i].wk->pinned = false;
+        waitkey_put(ds, cur[i].wk);
     }
 }
 
@@ -369,6 +549,7 @@ psr_ds_t *psr_ds_create(const psr_ds_value_ops_t *ops)
     if (!ds) return NULL;
     ds->ops = *ops;
     ds->next_seq = 1;
+    psc_list_init(&ds->parked);
     return ds;
 }
 
@@ -376,21 +557,17 @@ static void complete_parked_if(psr_ds_t *ds, pmix_status_t status,
                                bool (*pick)(const ds_parked_t *, const void *),
                                const void *arg, psr_ds_result_t **done_p)
 {
-    ds_parked_t **pp = &ds->parked;
-    while (*pp) {
-        ds_parked_t *p = *pp;
-        if (!pick(p, arg)) {
-            pp = &p->next;
-            continue;
-        }
-        *pp = p->next;
+    struct psc_list *pos, *tmp;
+    psc_list_for_each_safe(pos, tmp, &ds->parked) {
+        ds_parked_t *p = psc_list_entry(pos, ds_parked_t, link);
+        if (!pick(p, arg)) continue;
         if (done_p) {
-            psr_ds_result_t *res = result_new(status, p->cookie);
+            psr_ds_result_t *res = result_new(ds, status, p->cookie);
             /* Out of memory here loses the answer; the requester is gone
              * or timed out, so nothing better can be done. */
             if (res) append_result(done_p, res);
         }
-        parked_free(p);
+        parked_remove(ds, p);
     }
 }
 
@@ -410,6 +587,7 @@ void psr_ds_destroy(psr_ds_t *ds, pmix_status_t status, psr_ds_result_t **done_p
         ds->items = it->next;
         item_free(ds, it);
     }
+    free(ds->waitkeys);     /* its keys went with the last parked lookup */
     free(ds);
 }
 
@@ -451,6 +629,8 @@ pmix_status_t psr_ds_publish(psr_ds_t *ds, const psr_ds_client_t *who,
 
     /* Build every item first so that a failure stores nothing. */
     ds_item_t *first = NULL, **tail = &first;
+    ds_cursor_t *cur = malloc(nkvs * sizeof(*cur));
+    if (!cur) return PMIX_ERR_NOMEM;
     for (size_t i = 0; i < nkvs; i++) {
         ds_item_t *it = calloc(1, sizeof(*it));
         if (!it) goto undo;
@@ -491,7 +671,8 @@ pmix_status_t psr_ds_publish(psr_ds_t *ds, const psr_ds_client_t *who,
     while (*end) end = &(*end)->next;
     *end = first;
 
-    serve_parked(ds, done_p);
+    serve_waiters(ds, first, cur, done_p);
+    free(cur);
     return PMIX_SUCCESS;
 
 undo:
@@ -501,6 +682,7 @@ undo:
         it->value = NULL;       /* still the caller's */
         item_free(ds, it);
     }
+    free(cur);
     return PMIX_ERR_NOMEM;
 }
 
@@ -529,6 +711,7 @@ pmix_status_t psr_ds_lookup(psr_ds_t *ds, const psr_ds_client_t *who,
         if (found < need) {
             ds_parked_t *p = calloc(1, sizeof(*p));
             if (!p) return PMIX_ERR_NOMEM;
+            psc_list_init(&p->link);
             p->who = *who;
             p->range = range;
             p->nwait = need;
@@ -546,9 +729,9 @@ pmix_status_t psr_ds_lookup(psr_ds_t *ds, const psr_ds_client_t *who,
                 if (!p->custom) goto nomem;
                 p->ncustom = ncustom;
             }
-            ds_parked_t **end = &ds->parked;
-            while (*end) end = &(*end)->next;
-            *end = p;
+            p->seq = ds->next_parked_seq++;
+            if (parked_index(ds, p) != 0) goto nomem;
+            psc_list_add_tail(&p->link, &ds->parked);
             return PMIX_OPERATION_IN_PROGRESS;
         nomem:
             parked_free(p);
@@ -636,8 +819,11 @@ void psr_ds_expire(psr_ds_t *ds, double now, psr_ds_result_t **done_p)
 double psr_ds_next_deadline(const psr_ds_t *ds)
 {
     double next = 0;
-    for (const ds_parked_t *p = ds->parked; p; p = p->next)
+    struct psc_list *pos;
+    psc_list_for_each(pos, &ds->parked) {
+        const ds_parked_t *p = psc_list_entry(pos, ds_parked_t, link);
         if (p->deadline > 0 && (next == 0 || p->deadline < next)) next = p->deadline;
+    }
     return next;
 }
 
@@ -650,17 +836,20 @@ size_t psr_ds_count(const psr_ds_t *ds)
 
 size_t psr_ds_parked(const psr_ds_t *ds)
 {
-    size_t n = 0;
-    for (const ds_parked_t *p = ds->parked; p; p = p->next) n++;
-    return n;
+    return psc_list_count(&ds->parked);
 }
 
-void psr_ds_result_free(psr_ds_t *ds, psr_ds_result_t *res)
+unsigned long psr_ds_rechecks(const psr_ds_t *ds)
+{
+    return ds->rechecks;
+}
+
+void psr_ds_result_free(psr_ds_result_t *res)
 {
     while (res) {
         psr_ds_result_t *next = res->next;
         for (size_t i = 0; i < res->nhits; i++)
-            if (res->hits[i].value) ds->ops.release(res->hits[i].value);
+            if (res->hits[i].value) res->release(res->hits[i].value);
         free(res->hits);
         free(res);
         res = next;

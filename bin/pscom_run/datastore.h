@@ -19,7 +19,9 @@
  *   destroyed (the launcher is the session); all leave on unpublish.
  * - A lookup that may wait (PMIX_WAIT) and is not yet satisfied is parked
  *   and completed by a later publish, by its deadline (PMIX_ERR_TIMEOUT) or
- *   by the end of its requester.
+ *   by the end of its requester.  A publish looks only at the parked
+ *   lookups that name one of its keys (an index by key), so many parked
+ *   lookups do not slow down publishes of other keys.
  *
  * Not thread-safe: the caller serialises all calls.
  */
@@ -91,7 +93,8 @@ typedef struct psr_ds_hit {
 /*
  * The answer to one lookup.  Results come back one at a time from
  * psr_ds_lookup, or as a list (linked by next) of parked lookups that some
- * other call completed.  The caller owns them: psr_ds_result_free.
+ * other call completed.  The caller owns them: psr_ds_result_free, which
+ * needs no store, so results may outlive the store that made them.
  */
 typedef struct psr_ds_result {
     struct psr_ds_result *next;    /* list of completed lookups handed to the caller */
@@ -99,6 +102,7 @@ typedef struct psr_ds_result {
     void *cookie;            /* as given to psr_ds_lookup */
     psr_ds_hit_t *hits;
     size_t nhits;
+    void (*release)(void *value);   /* the store's ops.release, for the hits' values */
 } psr_ds_result_t;
 
 /* A lookup's wait request: nwait 0 = answer at once; PSR_DS_WAIT_ALL = every key. */
@@ -178,8 +182,16 @@ double psr_ds_next_deadline(const psr_ds_t *ds);
 size_t psr_ds_count(const psr_ds_t *ds);
 size_t psr_ds_parked(const psr_ds_t *ds);
 
-/* Free a list of results and the values they hold. */
-void psr_ds_result_free(psr_ds_t *ds, psr_ds_result_t *res);
+/*
+ * How many times publishes have checked whether a parked lookup is now
+ * satisfied, since the store was created (for tests and diagnostics): a
+ * publish checks only the lookups that wait for one of its keys.
+ */
+unsigned long psr_ds_rechecks(const psr_ds_t *ds);
+
+/* Free a list of results and the values they hold (any thread, no store
+ * needed; the cookies stay the caller's). */
+void psr_ds_result_free(psr_ds_result_t *res);
 
 /*
  * Does subject lie inside range as seen from anchor?  custom lists the

@@ -37,6 +37,8 @@ typedef struct psr_proc {
     bool finalized;             /* (L) PMIx_Finalize reached the server */
     bool aborted;               /* (L) called PMIx_Abort */
     bool exited;                /* (L) reaped */
+    bool uninit_exit;           /* (L) exited with 0 without PMIx_Init before any
+                                 * other process of its namespace connected */
     int wstatus;                /* (L) from waitpid */
     int bind;                   /* --bind-to: index into job->binds, else -1 */
 } psr_proc_t;
@@ -47,6 +49,7 @@ typedef struct psr_app {
     int np;
     int first;                  /* index of its rank 0 in job->procs */
     int nexited;                /* (L) */
+    int nconnected;             /* (L) processes that reached PMIx_Init (no stand-ins) */
 } psr_app_t;
 
 typedef struct psr_job {

@@ -27,6 +27,7 @@
 static psr_job_t *g_job;
 
 static void replay_events(psr_job_t *job, const pmix_proc_t *proc);
+static void report_uninit_exits(psr_job_t *job, psr_app_t *app);
 static int register_tick(psr_job_t *job);
 
 /* ---------------------------------------------------------------------- */
@@ -127,15 +128,28 @@ static void op_ignore(pmix_status_t status, void *cbdata)
 /* ---------------------------------------------------------------------- */
 /* Values kept by the datastore and the event cache                        */
 
-static void *value_copy(const void *v)
+/* A deep copy of v into *copy_p: PMIX_SUCCESS, or why not (the library's
+ * error: a type it cannot copy, out of memory). */
+static pmix_status_t value_dup(const pmix_value_t *v, pmix_value_t **copy_p)
 {
     pmix_value_t *copy = calloc(1, sizeof(*copy));
-    if (!copy) return NULL;
-    if (PMIx_Value_xfer(copy, (pmix_value_t *)v) != PMIX_SUCCESS) {
+    if (!copy) return PMIX_ERR_NOMEM;
+    pmix_status_t st = PMIx_Value_xfer(copy, v);
+    if (st != PMIX_SUCCESS) {
+        /* It may have failed half way, with parts allocated. */
+        PMIx_Value_destruct(copy);
         free(copy);
-        return NULL;
+        return st;
     }
-    return copy;
+    *copy_p = copy;
+    return PMIX_SUCCESS;
+}
+
+/* The datastore's copy: of a value it accepted, so only memory can fail. */
+static void *value_copy(const void *v)
+{
+    pmix_value_t *copy;
+    return value_dup(v, &copy) == PMIX_SUCCESS ? copy : NULL;
 }
 
 static void value_release(void *v)
@@ -378,10 +392,25 @@ static void deliver_results(psr_job_t *job, psr_ds_result_t *list)
         if (pdata) PMIX_PDATA_FREE(pdata, res->nhits);
         free(req);
     }
-    pthread_mutex_lock(&job->lock);
-    psr_ds_result_free(job->ds, list);
-    pthread_mutex_unlock(&job->lock);
+    /* Without the store, which the end of the job may have destroyed meanwhile. */
+    psr_ds_result_free(list);
 }
+
+/* Free answers that will not be delivered, with their requests. */
+static void drop_results(psr_ds_result_t *list)
+{
+    for (psr_ds_result_t *res = list; res; res = res->next) free(res->cookie);
+    psr_ds_result_free(list);
+}
+
+/*
+ * The datastore goes when the last process of the job has ended
+ * (psr_server_stop), but the library may still hand us requests: a child
+ * of a process can keep its connection open, and requests read before the
+ * end may still be queued.  They get this answer; the upcalls check under
+ * job->lock, in the same section that uses the store.
+ */
+#define DS_GONE PMIX_ERR_NOT_AVAILABLE
 
 /* ---------------------------------------------------------------------- */
 /* Host callbacks                                                          */
@@ -395,10 +424,16 @@ static pmix_status_t host_client_connected(const pmix_proc_t *proc, void *server
     psr_proc_t *p = server_object;
     pthread_mutex_lock(&job->lock);
     bool stand_in = p && p->exited;
-    if (p && !stand_in) p->connected = true;
+    bool first = false;     /* the first of its namespace */
+    if (p && !stand_in) {
+        p->connected = true;
+        first = job->apps[p->app].nconnected++ == 0;
+    }
     pthread_mutex_unlock(&job->lock);
     psr_log(job, 2, "%s:%u connected%s", proc->nspace, proc->rank,
             stand_in ? " (a stand-in for the dead process)" : "");
+    /* Before the replay: this process gets those events at once. */
+    if (first) report_uninit_exits(job, &job->apps[p->app]);
     if (!stand_in) replay_events(job, proc);
     return PMIX_OPERATION_SUCCEEDED;
 }
@@ -417,6 +452,17 @@ static pmix_status_t host_client_finalized(const pmix_proc_t *proc, void *server
     return PMIX_OPERATION_SUCCEEDED;
 }
 
+/*
+ * pscom_run's exit status for PMIx_Abort(status): the low 8 bits, which is
+ * what exit() would keep, but never 0 (256 would report success) and 1 for
+ * a negative status (-1 would give 255, pscom_run's own failure).
+ */
+static int abort_exit_status(int status)
+{
+    if (status < 0 || (status & 0xff) == 0) return 1;
+    return status & 0xff;
+}
+
 static pmix_status_t host_abort(const pmix_proc_t *proc, void *server_object, int status,
                                 const char msg[], pmix_proc_t procs[], size_t nprocs,
                                 pmix_op_cbfunc_t cbfunc, void *cbdata)
@@ -427,11 +473,15 @@ static pmix_status_t host_abort(const pmix_proc_t *proc, void *server_object, in
     (void)nprocs;
     /* Whatever the caller names, PMIx_Abort ends the whole job here: a
      * launch is one job, and partial aborts would leave peers waiting. */
-    psr_log(job, 0, "%s rank %u called PMIx_Abort with status %d: %s", proc->nspace,
-            proc->rank, status, msg && *msg ? msg : "(no message)");
+    int exit_status = abort_exit_status(status);
+    char mapped[40] = "";
+    if (exit_status != status)
+        snprintf(mapped, sizeof(mapped), " (exit status %d)", exit_status);
+    psr_log(job, 0, "%s rank %u called PMIx_Abort with status %d%s: %s", proc->nspace,
+            proc->rank, status, mapped, msg && *msg ? msg : "(no message)");
     pthread_mutex_lock(&job->lock);
     if (p) p->aborted = true;
-    psr_job_end_locked(job, status != 0 ? status : 1, 0);
+    psr_job_end_locked(job, exit_status, 0);
     pthread_mutex_unlock(&job->lock);
     /* PMIx_Abort does not return while the host can end the caller, so
      * cbfunc is never called: the caller waits until the job's end kills
@@ -525,24 +575,32 @@ static pmix_status_t host_publish(const pmix_proc_t *proc, const pmix_info_t inf
     if (st != PMIX_SUCCESS) goto out_dir;
     for (size_t i = 0; i < ninfo; i++) {
         if (!is_data[i]) continue;
-        kvs[nkvs].key = info[i].key;
-        kvs[nkvs].value = value_copy(&info[i].value);
-        if (!kvs[nkvs].value) {
-            st = PMIX_ERR_NOMEM;
+        pmix_value_t *copy;
+        st = value_dup(&info[i].value, &copy);
+        if (st != PMIX_SUCCESS) {
+            psr_log(job, 1, "publish by %s:%u: cannot copy the value of %s (type %s): %s",
+                    proc->nspace, proc->rank, info[i].key,
+                    PMIx_Data_type_string(info[i].value.type), PMIx_Error_string(st));
             goto out_kvs;
         }
-        nkvs++;
+        kvs[nkvs].key = info[i].key;
+        kvs[nkvs++].value = copy;
     }
     psr_ds_client_t who;
     ds_client(job, proc, &d, &who);
+    double now = psr_now();
     pthread_mutex_lock(&job->lock);
-    st = psr_ds_publish(job->ds, &who, &d.scope, d.persist, &d.access, kvs, nkvs,
-                        psr_now(), &done);
+    if (job->ds)
+        st = psr_ds_publish(job->ds, &who, &d.scope, d.persist, &d.access, kvs, nkvs, now,
+                            &done);
+    else
+        st = DS_GONE;
     pthread_mutex_unlock(&job->lock);
-    psr_log(job, 2, "publish by %s:%u of %zu key(s)%s%s, range %s, persistence %s: %s",
+    psr_log(job, 2, "publish by %s:%u of %zu key(s)%s%s, range %s, persistence %s: %s%s",
             proc->nspace, proc->rank, nkvs, nkvs ? " starting with " : "",
             nkvs ? kvs[0].key : "", range_name(d.scope.range),
-            PMIx_Persistence_string(d.persist), PMIx_Error_string(st));
+            PMIx_Persistence_string(d.persist), PMIx_Error_string(st),
+            st == DS_GONE ? " (the job has ended)" : "");
     if (st == PMIX_SUCCESS) nkvs = 0;   /* the store owns the values now */
 out_kvs:
     for (size_t i = 0; i < nkvs; i++) value_release(kvs[i].value);
@@ -587,17 +645,27 @@ static pmix_status_t host_lookup(const pmix_proc_t *proc, char **keys,
     psr_ds_result_t *res = NULL;
     double deadline = d.nwait && d.timeout > 0 ? psr_now() + d.timeout : 0;
     pthread_mutex_lock(&job->lock);
-    st = psr_ds_lookup(job->ds, &who, &d.scope, (const char *const *)keys, nkeys, d.nwait,
-                       deadline, req, &res);
+    if (job->ds)
+        st = psr_ds_lookup(job->ds, &who, &d.scope, (const char *const *)keys, nkeys,
+                           d.nwait, deadline, req, &res);
+    else
+        st = DS_GONE;
     pthread_mutex_unlock(&job->lock);
-    psr_log(job, 2, "lookup by %s:%u of %zu key(s)%s%s, range %s%s", proc->nspace,
+    psr_log(job, 2, "lookup by %s:%u of %zu key(s)%s%s, range %s%s%s%s%s", proc->nspace,
             proc->rank, nkeys, nkeys ? " starting with " : "", nkeys ? keys[0] : "",
             range_name(d.scope.range),
-            st == PMIX_OPERATION_IN_PROGRESS ? ": waiting for a publish" : "");
+            st == PMIX_OPERATION_IN_PROGRESS ? ": waiting for a publish" : "",
+            st == DS_GONE ? ": " : "", st == DS_GONE ? PMIx_Error_string(st) : "",
+            st == DS_GONE ? " (the job has ended)" : "");
     directives_free(&d);
 
     if (st == PMIX_OPERATION_IN_PROGRESS) {
         psr_job_wake(job);  /* the main loop's timeout may have to shrink */
+        return PMIX_SUCCESS;
+    }
+    if (st == DS_GONE) {
+        free(req);
+        cbfunc(st, NULL, 0, cbdata);
         return PMIX_SUCCESS;
     }
     if (st != PMIX_SUCCESS) {
@@ -621,11 +689,15 @@ static pmix_status_t host_unpublish(const pmix_proc_t *proc, char **keys,
         psr_ds_client_t who;
         ds_client(job, proc, &d, &who);
         pthread_mutex_lock(&job->lock);
-        st = psr_ds_unpublish(job->ds, &who, d.range_given ? d.scope.range : PMIX_RANGE_UNDEF,
-                              nkeys ? (const char *const *)keys : NULL, nkeys);
+        if (job->ds)
+            st = psr_ds_unpublish(job->ds, &who,
+                                  d.range_given ? d.scope.range : PMIX_RANGE_UNDEF,
+                                  nkeys ? (const char *const *)keys : NULL, nkeys);
+        else
+            st = DS_GONE;
         pthread_mutex_unlock(&job->lock);
-        psr_log(job, 2, "unpublish by %s:%u of %zu key(s): %s", proc->nspace, proc->rank,
-                nkeys, PMIx_Error_string(st));
+        psr_log(job, 2, "unpublish by %s:%u of %zu key(s): %s%s", proc->nspace, proc->rank,
+                nkeys, PMIx_Error_string(st), st == DS_GONE ? " (the job has ended)" : "");
     }
     directives_free(&d);
     cbfunc(st, cbdata);
@@ -1099,6 +1171,48 @@ static void notify_termination(psr_job_t *job, const psr_proc_t *p, pmix_status_
     host_event(job, PMIX_EVENT_PROC_TERMINATED, &p->id, info, 4);
 }
 
+/* Room for the text of a termination event: a namespace and a sentence. */
+#define TERM_TEXT_LEN (PMIX_MAX_NSLEN + 160)
+
+/* Tell the user and the other processes that p ended abnormally. */
+static void announce_abnormal(psr_job_t *job, const psr_proc_t *p, pmix_status_t cause,
+                              int code, const char *text)
+{
+    psr_log(job, 0, "%s%s", text,
+            job->opts->keep_going ? "; the others keep going" : "; ending the job");
+    notify_termination(job, p, cause, code, text);
+}
+
+static void uninit_text(const psr_proc_t *p, char *text, size_t len)
+{
+    snprintf(text, len, "%s rank %u exited without calling PMIx_Init, which other "
+             "processes of its namespace called", p->id.nspace, p->id.rank);
+}
+
+/*
+ * The first process of app's namespace has connected: processes of it
+ * that exited with status 0 before (without PMIx_Init, see
+ * psr_server_proc_exited) left it short of a member, so they ended
+ * abnormally after all.
+ */
+static void report_uninit_exits(psr_job_t *job, psr_app_t *app)
+{
+    for (int r = 0; r < app->np; r++) {
+        psr_proc_t *q = &job->procs[app->first + r];
+        pthread_mutex_lock(&job->lock);
+        bool late = q->uninit_exit;
+        q->uninit_exit = false;
+        bool ending = job->ending;
+        if (late && !ending && !job->opts->keep_going)
+            psr_job_end_locked(job, 1, job->opts->grace);
+        pthread_mutex_unlock(&job->lock);
+        if (!late || ending) continue;
+        char text[TERM_TEXT_LEN];
+        uninit_text(q, text, sizeof(text));
+        announce_abnormal(job, q, PMIX_ERR_PROC_TERM_WO_SYNC, 0, text);
+    }
+}
+
 void psr_server_proc_exited(psr_job_t *job, psr_proc_t *p)
 {
     pthread_mutex_lock(&job->lock);
@@ -1113,7 +1227,7 @@ void psr_server_proc_exited(psr_job_t *job, psr_proc_t *p)
     int code = WIFEXITED(wstatus) ? WEXITSTATUS(wstatus)
                : WIFSIGNALED(wstatus) ? 128 + WTERMSIG(wstatus) : 1;
     pmix_status_t cause = PMIX_SUCCESS;
-    char text[256];
+    char text[TERM_TEXT_LEN];
     if (aborted) {
         cause = PMIX_ERR_PROC_REQUESTED_ABORT;
         snprintf(text, sizeof(text), "%s rank %u called PMIx_Abort", p->id.nspace, p->id.rank);
@@ -1129,6 +1243,14 @@ void psr_server_proc_exited(psr_job_t *job, psr_proc_t *p)
         cause = PMIX_ERR_PROC_TERM_WO_SYNC;
         snprintf(text, sizeof(text), "%s rank %u exited without calling PMIx_Finalize",
                  p->id.nspace, p->id.rank);
+    } else if (!connected && app->nconnected > 0) {
+        /* The others of its namespace wait for it in their collectives. */
+        cause = PMIX_ERR_PROC_TERM_WO_SYNC;
+        uninit_text(p, text, sizeof(text));
+    } else if (!connected) {
+        /* Nobody of its namespace has used PMIx yet, and perhaps nobody
+         * will (programs without PMIx): decided when one connects. */
+        p->uninit_exit = true;
     }
     if (code != 0 && job->exit_status == 0) job->exit_status = code;
     bool abnormal = cause != PMIX_SUCCESS;
@@ -1138,10 +1260,7 @@ void psr_server_proc_exited(psr_job_t *job, psr_proc_t *p)
 
     if (!connected && job->opts->keep_going && !ending) psr_stand_in_spawn(job, p);
     if (!abnormal || ending) return;
-
-    psr_log(job, 0, "%s%s", text,
-            job->opts->keep_going ? "; the others keep going" : "; ending the job");
-    notify_termination(job, p, cause, code, text);
+    announce_abnormal(job, p, cause, code, text);
 }
 
 /*
@@ -1238,26 +1357,20 @@ int psr_server_stop(psr_job_t *job, int sfd, const sigset_t *ending)
     psr_ds_result_t *done = NULL;
     pthread_mutex_lock(&job->lock);
     psr_ds_t *ds = job->ds;
-    job->ds = NULL;
+    job->ds = NULL;         /* requests from now on: DS_GONE */
     psr_ds_result_t *answers = job->answers;
     job->answers = NULL;
     pthread_mutex_unlock(&job->lock);
     /*
      * Every process has ended: lookups still waiting, and answers not yet
      * handed over, belong to processes that are gone.  They are dropped
-     * (the library releases its records of dead peers itself).
+     * (the library releases its records of dead peers itself).  No upcall
+     * uses the store any more: each checks job->ds under the lock, and
+     * results in flight need no store.
      */
     if (ds) psr_ds_destroy(ds, PMIX_ERR_LOST_CONNECTION, &done);
-    for (psr_ds_result_t *lists[] = { done, answers }, **l = lists; l < lists + 2; l++) {
-        while (*l) {
-            psr_ds_result_t *r = *l;
-            *l = r->next;
-            free(r->cookie);
-            for (size_t i = 0; i < r->nhits; i++) value_release(r->hits[i].value);
-            free(r->hits);
-            free(r);
-        }
-    }
+    drop_results(done);
+    drop_results(answers);
     /* Bounded, and ended by a signal that asks pscom_run to end: a library
      * whose progress thread is stuck (OpenPMIx 4.2 was seen blocked on a
      * lock in freed memory after clients died during a fence) must not

@@ -171,11 +171,41 @@ class Cases:
             # among the survivors.
             expect(r, 7, r"^fence returned ", 2, max_secs=10)
 
+    # A process that exits with 0 without PMIx_Init while the others of
+    # its namespace use PMIx leaves them waiting in their fence: the job
+    # ends (status 1), whether it exits before any of them has connected
+    # ("before") or after ("late"; mpirun ends the job only then). With
+    # --keep-going a stand-in ends it for the library and their fence
+    # returns. Before, the job hung without --keep-going. Processes of a
+    # namespace that nobody connects from (no PMIx) may exit 0 as they like.
+    def exit0_without_init(self):
+        t = self.c("t_fence_death")
+        for when in ("before", "late"):
+            r = launch([self.R, "-n", "3", t, "1", when, "0"])
+            expect(r, 1, max_secs=10)
+            check("rank 1 exited without calling PMIx_Init, which other processes of its "
+                  "namespace called; ending the job" in r.err, "no message naming rank 1", r)
+            r = launch([self.R, "--keep-going", "-n", "3", t, "1", when, "0"])
+            expect(r, 0, r"^fence returned ", 2, max_secs=10)
+            check("rank 1 exited without calling PMIx_Init" in r.err,
+                  "no message naming rank 1", r)
+        r = launch([self.R, "-n", "2", "sh", "-c", "exit 0", ":",
+                    "-n", "1", self.c("t_late"), "2", "status"])
+        expect(r, 0, r"^publish status: SUCCESS$", 1, max_secs=10)
+        check("PMIx_Init" not in r.err, "a process without PMIx was reported", r)
+
     # Abort, signals, output.
     def abort(self):
-        r = launch([self.R, "-n", "3", self.c("t_abort"), "1"])
-        expect(r, 42, max_secs=10)
-        check("t_abort: rank 1 gives up" in r.err, "the abort message was not shown", r)
+        # The exit status is the status's low 8 bits, as exit() keeps them,
+        # but 1 where they are 0 or the status is negative (256 exited 0,
+        # and -1 255, pscom_run's own failure).
+        for status, want in ((42, 42), (300, 44), (256, 1), (0, 1), (-1, 1)):
+            r = launch([self.R, "-n", "3", self.c("t_abort"), "1", str(status)])
+            expect(r, want, max_secs=10)
+            check("t_abort: rank 1 gives up" in r.err, "the abort message was not shown", r)
+            said = "called PMIx_Abort with status %d%s:" % (
+                status, "" if want == status else " (exit status %d)" % want)
+            check(said in r.err, "no line saying %r" % said, r)
 
     def _signal(self, mode, sig, status, caught):
         t0 = time.monotonic()
@@ -380,6 +410,34 @@ class Cases:
         self._stuck("slow-deregister", "stuck_deregister: called", None,
                     ("Terminated at the end of the job",
                      "Terminated during PMIx_server_finalize"))
+
+    # Datastore requests that reach pscom_run after its last process has
+    # gone (a child of it holds the connection open; pscom_run_stuck holds
+    # the first request, or a lookup's answer, until the job has ended):
+    # each is answered PMIX_ERR_NOT_AVAILABLE and pscom_run ends with the
+    # job's status (1: exit without PMIx_Finalize). It crashed (SIGSEGV)
+    # on the datastore that the end of the job had destroyed.
+    def late_requests(self):
+        stuck = self.c("pscom_run_stuck")
+        for step, answered in (("late-publish", 5), ("late-answer", 3)):
+            r = launch([stuck, "-vv", "-n", "1", self.c("t_late"), "1", "late"],
+                       env={"PSCOM_TEST_STUCK": step})
+            expect(r, 1, max_secs=20)
+            check("late_upcall: resumed after the end of the job" in r.err,
+                  "%s: no request was held until the job had ended" % step, r)
+            n = len(re.findall(r": NOT_AVAILABLE \(the job has ended\)$", r.err, re.M))
+            check(n == answered, "%s: %d requests answered as after the end, expected %d"
+                  % (step, n, answered), r)
+
+    # A published value that the library cannot copy: the publish fails
+    # with the library's reason, and the half-made copy is destructed
+    # (the publish reported NO-MEM and leaked it).
+    def publish_copy_fails(self):
+        r = launch([self.c("pscom_run_stuck"), "-n", "1", self.c("t_late"), "1", "status"],
+                   env={"PSCOM_TEST_STUCK": "xfer-fails"})
+        expect(r, 0, r"^publish status: NOT-SUPPORTED$", 1, max_secs=10)
+        check("xfer_fails: the failed copy was destructed" in r.err,
+              "the failed copy was not destructed", r)
 
     # step: PSCOM_TEST_STUCK; called: the wrapper's line; timed_out: the
     # message of a job that ends while it is stuck (None: it is only slow);

@@ -52,6 +52,25 @@ static void test_cli_single_app(void **state)
     psr_opts_free(&o);
 }
 
+/* -vv and -vvv count as -v -v and -v -v -v, as the documentation uses them. */
+static void test_cli_verbose_levels(void **state)
+{
+    (void)state;
+    psr_opts_t o;
+    char err[256];
+    assert_int_equal(parse(&o, err, "-vv", "prog", NULL), 0);
+    assert_int_equal(o.verbose, 2);
+    psr_opts_free(&o);
+    assert_int_equal(parse(&o, err, "-vvv", "prog", NULL), 0);
+    assert_int_equal(o.verbose, 3);
+    psr_opts_free(&o);
+    assert_int_equal(parse(&o, err, "-v", "--verbose", "-vv", "prog", NULL), 0);
+    assert_int_equal(o.verbose, 4);
+    psr_opts_free(&o);
+    assert_int_equal(parse(&o, err, "-vx", "prog", NULL), -1);
+    assert_non_null(strstr(err, "unknown option '-vx'"));
+}
+
 static void test_cli_mpmd_and_options(void **state)
 {
     (void)state;
@@ -263,6 +282,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_cli_single_app),
         cmocka_unit_test(test_cli_mpmd_and_options),
+        cmocka_unit_test(test_cli_verbose_levels),
         cmocka_unit_test(test_cli_errors),
         cmocka_unit_test(test_cpulist),
         cmocka_unit_test(test_lines),
