@@ -203,14 +203,13 @@ static int take_no_message(pscom_request_t *req, pscom_connection_t *con,
 }
 
 /* Does the end of the watch mean the socket's close? The connection to
- * ourselves is a loop connection, which no transport breaks (its close
- * ends it with its own EOF). Where the loop transport is not allowed it
- * runs over another one and may break alone: the socket then still listens
- * (a close stops that first) and lists it (a close takes it out). */
+ * ourselves also ends alone: the application may close it (or fail it),
+ * and where the loop transport is not allowed it runs over another one,
+ * which may break. The socket then still listens (a close stops that
+ * first) and lists it (a close takes it out). */
 static bool watch_end_is_close(pscom_pmix_job_t *job, pscom_connection_t *self)
 {
-    if (self->type == PSCOM_CON_TYPE_LOOP || job->sock->listen_portno < 0)
-        return true;
+    if (job->sock->listen_portno < 0) return true;
     for (pscom_connection_t *c = pscom_get_next_connection(job->sock, NULL); c;
          c = pscom_get_next_connection(job->sock, c))
         if (c == self) return false;
@@ -233,6 +232,10 @@ static void on_watch_end(pscom_request_t *req)
         pthread_mutex_unlock(&job->peers_lock);
         pmx_log(job, PMX_LOG_DEBUG, "the bootstrap socket was closed: its "
                 "connections are forgotten");
+    } else if (job && !(req->state & PSCOM_REQ_STATE_CANCELED)) {
+        pmx_log(job, PMX_LOG_INFO, "the connection to ourselves ended with "
+                "the bootstrap socket still open: the socket's close will go "
+                "unnoticed (close it after pscom_pmix_finalize)");
     }
     pthread_mutex_unlock(&watch_lock);
     if (!job) pscom_request_free(req);

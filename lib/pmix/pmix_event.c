@@ -354,12 +354,15 @@ static bool own_server_lost(const pscom_pmix_job_t *job,
                             const struct pmx_event *ev)
 {
     const pmix_proc_t *src = &ev->source;
+    /* The server first: a host may name it in the job's namespace. */
+    if (job->server_known && pmx_nspace_is(src->nspace, job->server.nspace) &&
+        src->rank == job->server.rank)
+        return true;
     if (pmx_nspace_is(src->nspace, job->me.nspace))
         return src->rank == job->me.rank;
-    if (job->server_known)
-        return pmx_nspace_is(src->nspace, job->server.nspace) &&
-               src->rank == job->server.rank;
-    return true; /* the server unknown: not one of our job's processes */
+    /* Another process's: unless the server is unknown, and this is not one
+     * of our job's processes. */
+    return !job->server_known;
 }
 
 /* The library's own part of an event. Returns true when it acted. */

@@ -2150,8 +2150,9 @@ static bool precon_ended(struct ofi_con *oc)
     if (oc->fd < 0) return false;
     char c;
     ssize_t n = recv(oc->fd, &c, 1, MSG_PEEK | MSG_DONTWAIT);
-    return n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK &&
-                      errno != EINTR);
+    /* The stream's end may come after a goodbye read already. */
+    if (n == 0) return !bye_ok(oc);
+    return n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR;
 }
 
 static void ofi_close(pscom_plugin_con_t *con, void *priv)

@@ -41,6 +41,8 @@
  *                       event failed the connection, rank 0 receives them all
  *   closed-socket       (2 ranks) rank 0 closes its bootstrap socket and opens
  *                       connections of another one; rank 1's end fails none
+ *   closed-self         (2 ranks) each rank closes its connection to itself
+ *                       only: the job keeps its socket and connections
  *   dead-before-boot [--dispatched]  (2 ranks) rank 1 ends before the
  *                       bootstrap; rank 0's fails with ECONNABORTED
  *   fake-lost           (2 ranks) rank 1 notifies UNREACH; rank 0 keeps
@@ -873,6 +875,32 @@ static int test_closed_socket(void)
               "none of %d connections of another socket", NEW_CONS);
     pscom_close_socket(other);
     pscom_pmix_finalize(job);
+    return 0;
+}
+
+/* Each rank closes only its connection to itself, which ends the receive
+ * that watches for the socket's close: that is no close of the socket,
+ * and the job must keep it and its connection to the other rank. */
+static int test_closed_self(void)
+{
+    pscom_pmix_job_t *job;
+    pscom_socket_t *sock = boot_after(&job, 0, NULL);
+    CHECK(pscom_pmix_size(job) == 2, "needs 2 ranks");
+    step("barrier after the bootstrap");
+    CHECK(pscom_pmix_barrier(job) == PSCOM_SUCCESS, "barrier");
+    int other = 1 - g_rank;
+    step("closing the connection to ourselves");
+    pscom_close_connection(pscom_pmix_connection(job, g_rank));
+    for (int i = 0; i < 100; i++) pscom_test_any();
+    CHECK(pscom_pmix_socket(job) == sock, "the job forgot its socket");
+    CHECK(pscom_pmix_connection(job, other) != NULL,
+          "the job forgot its connection to rank %d", other);
+    result_ok("closing the connection to ourselves kept the socket and the "
+              "connection to rank %d", other);
+    step("barrier after the close");
+    CHECK(pscom_pmix_barrier(job) == PSCOM_SUCCESS, "barrier");
+    pscom_pmix_finalize(job);
+    pscom_close_socket(sock);
     return 0;
 }
 
@@ -1772,7 +1800,7 @@ int main(int argc, char **argv)
     if (argc < 2) {
         fprintf(stderr, "usage: %s alltoall|barrier-progress|lookup-progress|kill|events [--peers]|"
                 "pubsub-server SVC RANGE|pubsub-client SVC RANGE|singleton|"
-                "badep MODE|lost-messages|closed-socket|dead-before-boot "
+                "badep MODE|lost-messages|closed-socket|closed-self|dead-before-boot "
                 "[--dispatched]|fake-lost|notify-failure-code|lost-server|"
                 "teardown MODE|"
                 "finalize-in-handler [--by-pscom]|register-order\n", argv[0]);
@@ -1784,6 +1812,7 @@ int main(int argc, char **argv)
     if (!strcmp(argv[1], "lookup-progress")) return test_barrier_progress(1);
     if (!strcmp(argv[1], "lost-messages")) return test_lost_messages();
     if (!strcmp(argv[1], "closed-socket")) return test_closed_socket();
+    if (!strcmp(argv[1], "closed-self")) return test_closed_self();
     if (!strcmp(argv[1], "dead-before-boot"))
         return test_dead_before_boot(argc > 2 && !strcmp(argv[2], "--dispatched"));
     if (!strcmp(argv[1], "fake-lost")) return run_notify_case(&fake_lost);
