@@ -51,13 +51,16 @@
 
 struct PSCOM_group {
     uint32_t magic;
-    struct psc_list next;  /* groups, until it or its socket is closed */
+    struct psc_list next;  /* groups, until it is freed or its socket is
+                            * closed: a closed group still busy stays, so
+                            * that retired connections leave it */
     struct psc_sock *sock; /* NULL once its socket is closed */
     uint32_t id;
     uint32_t rank;
     uint32_t size;
-    unsigned busy; /* broadcasts under way on it (struct bcast_op) */
-    bool closed;   /* pscom_group_close ran: freed once not busy */
+    unsigned busy; /* broadcasts and barriers under way on it */
+    bool closed;   /* pscom_group_close ran: found no more, freed once not
+                    * busy */
     /* By group rank; NULL at our own rank and for connections retired
      * since. */
     struct psc_con *cons[];
@@ -430,7 +433,7 @@ static struct PSCOM_group *find_locked(struct psc_sock *sock, uint32_t id)
     struct psc_list *pos;
     psc_list_for_each(pos, &groups) {
         struct PSCOM_group *g = psc_list_entry(pos, struct PSCOM_group, next);
-        if (g->id == id && (!sock || g->sock == sock)) return g;
+        if (g->id == id && !g->closed && (!sock || g->sock == sock)) return g;
     }
     return NULL;
 }
@@ -490,6 +493,16 @@ pscom_group_t *pscom_group_open(pscom_socket_t *socket, uint32_t group_id,
 #define SOCKET_CLOSED \
     "the group's socket was closed; only pscom_group_close may be called"
 
+/* Let go of the group (lock held): one use fewer (`uses`), and once none
+ * is left of a closed group, it is freed. */
+static void group_put(struct PSCOM_group *g, unsigned uses)
+{
+    g->busy -= uses;
+    if (g->busy || !g->closed) return;
+    psc_list_del(&g->next); /* unlinked already if its socket closed */
+    free(g);
+}
+
 static bool group_valid(pscom_group_t *group, const char *fn)
 {
     if (group && group->magic == GROUP_MAGIC) return true;
@@ -502,12 +515,10 @@ void pscom_group_close(pscom_group_t *group)
     if (!group) return;
     if (!group_valid(group, "pscom_group_close")) return;
     psc_lock();
-    psc_list_del(&group->next); /* unlinked already if its socket closed */
     group->magic = 0;
     group->closed = true;
-    bool busy = group->busy;
+    group_put(group, 0);
     psc_unlock();
-    if (!busy) free(group);
 }
 
 pscom_group_t *pscom_group_find(pscom_socket_t *socket, uint32_t group_id)
@@ -534,7 +545,7 @@ static void bcast_finish(struct bcast_op *op)
     struct PSCOM_group *g = op->group;
     pscom_req_state_t err = op->err;
     free(op);
-    if (!--g->busy && g->closed) free(g);
+    group_put(g, 1);
     psc_req_done(user, err);
 }
 
@@ -619,8 +630,6 @@ static const char *bcast_start_locked(struct psc_req *req,
     if (root >= g->size) return "the root is not a rank of the group";
     u = (g->rank + g->size - root) % g->size;
     tree_locate(g->size, u, &parent, &sub);
-    if (parent == NONE && r->data_len > PSCOM_DATA_LEN_MASK)
-        return "data_len is more than a message can carry";
     struct bcast_op *op = calloc(1, sizeof(*op));
     if (!op) return "out of memory";
     op->user = req;
@@ -640,7 +649,16 @@ static const char *bcast_start_locked(struct psc_req *req,
         r->header.data_len = r->data_len;
         g->busy++;
         psc_hold(); /* the root sends: as pscom_post_send */
-        bcast_forward(op, r->data_len, r->data_len);
+        if (r->data_len > PSCOM_DATA_LEN_MASK) {
+            /* The members wait for it: they get a failure notice. */
+            psc_err("pscom_post_bcast(group %u, root %u): data_len %zu is "
+                    "more than a message can carry", g->id, root,
+                    r->data_len);
+            op->err = PSCOM_REQ_STATE_ERROR;
+            bcast_forward(op, 0, 0);
+        } else {
+            bcast_forward(op, r->data_len, r->data_len);
+        }
         psc_unhold_later();
         return NULL;
     }
@@ -716,10 +734,12 @@ void pscom_bcast(pscom_group_t *group, unsigned bcast_root, void *xheader,
                  size_t xheader_len, void *data, size_t data_len)
 {
     if (!group_valid(group, "pscom_bcast")) return;
+    /* A callback may close the group while we wait: its fields now. */
+    uint32_t id = group->id, rank = group->rank;
     if (xheader_len > BCAST_USER_XHEADER_MAX) {
         psc_err("pscom_bcast(group %u, root %u): xheader_len %zu is more "
-                "than the %zu bytes a broadcast can carry", group->id,
-                bcast_root, xheader_len, BCAST_USER_XHEADER_MAX);
+                "than the %zu bytes a broadcast can carry", id, bcast_root,
+                xheader_len, BCAST_USER_XHEADER_MAX);
         return;
     }
     size_t xlen = sizeof(pscom_xheader_bcast_t) + xheader_len;
@@ -728,9 +748,9 @@ void pscom_bcast(pscom_group_t *group, unsigned bcast_root, void *xheader,
     r->xheader_len = xlen;
     r->data = data;
     r->data_len = data_len;
-    r->xheader.bcast.group_id = group->id;
+    r->xheader.bcast.group_id = id;
     r->xheader.bcast.bcast_root = bcast_root;
-    bool root = bcast_root == group->rank;
+    bool root = bcast_root == rank;
     if (root && xheader_len) memcpy(r->xheader.bcast.user, xheader, xheader_len);
 
     psc_lock();
@@ -742,20 +762,18 @@ void pscom_bcast(pscom_group_t *group, unsigned bcast_root, void *xheader,
     psc_unlock();
 
     if (why) {
-        psc_err("pscom_bcast(group %u, root %u): %s", group->id, bcast_root,
-                why);
+        psc_err("pscom_bcast(group %u, root %u): %s", id, bcast_root, why);
     } else {
         pscom_wait(r);
         if (r->state & PSCOM_REQ_STATE_ERROR)
             psc_err("pscom_bcast(group %u, root %u, rank %u): failed: a "
                     "connection of the broadcast tree failed, at this "
-                    "member or above it", group->id, bcast_root, group->rank);
+                    "member or above it", id, bcast_root, rank);
         else if (r->state & PSCOM_REQ_STATE_TRUNCATED)
             psc_err("pscom_bcast(group %u, root %u, rank %u): truncated: "
                     "the root sent %llu bytes, more than data_len %zu here "
-                    "or at a member above", group->id, bcast_root,
-                    group->rank, (unsigned long long)r->header.data_len,
-                    data_len);
+                    "or at a member above", id, bcast_root, rank,
+                    (unsigned long long)r->header.data_len, data_len);
     }
     if (!root && xheader_len && pscom_req_successful(r))
         memcpy(xheader, r->xheader.bcast.user, xheader_len);
@@ -790,6 +808,8 @@ void pscom_barrier(pscom_group_t *group)
 
     psc_lock();
     bool dead = !group->sock;
+    /* A callback may close the group while a round waits. */
+    if (!dead) group->busy++;
     psc_unlock();
     if (dead) {
         psc_err("pscom_barrier(group %u): %s", id, SOCKET_CLOSED);
@@ -805,7 +825,7 @@ void pscom_barrier(pscom_group_t *group)
             psc_err("pscom_barrier(group %u): out of memory", id);
             if (rr) psc_req_release(rr);
             if (s) psc_req_release(s);
-            return;
+            break;
         }
         struct grecv *gr = (struct grecv *)rr->pub.user;
         gr->key = (struct gkey){.type = PSC_MSG_BARRIER, .group_id = id};
@@ -828,6 +848,9 @@ void pscom_barrier(pscom_group_t *group)
         psc_req_release(s);
         psc_req_release(rr);
     }
+    psc_lock();
+    group_put(group, 1);
+    psc_unlock();
     if (why[0])
         psc_err("pscom_barrier(group %u, rank %u of %u): %s; the barrier "
                 "ended with an error", id, me, size, why);

@@ -8,6 +8,7 @@
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
+#include <sys/epoll.h>
 #include <cmocka.h>
 
 #include "frames.h"
@@ -376,6 +377,93 @@ static void huge_xheader_len_is_refused(void **state)
 /* Closing a socket takes its groups with it: they are found no more, the
  * id can be opened again on another socket, their collectives fail
  * cleanly, and pscom_group_close frees them. */
+/* Closing the group while its broadcast is under way keeps it until the
+ * broadcast ends, and a connection retired meanwhile leaves it: the
+ * forward to the closed child fails instead of reading the freed
+ * connection (AddressSanitizer shows that). */
+static void closed_busy_group_forgets_retired_connections(void **state)
+{
+    (void)state;
+    pscom_request_t *r = post_bcast();
+    pscom_group_close(group);
+    group = NULL; /* freed when its broadcast ends */
+    pscom_close_connection(cons[2]);
+    struct frame f;
+    bcast_frame(&f);
+    feed(parent, &f);
+    pscom_test_any();
+    assert_int_equal(done_calls, 1);
+    assert_true(r->state & PSCOM_REQ_STATE_ERROR);
+    assert_string_equal(buf, "hello");
+    pscom_request_free(r);
+}
+
+static int close_socket_only(void **state)
+{
+    (void)state;
+    pscom_close_socket(sock);
+    return 0;
+}
+
+/* A callback run while a collective waits: it fails the connections named
+ * in closing_cons and closes the group. */
+static pscom_connection_t *closing_cons[MAX_MEMBERS];
+static int fired;
+
+static void fail_and_close(int fd, uint32_t ev, void *arg)
+{
+    (void)ev;
+    (void)arg;
+    char c;
+    if (read(fd, &c, 1) != 1 || fired++) return;
+    for (int i = 0; i < MAX_MEMBERS; i++)
+        if (closing_cons[i])
+            pscom_fail_connection(closing_cons[i], PSCOM_ERR_IOERROR);
+    pscom_group_close(group);
+    group = NULL;
+}
+
+/* Run pscom_bcast (or pscom_barrier) while fail_and_close is due. The
+ * collective must end in error without touching the group it no longer
+ * has (AddressSanitizer: a read of it after the wait, or in the barrier's
+ * next round). */
+static void collective_with_close_in_wait(bool barrier)
+{
+    int pfd[2];
+    assert_int_equal(pipe(pfd), 0);
+    assert_int_equal(write(pfd[1], "x", 1), 1);
+    fired = 0;
+    pscom_plugin_fd_add(pfd[0], EPOLLIN, 1, fail_and_close, NULL);
+    if (barrier) {
+        pscom_barrier(group);
+    } else {
+        char data[16];
+        pscom_bcast(group, 0, NULL, 0, data, sizeof(data));
+    }
+    assert_int_equal(fired, 1);
+    assert_null(group);
+    pscom_plugin_fd_del(pfd[0]);
+    close(pfd[0]);
+    close(pfd[1]);
+}
+
+static void bcast_group_closed_in_wait(void **state)
+{
+    (void)state;
+    memset(closing_cons, 0, sizeof(closing_cons));
+    closing_cons[0] = parent;
+    collective_with_close_in_wait(false);
+}
+
+/* Rank 1 of 5: the barrier's first round sends to rank 2 and waits for
+ * rank 0; the callback fails every connection, so that every round ends. */
+static void barrier_group_closed_in_wait(void **state)
+{
+    (void)state;
+    memcpy(closing_cons, cons, sizeof(closing_cons));
+    collective_with_close_in_wait(true);
+}
+
 static void socket_close_retires_its_groups(void **state)
 {
     (void)state;
@@ -435,6 +523,13 @@ int main(void)
             cut_without_its_length_fails_the_connection, open_group,
             close_group),
         cmocka_unit_test(socket_close_retires_its_groups),
+        cmocka_unit_test_setup_teardown(
+            closed_busy_group_forgets_retired_connections, open_group5,
+            close_socket_only),
+        cmocka_unit_test_setup_teardown(bcast_group_closed_in_wait,
+                                        open_group, close_socket_only),
+        cmocka_unit_test_setup_teardown(barrier_group_closed_in_wait,
+                                        open_group5, close_socket_only),
         cmocka_unit_test(huge_xheader_len_is_refused),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
