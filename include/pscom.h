@@ -777,8 +777,9 @@ pscom_group_t *pscom_group_open(pscom_socket_t *socket, uint32_t group_id,
                                 pscom_connection_t **connections);
 
 /* Close and free the group (NULL: nothing); also one whose socket was
- * closed. A broadcast still under way on it keeps it allocated until it
- * ends. The group must not be used afterwards. */
+ * closed. A broadcast or barrier still under way on it (a callback may
+ * close the group) keeps it allocated until it ends. The group must not be
+ * used afterwards. */
 void pscom_group_close(pscom_group_t *group);
 
 /* Post a broadcast: request->socket, xheader.bcast.group_id and .bcast_root,
