@@ -88,7 +88,7 @@ pmix_status_t __wrap_PMIx_server_finalize(void)
 
 /* Its copies of values: pscom_run's own calls, all on the PMIx thread. */
 static atomic_int copies;
-static pmix_value_t *failed_copy;
+static _Atomic(pmix_value_t *) failed_copy; /* set and read on different threads */
 
 pmix_status_t __wrap_PMIx_Value_xfer(pmix_value_t *dest, const pmix_value_t *src)
 {
