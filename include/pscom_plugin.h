@@ -56,8 +56,9 @@ extern "C" {
  * pscom_plugin_config_ranges; 1.9 no op, only the service
  * pscom_plugin_hold_progress; 1.10 no op, only the service
  * pscom_plugin_fd_linger; 1.11 no op, only the services
- * pscom_plugin_tx_lend and pscom_plugin_tx_returned). */
-#define PSCOM_PLUGIN_API_VERSION 0x010b
+ * pscom_plugin_tx_lend and pscom_plugin_tx_returned; 1.12 no op, only the
+ * services pscom_plugin_sock_watch and pscom_plugin_sock_unwatch). */
+#define PSCOM_PLUGIN_API_VERSION 0x010c
 #define PSCOM_PLUGIN_API_MAJOR(v) (((v) >> 8) & 0xff)
 #define PSCOM_PLUGIN_API_MINOR(v) ((v) & 0xff)
 
@@ -421,6 +422,23 @@ void pscom_plugin_fd_del(int fd);
  * end, or 10 s have passed; then it is closed. A plain close() with bytes
  * unread sends a reset, which drops the send queue's tail. (API 1.10) */
 void pscom_plugin_fd_linger(int fd);
+
+/* Hear of a socket's close: fn(socket, arg) runs once, when
+ * pscom_close_socket() (also with NULL, and at exit) closes `socket`,
+ * before its connections are closed; the watch is forgotten then. It runs
+ * with the library lock held, on the closing thread, and must call no
+ * pscom function but pscom_plugin_log. For code beside the library that
+ * keeps a socket's connections in tables of its own (libpscom_pmix), which
+ * must forget them before they are freed. Returns 0, -EINVAL for a socket
+ * that is closing or closed, or -ENOMEM. (API 1.12) */
+typedef void (*pscom_plugin_sock_closed_cb_t)(pscom_socket_t *socket,
+                                              void *arg);
+int pscom_plugin_sock_watch(pscom_socket_t *socket,
+                            pscom_plugin_sock_closed_cb_t fn, void *arg);
+/* Forget the watches of fn and arg that have not run, on every socket.
+ * Once it returns, fn is not running for them on another thread and will
+ * not run. (API 1.12) */
+void pscom_plugin_sock_unwatch(pscom_plugin_sock_closed_cb_t fn, void *arg);
 
 /* Progress as a wait does (spinning, then resting as PSP_WAIT_SPIN and
  * PSP_WAIT_SLEEP say) until cond(arg) returns nonzero. cond runs with the

@@ -112,8 +112,8 @@ pscom_err_t pscom_pmix_init(pscom_pmix_job_t **job_p);
  *
  * Collective: every rank of the namespace must call it. `socket` stays the
  * application's; its connections are closed by pscom_close_socket(), never
- * by this library, which then forgets them (it learns of the close through
- * a receive on the connection to itself that takes no message). Do not
+ * by this library, which then forgets them (the core tells it of the
+ * close before the connections go). Do not
  * close the table's connections yourself. Call once per job, with no pscom
  * traffic on the socket before. pscom_pmix_is_local() may be called from
  * another thread meanwhile.

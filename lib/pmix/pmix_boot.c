@@ -180,95 +180,36 @@ void pmx_fail_peer(pscom_pmix_job_t *job, int rank, int code,
 /* ---------------------------------------------------------------------- */
 
 /* pscom_close_socket() frees the socket's connections, before or after
- * pscom_pmix_finalize(). The table must forget them then: an event would
+ * pscom_pmix_finalize(). The table must forget them first: an event would
  * fail freed memory, or a new connection of the application that took its
- * place. pscom tells nobody of a socket's close, but it fails the receives
- * posted on its connections: a receive on the loop connection to ourselves
- * that takes no message (which no transport breaks) ends exactly then. */
-struct sock_watch {
-    pscom_pmix_job_t *job; /* NULL once finalize left the request to it */
-    bool ended;            /* its io_done ran */
-};
-
-/* Between the watch's io_done (any thread, inside pscom) and finalize. */
-static pthread_mutex_t watch_lock = PTHREAD_MUTEX_INITIALIZER;
-
-static int take_no_message(pscom_request_t *req, pscom_connection_t *con,
-                           pscom_header_net_t *header)
+ * place. pscom tells us (pscom_plugin_sock_watch) before it closes them,
+ * with its lock held; the peers lock is never held while calling pscom. */
+static void on_sock_close(pscom_socket_t *socket, void *arg)
 {
-    (void)req;
-    (void)con;
-    (void)header;
-    return 0;
+    pscom_pmix_job_t *job = (pscom_pmix_job_t *)arg;
+    (void)socket;
+    pthread_mutex_lock(&job->peers_lock);
+    job->sock_closed = true;
+    job->sock = NULL;
+    if (job->cons)
+        for (int r = 0; r < job->size; r++) job->cons[r] = NULL;
+    pthread_mutex_unlock(&job->peers_lock);
+    pmx_log(job, PMX_LOG_DEBUG, "the bootstrap socket was closed: its "
+            "connections are forgotten");
 }
 
-/* Does the end of the watch mean the socket's close? The connection to
- * ourselves also ends alone: the application may close it (or fail it),
- * and where the loop transport is not allowed it runs over another one,
- * which may break. The socket then still listens (a close stops that
- * first) and lists it (a close takes it out). */
-static bool watch_end_is_close(pscom_pmix_job_t *job, pscom_connection_t *self)
+static int sock_watch_start(pscom_pmix_job_t *job, pscom_socket_t *sock)
 {
-    if (job->sock->listen_portno < 0) return true;
-    for (pscom_connection_t *c = pscom_get_next_connection(job->sock, NULL); c;
-         c = pscom_get_next_connection(job->sock, c))
-        if (c == self) return false;
-    return true;
-}
-
-static void on_watch_end(pscom_request_t *req)
-{
-    struct sock_watch *w = (struct sock_watch *)req->user;
-    pthread_mutex_lock(&watch_lock);
-    pscom_pmix_job_t *job = w->job;
-    w->ended = true;
-    if (job && !(req->state & PSCOM_REQ_STATE_CANCELED) &&
-        watch_end_is_close(job, req->connection)) {
-        pthread_mutex_lock(&job->peers_lock);
-        job->sock_closed = true;
-        job->sock = NULL;
-        if (job->cons)
-            for (int r = 0; r < job->size; r++) job->cons[r] = NULL;
-        pthread_mutex_unlock(&job->peers_lock);
-        pmx_log(job, PMX_LOG_DEBUG, "the bootstrap socket was closed: its "
-                "connections are forgotten");
-    } else if (job && !(req->state & PSCOM_REQ_STATE_CANCELED)) {
-        pmx_log(job, PMX_LOG_INFO, "the connection to ourselves ended with "
-                "the bootstrap socket still open: the socket's close will go "
-                "unnoticed (close it after pscom_pmix_finalize)");
-    }
-    pthread_mutex_unlock(&watch_lock);
-    if (!job) pscom_request_free(req);
-}
-
-static void sock_watch_start(pscom_pmix_job_t *job, pscom_connection_t *self)
-{
-    pscom_request_t *req = pscom_request_create(0, sizeof(struct sock_watch));
-    if (!req) {
-        pmx_log(job, PMX_LOG_WARN, "out of memory: the bootstrap socket's "
-                "close will go unnoticed (close it after pscom_pmix_finalize)");
-        return;
-    }
-    *(struct sock_watch *)req->user = (struct sock_watch){job, false};
-    req->connection = self;
-    req->ops.recv_accept = take_no_message;
-    req->ops.io_done = on_watch_end;
-    job->sock_watch = req;
-    pscom_post_recv(req);
+    int err = pscom_plugin_sock_watch(sock, on_sock_close, job);
+    if (err)
+        pmx_log(job, PMX_LOG_ERROR, "cannot watch the bootstrap socket for "
+                "its close: %s", strerror(-err));
+    return err;
 }
 
 void pmx_sock_watch_stop(pscom_pmix_job_t *job)
 {
-    pscom_request_t *req = job->sock_watch;
-    if (!req) return;
-    job->sock_watch = NULL;
-    pscom_cancel_recv(req); /* its io_done may be held for later */
-    struct sock_watch *w = (struct sock_watch *)req->user;
-    pthread_mutex_lock(&watch_lock);
-    bool ended = w->ended;
-    if (!ended) w->job = NULL; /* its io_done frees it */
-    pthread_mutex_unlock(&watch_lock);
-    if (ended) pscom_request_free(req);
+    pscom_plugin_sock_unwatch(on_sock_close, job);
 }
 
 /* ---------------------------------------------------------------------- */
@@ -540,7 +481,6 @@ static pscom_err_t connect_self(pscom_pmix_job_t *job, const char *ep)
         return ret;
     }
     peer_set(job, job->rank, con);
-    sock_watch_start(job, con);
     return PSCOM_SUCCESS;
 }
 
@@ -641,6 +581,12 @@ pscom_err_t pscom_pmix_bootstrap(pscom_pmix_job_t *job, pscom_socket_t *sock,
     }
     ret = pscom_socket_get_ep_str(sock, &ep);
     if (ret != PSCOM_SUCCESS) goto out_free;
+    int werr = sock_watch_start(job, sock);
+    if (werr) {
+        errno = -werr;
+        ret = PSCOM_ERR_STDERROR;
+        goto out_free;
+    }
     pthread_mutex_lock(&job->peers_lock);
     job->sock = sock;
     pthread_mutex_unlock(&job->peers_lock);

@@ -113,12 +113,10 @@ struct pscom_pmix_job {
     /* [size]: 0, or what an event said: 1 failed, 2 terminated normally.
      * Allocated at init: events may come before the bootstrap. */
     signed char *failed;
-    /* pscom_close_socket() of the bootstrap socket was seen (a receive on
-     * the connection to ourselves that takes no message ended): sock and
-     * every cons[] entry are NULL from then on. */
+    /* pscom_close_socket() of the bootstrap socket was seen (its watch,
+     * pmix_boot.c, ran; finalize withdraws the watch): sock and every
+     * cons[] entry are NULL from then on. */
     bool sock_closed;
-    /* That receive (pmix_boot.c); finalize withdraws it. */
-    pscom_request_t *sock_watch;
     /* sock, cons[] (and the array itself), failed[] and sock_closed:
      * written by the bootstrap, by event dispatchers and by the socket's
      * close, which may run on other threads (pscom progress). Never held

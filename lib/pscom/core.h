@@ -539,6 +539,7 @@ struct psc_ctx {
     struct psc_list recvq_any;   /* psc_req.next: receives on any socket */
     struct psc_list zombies;     /* psc_con.next_con: to be freed */
     struct psc_list closed_socks; /* psc_sock.next_sock: to be freed */
+    struct psc_list sock_watches; /* psc_sock_watch.next (sock.c) */
     bool close_called;           /* an application close since the last
                                   * reap: it runs everything held */
     uint64_t exit_until;         /* ms (psc_now_ms): the end of the exit

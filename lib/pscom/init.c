@@ -16,6 +16,7 @@ struct psc_ctx psc_ctx = {
     .recvq_any = PSC_LIST_HEAD_INIT(psc_ctx.recvq_any),
     .zombies = PSC_LIST_HEAD_INIT(psc_ctx.zombies),
     .closed_socks = PSC_LIST_HEAD_INIT(psc_ctx.closed_socks),
+    .sock_watches = PSC_LIST_HEAD_INIT(psc_ctx.sock_watches),
     .dead = PSC_LIST_HEAD_INIT(psc_ctx.dead),
     .precons = PSC_LIST_HEAD_INIT(psc_ctx.precons),
     .held = PSC_LIST_HEAD_INIT(psc_ctx.held),

@@ -364,10 +364,75 @@ void pscom_con_type_mask_restore(pscom_socket_t *socket,
 /* Closing                                                                */
 /* ---------------------------------------------------------------------- */
 
+/* Who wants to hear of a socket's close (pscom_plugin_sock_watch). Kept in
+ * one list of the library, not in the socket: a watch is forgotten by its
+ * callback and argument, without naming a socket that may be gone. */
+struct psc_sock_watch {
+    struct psc_list next; /* psc_ctx.sock_watches */
+    struct psc_sock *sock;
+    pscom_plugin_sock_closed_cb_t fn;
+    void *arg;
+};
+
+int pscom_plugin_sock_watch(pscom_socket_t *socket,
+                            pscom_plugin_sock_closed_cb_t fn, void *arg)
+{
+    if (!socket || !fn) return -EINVAL;
+    struct psc_sock_watch *w = malloc(sizeof(*w));
+    if (!w) return -ENOMEM;
+    psc_lock();
+    struct psc_sock *sock = sock_of(socket);
+    if (sock->magic != PSC_SOCK_MAGIC || sock->closing) {
+        psc_unlock();
+        free(w);
+        return -EINVAL;
+    }
+    *w = (struct psc_sock_watch){.sock = sock, .fn = fn, .arg = arg};
+    psc_list_add_tail(&w->next, &psc_ctx.sock_watches);
+    psc_unlock();
+    return 0;
+}
+
+void pscom_plugin_sock_unwatch(pscom_plugin_sock_closed_cb_t fn, void *arg)
+{
+    struct psc_list *pos, *tmp;
+    psc_lock();
+    psc_list_for_each_safe(pos, tmp, &psc_ctx.sock_watches) {
+        struct psc_sock_watch *w =
+            psc_list_entry(pos, struct psc_sock_watch, next);
+        if (w->fn != fn || w->arg != arg) continue;
+        psc_list_del(&w->next);
+        free(w);
+    }
+    psc_unlock();
+}
+
+/* Each watch of sock runs once, and is gone before it runs. */
+static void tell_watches(struct psc_sock *sock)
+{
+    for (;;) {
+        struct psc_sock_watch *found = NULL;
+        struct psc_list *pos;
+        psc_list_for_each(pos, &psc_ctx.sock_watches) {
+            struct psc_sock_watch *w =
+                psc_list_entry(pos, struct psc_sock_watch, next);
+            if (w->sock == sock) {
+                found = w;
+                break;
+            }
+        }
+        if (!found) return;
+        psc_list_del(&found->next);
+        found->fn(&sock->pub, found->arg);
+        free(found);
+    }
+}
+
 static void sock_close(struct psc_sock *sock)
 {
     if (sock->closing) return;
     sock->closing = true;
+    tell_watches(sock);
     stop_listen_now(sock);
     psc_precon_drop_socket(sock);
     /* A connection closing already (a callback of its close closes the

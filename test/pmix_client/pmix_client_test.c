@@ -878,9 +878,9 @@ static int test_closed_socket(void)
     return 0;
 }
 
-/* Each rank closes only its connection to itself, which ends the receive
- * that watches for the socket's close: that is no close of the socket,
- * and the job must keep it and its connection to the other rank. */
+/* Each rank closes only its connection to itself: that is no close of the
+ * socket, and the job must keep it and its connection to the other rank.
+ * The socket's close that follows must still be seen. */
 static int test_closed_self(void)
 {
     pscom_pmix_job_t *job;
@@ -895,12 +895,18 @@ static int test_closed_self(void)
     CHECK(pscom_pmix_socket(job) == sock, "the job forgot its socket");
     CHECK(pscom_pmix_connection(job, other) != NULL,
           "the job forgot its connection to rank %d", other);
-    result_ok("closing the connection to ourselves kept the socket and the "
-              "connection to rank %d", other);
     step("barrier after the close");
     CHECK(pscom_pmix_barrier(job) == PSCOM_SUCCESS, "barrier");
-    pscom_pmix_finalize(job);
+    step("closing the bootstrap socket");
     pscom_close_socket(sock);
+    CHECK(pscom_pmix_socket(job) == NULL, "the closed socket is still the job's");
+    CHECK(pscom_pmix_connection(job, other) == NULL,
+          "the connection to rank %d of the closed socket is still the job's",
+          other);
+    result_ok("closing the connection to ourselves kept the socket and the "
+              "connection to rank %d; the socket's close was seen after it",
+              other);
+    pscom_pmix_finalize(job);
     return 0;
 }
 
