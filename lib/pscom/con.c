@@ -588,7 +588,10 @@ static struct psc_con *find_live_con(const pscom_connection_t *connection)
 static void drain_before_fail(struct psc_con *con)
 {
     for (unsigned round = 0; round < FAIL_DRAIN_ROUNDS; round++) {
-        if (!psc_progress()) return;
+        /* Not psc_progress: a cut that waits for the next round of the
+         * caller (we may run inside a callback) would make every round
+         * count. */
+        if (!psc_progress_work()) return;
         if (con->failed || con->closing || con->zombie) return;
     }
     psc_debug("%s: still reading after %u rounds of progress; failing it "

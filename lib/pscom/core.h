@@ -485,8 +485,11 @@ void psc_xmsg_send(struct psc_con *con, struct psc_req *req, uint8_t type,
 /* Progress (progress.c)                                                  */
 /* ---------------------------------------------------------------------- */
 
-/* One round: poll plugins and file descriptors. 1 if anything happened. */
+/* One round: poll plugins and file descriptors. 1 if anything happened,
+ * or callbacks cut off wait for the next round (psc_ctx.held_cut). */
 int psc_progress(void);
+/* The same round; 1 only if anything happened in it. */
+int psc_progress_work(void);
 /* Close the epoll set (teardown). */
 void psc_progress_cleanup(void);
 

@@ -29,7 +29,18 @@ struct ufd {
     void *arg;
     uint32_t events;
     bool hot;
+    uint32_t gen; /* counts the registrations of this descriptor number */
 };
+
+/* An event names its registration, not only the descriptor: a callback
+ * (or the progress one runs inside it) may remove a descriptor and
+ * register a new one of the same number while events of the old one wait
+ * later in the batch; they must not reach the new one's callback (a hang-up
+ * of the old would fail a healthy connection). */
+static uint64_t ev_key(int fd, uint32_t gen)
+{
+    return (uint64_t)gen << 32 | (uint32_t)fd;
+}
 
 static int epfd = -1;
 static struct ufd *ufds;
@@ -84,12 +95,14 @@ static int fd_add(int fd, uint32_t events, int hot, pscom_plugin_fd_cb_t cb,
         psc_err("internal: file descriptor %d registered twice", fd);
         return -1;
     }
-    struct epoll_event ev = {.events = events, .data.fd = fd};
+    uint32_t gen = u->gen + 1;
+    struct epoll_event ev = {.events = events, .data.u64 = ev_key(fd, gen)};
     if (epoll_ctl(epfd, EPOLL_CTL_ADD, fd, &ev) < 0) {
         psc_err("epoll_ctl(ADD, fd %d): %s", fd, strerror(errno));
         return -1;
     }
-    *u = (struct ufd){.cb = cb, .arg = arg, .events = events, .hot = hot};
+    *u = (struct ufd){
+        .cb = cb, .arg = arg, .events = events, .hot = hot, .gen = gen};
     hot_update(u, false);
     return 0;
 }
@@ -108,7 +121,7 @@ static int fd_mod(int fd, uint32_t events)
     if (fd < 0 || fd >= ufd_cap || !ufds[fd].cb) return -1;
     struct ufd *u = &ufds[fd];
     if (u->events == events) return 0;
-    struct epoll_event ev = {.events = events, .data.fd = fd};
+    struct epoll_event ev = {.events = events, .data.u64 = ev_key(fd, u->gen)};
     if (epoll_ctl(epfd, EPOLL_CTL_MOD, fd, &ev) < 0) {
         psc_err("epoll_ctl(MOD, fd %d): %s", fd, strerror(errno));
         return -1;
@@ -149,9 +162,11 @@ static int dispatch_fds(int timeout_ms)
     int n = epoll_wait(epfd, ev, 64, timeout_ms);
     psc_hold();
     for (int i = 0; i < n; i++) {
-        int fd = ev[i].data.fd;
-        /* An earlier callback of this batch may have removed it. */
-        if (fd >= ufd_cap || !ufds[fd].cb) continue;
+        int fd = (int)(uint32_t)ev[i].data.u64;
+        uint32_t gen = (uint32_t)(ev[i].data.u64 >> 32);
+        /* An earlier callback of this batch may have removed it, and
+         * maybe registered another descriptor of that number. */
+        if (fd >= ufd_cap || !ufds[fd].cb || ufds[fd].gen != gen) continue;
         ufds[fd].cb(fd, ev[i].events, ufds[fd].arg);
     }
     psc_unhold();
@@ -174,7 +189,7 @@ static inline int poll_plugins(void)
 #define DEFERRED_ONLY_MAX 8
 static unsigned deferred_only;
 
-int psc_progress(void)
+int psc_progress_work(void)
 {
     int did;
 
@@ -203,6 +218,12 @@ int psc_progress(void)
         did |= dispatch_fds(0);
     if ((psc_ctx.round & 1023) == 0) psc_precon_check_timeouts();
     psc_leave();
+    return did;
+}
+
+int psc_progress(void)
+{
+    int did = psc_progress_work();
     /* Callbacks cut off wait for the next round: no rest before it. */
     return did | psc_ctx.held_cut;
 }

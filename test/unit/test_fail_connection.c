@@ -204,6 +204,29 @@ static void endless_peer_does_not_hold_the_call(void **state)
     pscom_close_socket(s);
 }
 
+/* Called from a descriptor's callback (callbacks held) while a cut waits
+ * for the caller's next round (psc_ctx.held_cut): the rounds of the drain
+ * cannot run it, and must not count it as work; the drain ends at the
+ * first round that read nothing, not after its bound. */
+static void pending_cut_does_not_make_rounds_count(void **state)
+{
+    (void)state;
+    pscom_socket_t *s = open_sock();
+    pscom_connection_t *c = fake_con(s, 2);
+    psc_hold();
+    psc_ctx.held_cut = true;
+    assert_int_equal(pscom_fail_connection(c, PSCOM_ERR_IOERROR),
+                     PSCOM_SUCCESS);
+    psc_ctx.held_cut = false;
+    psc_unhold();
+    /* Two messages, then one round that found nothing. */
+    assert_int_equal(fk_polls, 3);
+    assert_int_equal(nerrors, 1);
+    for (uint32_t tag = 0; tag < 2; tag++) expect_message(c, tag);
+    expect_nothing_more(c);
+    pscom_close_socket(s);
+}
+
 /* A receive's callback closes the connection while the failure reads:
  * the call leaves the closed connection alone (it says it is closing). */
 static pscom_connection_t *closed_in_callback;
@@ -295,6 +318,8 @@ int main(void)
         cmocka_unit_test_teardown(unread_messages_stay_receivable, fake_off),
         cmocka_unit_test_teardown(end_of_stream_while_reading_stands, fake_off),
         cmocka_unit_test_teardown(endless_peer_does_not_hold_the_call,
+                                  fake_off),
+        cmocka_unit_test_teardown(pending_cut_does_not_make_rounds_count,
                                   fake_off),
         cmocka_unit_test_teardown(closed_by_a_callback_while_reading,
                                   fake_off),
