@@ -14,12 +14,16 @@
  *
  * The plugins are fake progress ops put into the core's list of active
  * ones (psc_active), as psc_plugin_con_opened does for a real plugin.
+ *
+ * A bounded wait whose sleeps keep being woken ends at its deadline; the
+ * monotonic clock is the test's there (clock_gettime, wrapped).
  */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
+#include <time.h>
 #include <unistd.h>
 #include <cmocka.h>
 
@@ -44,6 +48,21 @@ void __wrap_psc_cpu_relax(void);
 void __wrap_psc_cpu_relax(void)
 {
     relaxes++;
+}
+
+/* CLOCK_MONOTONIC as the test sets it while fake_clock is on
+ * (-Wl,--wrap=clock_gettime); else the real clock. */
+static bool fake_clock;
+static uint64_t fake_now_ms;
+int __real_clock_gettime(clockid_t clk, struct timespec *ts);
+int __wrap_clock_gettime(clockid_t clk, struct timespec *ts);
+int __wrap_clock_gettime(clockid_t clk, struct timespec *ts)
+{
+    if (!fake_clock || clk != CLOCK_MONOTONIC)
+        return __real_clock_gettime(clk, ts);
+    ts->tv_sec = (time_t)(fake_now_ms / 1000);
+    ts->tv_nsec = (long)(fake_now_ms % 1000) * 1000000;
+    return 0;
 }
 
 static int fake_a(void)
@@ -77,6 +96,7 @@ static int teardown(void **state)
     psc_active = saved;
     psc_settings = saved_settings;
     fake_oversubscribed = false;
+    fake_clock = false;
     return 0;
 }
 
@@ -301,6 +321,47 @@ static void callback_runs_after_the_plugin_returns(void **state)
     pscom_request_free(poll_req);
 }
 
+/* A descriptor that brings the waiter nothing, and each of its wake-ups
+ * takes 50 ms of the test's clock. */
+#define TICK_MS 50
+static unsigned ticks;
+
+static void tick(int fd, uint32_t events, void *arg)
+{
+    ticks++;
+    fake_now_ms += TICK_MS;
+}
+
+static bool never(void *arg)
+{
+    return false;
+}
+
+/* Every sleep of a bounded wait is woken at once (an eventfd that stays
+ * readable), and the wait rests again after a few idle rounds (an
+ * oversubscribed node): it still looks at the clock after each of those
+ * sleeps, and ends at the first wake-up past its 200 ms, not a few hundred
+ * rounds (and wake-ups) later. */
+static void woken_sleeps_end_at_the_deadline(void **state)
+{
+    fake_oversubscribed = true;
+    psc_settings.wait_sleep = 1;
+    psc_active.n = 0;
+    int fd = eventfd(1, EFD_CLOEXEC);
+    assert_true(fd >= 0);
+    assert_int_equal(pscom_plugin_fd_add(fd, EPOLLIN, 0, tick, NULL), 0);
+    fake_now_ms = 1000000;
+    ticks = 0;
+    fake_clock = true;
+    assert_int_equal(psc_progress_until(never, NULL, 200), -1);
+    fake_clock = false;
+    /* 4 wake-ups reach the deadline; a round's own look at the cold
+     * descriptor may have been one of them. */
+    assert_in_range(ticks, 200 / TICK_MS, 200 / TICK_MS + 1);
+    pscom_plugin_fd_del(fd);
+    close(fd);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -325,6 +386,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(
             relax_only_while_every_active_plugin_asks, setup, teardown),
         cmocka_unit_test_setup_teardown(idle_full_rounds_relax_when_asked,
+                                        setup, teardown),
+        cmocka_unit_test_setup_teardown(woken_sleeps_end_at_the_deadline,
                                         setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

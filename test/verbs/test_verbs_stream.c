@@ -4,8 +4,10 @@
  * that keeps each connection's outgoing bytes and logs what it receives:
  * the order of messages that arrived before open() when an upcall waits in
  * a nested progress call, close() delivering what was posted after the
- * core said the connection is closing, and close() from inside an upcall
- * finding the send completions its outer progress call had taken.
+ * core said the connection is closing, close() from inside an upcall
+ * finding the send completions its outer progress call had taken, and
+ * close() ending the control socket only after its last messages went
+ * (close, wrapped).
  */
 #include <errno.h>
 #include <setjmp.h>
@@ -103,6 +105,18 @@ void pscom_plugin_con_error(pscom_plugin_con_t *c, pscom_op_t op,
 void pscom_plugin_rma_done(void *token, int err)
 {
     fail_msg("no one-sided operations here");
+}
+
+/* The plugin's close() of the descriptor watched_fd (-Wl,--wrap=close):
+ * how many SENDs the fake HCA had executed by then. */
+static int watched_fd = -1;
+static int sends_at_close = -1;
+int __real_close(int fd);
+int __wrap_close(int fd);
+int __wrap_close(int fd)
+{
+    if (fd >= 0 && fd == watched_fd) sends_at_close = fake_stats.sends;
+    return __real_close(fd);
 }
 
 /* ---------------------------------------------------------------------- */
@@ -276,6 +290,32 @@ static void close_after_the_peer_ended_does_not_wait(void **state)
     assert_int_equal(fake_stats.live_qp, 0);
 }
 
+/* The end of A's control socket makes B fail the connection: A's close()
+ * ends it only after the HCA has executed A's last SEND (still on the wire
+ * when close() begins), so that B has the message by then. */
+static void control_socket_closes_after_the_last_send(void **state)
+{
+    int sv[2];
+    assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+    fd_a = watched_fd = sv[0];
+    fake_cfg.send_lag = 1;
+    connect_pair(true);
+    send_str(&A, "tail");
+    int sends = fake_stats.sends;
+    ops->close((pscom_plugin_con_t *)&A, A.priv);
+    assert_int_equal(sends_at_close, sends + 1);
+    for (int i = 0; i < 5; i++) ops->progress();
+    received_is(&B, "tail|");
+    assert_int_equal(A.errors + B.errors, 0);
+    ops->close((pscom_plugin_con_t *)&B, B.priv);
+    free(A.priv);
+    free(B.priv);
+    close(sv[1]);
+    fd_a = watched_fd = -1;
+    ops->destroy();
+    assert_int_equal(fake_stats.live_qp, 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -283,6 +323,8 @@ int main(void)
         cmocka_unit_test_setup(close_delivers_what_the_core_handed_over, setup),
         cmocka_unit_test_setup(close_in_upcall_finds_taken_completions, setup),
         cmocka_unit_test_setup(close_after_the_peer_ended_does_not_wait,
+                               setup),
+        cmocka_unit_test_setup(control_socket_closes_after_the_last_send,
                                setup),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
