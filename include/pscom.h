@@ -759,8 +759,8 @@ typedef struct PSCOM_group pscom_group_t;
  * peers are connections[i] (open connections of `socket`;
  * connections[my_grank] is not used and may be NULL, the array may be NULL
  * for a group of one). The library copies the array. NULL, logged, on bad
- * arguments, on a closed socket, or when the socket has an open group of
- * that id already.
+ * arguments, on a closed socket or connection, or when the socket has an
+ * open group of that id already.
  * Group ids are the application's to agree on, like MPI context ids: every
  * member opens the group with the same id, and an id is not opened again on
  * a socket while messages of an earlier group of that id may still be on

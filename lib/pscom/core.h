@@ -280,6 +280,9 @@ struct psc_con {
     struct psc_list rndv_recvq; /* psc_req.next: receives waiting for data */
     struct psc_list rkeys;      /* PSCOM_rkey.next_con: keys with a plugin
                                  * key (prkey) on this connection */
+    /* group.c's member slots (struct gslot.next) that name this
+     * connection: retiring it clears just those. */
+    struct psc_list group_slots;
     /* psc_req.next: receives whose body the plugin moves out of line
      * (pscom_plugin_rx_defer), in any order; they end when the plugin says
      * so, or fail after its close(). */
@@ -461,7 +464,7 @@ void psc_rma_con_fail(struct psc_con *con);
 void psc_group_con_fail(struct psc_con *con);
 /* The connection is retired (psc_con_retire): drop the group messages that
  * arrived whole on it and that no receive took, and take it out of the
- * groups that name it. */
+ * groups that name it (its group_slots: the cost is the groups it is in). */
 void psc_group_con_retired(struct psc_con *con);
 /* The socket is closing, its connections retired: its groups can be found
  * and used no more (pscom_group_close frees them). */

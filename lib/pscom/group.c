@@ -31,7 +31,11 @@
  * A group forgets a connection that is retired (its pointer becomes NULL:
  * nothing goes or comes through it), and a closed socket takes its groups
  * off the list: they are found no more, their collectives fail, and
- * pscom_group_close only frees them.
+ * pscom_group_close only frees them. Each member slot of a group is linked
+ * into its connection's list (psc_con.group_slots), so that retiring a
+ * connection costs the groups it is in, not every member of every group:
+ * an MPI program has a group per communicator, and closes connections at
+ * its end.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -49,6 +53,14 @@
 #define GROUP_CUT 2u    /* broadcast: the body is the start of the root's
                          * data; the root's length (u64) ends the xheader */
 
+/* A member of a group as the group sees it. */
+struct gslot {
+    struct psc_con *con;  /* NULL at our own rank and once forgotten (the
+                           * connection retired, the socket closed, the
+                           * group freed) */
+    struct psc_list next; /* con->group_slots, while con is set */
+};
+
 struct PSCOM_group {
     uint32_t magic;
     struct psc_list next;  /* groups, until it is freed or its socket is
@@ -61,9 +73,7 @@ struct PSCOM_group {
     unsigned busy; /* broadcasts and barriers under way on it */
     bool closed;   /* pscom_group_close ran: found no more, freed once not
                     * busy */
-    /* By group rank; NULL at our own rank and for connections retired
-     * since. */
-    struct psc_con *cons[];
+    struct gslot members[]; /* by group rank */
 };
 
 static struct psc_list groups = PSC_LIST_HEAD_INIT(groups);
@@ -404,11 +414,22 @@ void psc_group_con_retired(struct psc_con *con)
         n++;
     }
     if (n) drop_warn(con, n);
-    psc_list_for_each(pos, &groups) {
-        struct PSCOM_group *grp = psc_list_entry(pos, struct PSCOM_group, next);
-        if (grp->sock != con->sock) continue;
-        for (uint32_t i = 0; i < grp->size; i++)
-            if (grp->cons[i] == con) grp->cons[i] = NULL;
+    while (!psc_list_empty(&con->group_slots)) {
+        struct gslot *slot =
+            psc_list_first(&con->group_slots, struct gslot, next);
+        psc_list_del(&slot->next);
+        slot->con = NULL;
+    }
+}
+
+/* g forgets all its connections (lock held). */
+static void forget_members_locked(struct PSCOM_group *g)
+{
+    for (uint32_t i = 0; i < g->size; i++) {
+        struct gslot *slot = &g->members[i];
+        if (!slot->con) continue;
+        psc_list_del(&slot->next);
+        slot->con = NULL;
     }
 }
 
@@ -420,7 +441,7 @@ void psc_group_sock_closed(struct psc_sock *sock)
         if (g->sock != sock) continue;
         psc_list_del(&g->next);
         g->sock = NULL;
-        memset(g->cons, 0, g->size * sizeof(g->cons[0]));
+        forget_members_locked(g);
     }
 }
 
@@ -434,6 +455,32 @@ static struct PSCOM_group *find_locked(struct psc_sock *sock, uint32_t id)
     psc_list_for_each(pos, &groups) {
         struct PSCOM_group *g = psc_list_entry(pos, struct PSCOM_group, next);
         if (g->id == id && !g->closed && (!sock || g->sock == sock)) return g;
+    }
+    return NULL;
+}
+
+/* Free g, which is on no list (lock held). */
+static void group_free_locked(struct PSCOM_group *g)
+{
+    forget_members_locked(g);
+    free(g);
+}
+
+/* Name g's connections (lock held): each slot joins its connection's
+ * list. NULL, or why not (then g names none). */
+static const char *join_members_locked(struct PSCOM_group *g,
+                                       pscom_connection_t **connections)
+{
+    for (uint32_t i = 0; i < g->size; i++) {
+        /* A retired connection is freed soon, and not retired again. */
+        if (i != g->rank && con_of(connections[i])->zombie)
+            return "a connection of the group is closed";
+    }
+    for (uint32_t i = 0; i < g->size; i++) {
+        if (i == g->rank) continue;
+        struct gslot *slot = &g->members[i];
+        slot->con = con_of(connections[i]);
+        psc_list_add_tail(&slot->next, &slot->con->group_slots);
     }
     return NULL;
 }
@@ -460,7 +507,7 @@ pscom_group_t *pscom_group_open(pscom_socket_t *socket, uint32_t group_id,
         }
     }
     struct PSCOM_group *g =
-        calloc(1, sizeof(*g) + group_size * sizeof(g->cons[0]));
+        calloc(1, sizeof(*g) + group_size * sizeof(g->members[0]));
     if (!g) {
         psc_err("pscom_group_open(group %u): out of memory", group_id);
         return NULL;
@@ -470,8 +517,6 @@ pscom_group_t *pscom_group_open(pscom_socket_t *socket, uint32_t group_id,
     g->id = group_id;
     g->rank = my_grank;
     g->size = group_size;
-    for (uint32_t i = 0; i < group_size; i++)
-        g->cons[i] = i == my_grank ? NULL : con_of(connections[i]);
 
     const char *why = NULL;
     psc_lock();
@@ -480,11 +525,12 @@ pscom_group_t *pscom_group_open(pscom_socket_t *socket, uint32_t group_id,
     else if (find_locked(g->sock, group_id))
         why = "a group with this id is open on this socket already";
     else
-        psc_list_add_tail(&g->next, &groups);
+        why = join_members_locked(g, connections);
+    if (!why) psc_list_add_tail(&g->next, &groups);
+    else group_free_locked(g);
     psc_unlock();
     if (why) {
         psc_err("pscom_group_open(group %u): %s", group_id, why);
-        free(g);
         return NULL;
     }
     return g;
@@ -500,7 +546,7 @@ static void group_put(struct PSCOM_group *g, unsigned uses)
     g->busy -= uses;
     if (g->busy || !g->closed) return;
     psc_list_del(&g->next); /* unlinked already if its socket closed */
-    free(g);
+    group_free_locked(g);
 }
 
 static bool group_valid(pscom_group_t *group, const char *fn)
@@ -588,7 +634,7 @@ static void bcast_forward(struct bcast_op *op, size_t len, uint64_t full_len)
         if (flags & GROUP_CUT)
             memcpy((char *)&c->pub.xheader + op->xlen, &full_len,
                    sizeof(full_len));
-        group_send(g->cons[op->child[i]], c, PSC_MSG_BCAST, xlen,
+        group_send(g->members[op->child[i]].con, c, PSC_MSG_BCAST, xlen,
                    failed ? NULL : u->data, failed ? 0 : len);
     }
     if (!--op->pending) bcast_finish(op);
@@ -679,7 +725,7 @@ static const char *bcast_start_locked(struct psc_req *req,
     rr->pub.data_len = r->data_len;
     rr->pub.ops.io_done = bcast_received;
     g->busy++;
-    group_recv(rr, g->cons[(parent + root) % g->size]);
+    group_recv(rr, g->members[(parent + root) % g->size].con);
     return NULL;
 }
 
@@ -838,8 +884,8 @@ void pscom_barrier(pscom_group_t *group)
 
         psc_lock();
         psc_enter(); /* a failure's callbacks may close: free after */
-        group_recv(rr, group->cons[from]);
-        group_send(group->cons[to], s, PSC_MSG_BARRIER, xlen, NULL, 0);
+        group_recv(rr, group->members[from].con);
+        group_send(group->members[to].con, s, PSC_MSG_BARRIER, xlen, NULL, 0);
         psc_leave();
         psc_unlock();
         pscom_wait(&s->pub);

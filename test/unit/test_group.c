@@ -71,15 +71,23 @@ static void count_done(pscom_request_t *r)
 
 static char buf[16];
 
-static pscom_request_t *post_bcast_len(size_t len)
+/* A broadcast from root 0 on group id of socket s into data, not posted. */
+static pscom_request_t *bcast_req(pscom_socket_t *s, uint32_t id, void *data,
+                                  size_t len)
 {
     pscom_request_t *r = pscom_request_create(sizeof(pscom_xheader_bcast_t), 0);
-    r->socket = sock;
-    r->data = buf;
+    r->socket = s;
+    r->data = data;
     r->data_len = len;
     r->xheader_len = sizeof(pscom_xheader_bcast_t);
-    r->xheader.bcast.group_id = GROUP;
+    r->xheader.bcast.group_id = id;
     r->xheader.bcast.bcast_root = 0;
+    return r;
+}
+
+static pscom_request_t *post_bcast_len(size_t len)
+{
+    pscom_request_t *r = bcast_req(sock, GROUP, buf, len);
     r->ops.io_done = count_done;
     memset(buf, 0, sizeof(buf));
     done_calls = 0;
@@ -374,9 +382,6 @@ static void huge_xheader_len_is_refused(void **state)
     pscom_close_socket(s);
 }
 
-/* Closing a socket takes its groups with it: they are found no more, the
- * id can be opened again on another socket, their collectives fail
- * cleanly, and pscom_group_close frees them. */
 /* Closing the group while its broadcast is under way keeps it until the
  * broadcast ends, and a connection retired meanwhile leaves it: the
  * forward to the closed child fails instead of reading the freed
@@ -464,6 +469,9 @@ static void barrier_group_closed_in_wait(void **state)
     collective_with_close_in_wait(true);
 }
 
+/* Closing a socket takes its groups with it: they are found no more, the
+ * id can be opened again on another socket, their collectives fail
+ * cleanly, and pscom_group_close frees them. */
 static void socket_close_retires_its_groups(void **state)
 {
     (void)state;
@@ -493,6 +501,133 @@ static void socket_close_retires_its_groups(void **state)
     pscom_group_close(g2);
     pscom_group_close(g3);
     pscom_close_socket(s2);
+}
+
+
+/* How many group member slots name connection c (the groups it is in,
+ * counted once per rank it has in them). */
+static size_t slots_of(pscom_connection_t *c)
+{
+    return psc_list_count(&con_of(c)->group_slots);
+}
+
+/* A connection that is in several groups, one of them closed but busy,
+ * leaves every one of them when it is closed, and only it: a connection
+ * knows its groups (retiring it no longer walks every member of every
+ * group), and each group forgets just that member. AddressSanitizer
+ * reports a group that still points to the freed connection. */
+static void retired_connection_leaves_every_group(void **state)
+{
+    (void)state;
+    pscom_socket_t *s = pscom_open_socket(0, 0, 0, 0);
+    pscom_connection_t *a = pscom_open_connection(s);
+    pscom_connection_t *b = pscom_open_connection(s);
+    pscom_connection_t *c = pscom_open_connection(s);
+    pscom_connection_t *in1[3] = {NULL, a, b}; /* we are the root */
+    pscom_connection_t *in2[3] = {a, NULL, b}; /* a is our parent */
+    pscom_connection_t *in3[2] = {b, NULL};    /* without a */
+    /* Rank 1 of 5 under root c: a is our child (rank 2), b is not. */
+    pscom_connection_t *in4[5] = {c, NULL, a, b, b};
+    pscom_group_t *g1 = pscom_group_open(s, 21, 0, 3, in1);
+    pscom_group_t *g2 = pscom_group_open(s, 22, 1, 3, in2);
+    pscom_group_t *g3 = pscom_group_open(s, 23, 1, 2, in3);
+    pscom_group_t *g4 = pscom_group_open(s, 24, 1, 5, in4);
+    assert_true(g1 && g2 && g3 && g4);
+    assert_int_equal(slots_of(a), 3);
+    assert_int_equal(slots_of(b), 5);
+    assert_int_equal(slots_of(c), 1);
+
+    /* g4 is closed while its broadcast waits for root c: it stays. */
+    char data4[8] = "", data2[8] = "", data3[8] = "";
+    pscom_request_t *r4 = bcast_req(s, 24, data4, sizeof(data4));
+    pscom_post_bcast(r4);
+    pscom_group_close(g4);
+    assert_false(r4->state & PSCOM_REQ_STATE_DONE);
+
+    pscom_close_connection(a);
+    pscom_test_any(); /* a is freed */
+    assert_int_equal(slots_of(b), 5);
+    assert_int_equal(slots_of(c), 1);
+
+    /* g2: the broadcast from a fails at once, without reading it. */
+    pscom_request_t *r2 = bcast_req(s, 22, data2, sizeof(data2));
+    pscom_post_bcast(r2);
+    assert_true(r2->state & PSCOM_REQ_STATE_DONE);
+    assert_true(r2->state & PSCOM_REQ_STATE_ERROR);
+
+    /* g3, which a was not in, still waits for b. */
+    pscom_request_t *r3 = bcast_req(s, 23, data3, sizeof(data3));
+    pscom_post_bcast(r3);
+    assert_false(r3->state & PSCOM_REQ_STATE_DONE);
+    struct frame f;
+    pscom_xheader_bcast_t x = {.group_id = 23, .bcast_root = 0,
+                               .bcast_arg1 = 2};
+    frame_make(&f, PSC_MSG_BCAST, &x, sizeof(x), "hi", 3, 3);
+    assert_int_equal(feed(b, &f), 0);
+    pscom_test_any();
+    assert_true(pscom_req_successful(r3));
+    assert_string_equal(data3, "hi");
+
+    /* g4's root sends: we have it, and our forward to a (rank 2, our only
+     * child) fails. */
+    x = (pscom_xheader_bcast_t){.group_id = 24, .bcast_root = 0,
+                                .bcast_arg1 = 5};
+    frame_make(&f, PSC_MSG_BCAST, &x, sizeof(x), "hey", 4, 4);
+    assert_int_equal(feed(c, &f), 0);
+    pscom_test_any();
+    assert_string_equal(data4, "hey");
+    assert_true(r4->state & PSCOM_REQ_STATE_DONE);
+    assert_true(r4->state & PSCOM_REQ_STATE_ERROR);
+    assert_null(sent_frame(b));
+    /* g4 is freed now, and its slots are gone from b and c. */
+    assert_int_equal(slots_of(b), 3);
+    assert_int_equal(slots_of(c), 0);
+
+    pscom_group_close(g3);
+    assert_int_equal(slots_of(b), 2);
+    pscom_request_free(r2);
+    pscom_request_free(r3);
+    pscom_request_free(r4);
+    pscom_close_socket(s); /* retires b after g3 was freed */
+    pscom_group_close(g1);
+    pscom_group_close(g2);
+}
+
+/* A connection closed already (retired, not freed yet: inside a callback)
+ * is refused: it is not retired again, so a group would keep it after it
+ * is freed. */
+static pscom_socket_t *zsock;
+static pscom_connection_t *zcon;
+static pscom_group_t *zgroup;
+
+static void close_then_open(int fd, uint32_t ev, void *arg)
+{
+    (void)ev;
+    (void)arg;
+    char ch;
+    if (read(fd, &ch, 1) != 1) return;
+    pscom_connection_t *in[2] = {NULL, zcon};
+    pscom_close_connection(zcon);
+    zgroup = pscom_group_open(zsock, GROUP, 0, 2, in);
+}
+
+static void closed_connection_is_refused(void **state)
+{
+    (void)state;
+    int pfd[2];
+    zsock = pscom_open_socket(0, 0, 0, 0);
+    zcon = pscom_open_connection(zsock);
+    zgroup = (pscom_group_t *)&zgroup;
+    assert_int_equal(pipe(pfd), 0);
+    assert_int_equal(write(pfd[1], "x", 1), 1);
+    pscom_plugin_fd_add(pfd[0], EPOLLIN, 1, close_then_open, NULL);
+    while (zgroup == (pscom_group_t *)&zgroup) pscom_test_any();
+    assert_null(zgroup);
+    assert_null(pscom_group_find(zsock, GROUP));
+    pscom_plugin_fd_del(pfd[0]);
+    close(pfd[0]);
+    close(pfd[1]);
+    pscom_close_socket(zsock);
 }
 
 int main(void)
@@ -531,6 +666,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(barrier_group_closed_in_wait,
                                         open_group5, close_socket_only),
         cmocka_unit_test(huge_xheader_len_is_refused),
+        cmocka_unit_test(retired_connection_leaves_every_group),
+        cmocka_unit_test(closed_connection_is_refused),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
