@@ -203,6 +203,9 @@ static inline struct psc_req *req_of(pscom_request_t *r)
  * user_size bytes of user storage. */
 struct psc_req *psc_req_alloc(size_t xlen, size_t user_size);
 void psc_req_release(struct psc_req *req);
+/* Make a finished request (DONE, and in no queue) as psc_req_alloc returned
+ * it, zeroed, to be posted again without allocating. */
+void psc_req_renew(struct psc_req *req);
 
 /* Mark done with extra state bits and call io_done. The request must not be
  * touched afterwards (io_done may free or repost it). Inside a call into a

@@ -36,6 +36,13 @@
  * connection costs the groups it is in, not every member of every group:
  * an MPI program has a group per communicator, and closes connections at
  * its end.
+ *
+ * A group of more than one member keeps the two requests its barrier needs
+ * (a round's send and receive, used again in every round) from
+ * pscom_group_open on, so that a barrier, once it began, allocates nothing
+ * and cannot leave its rounds early for want of memory: the members that
+ * wait for its messages would wait for ever, or it would return as if it
+ * had synchronised. Out of memory, pscom_group_open fails instead.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -73,6 +80,9 @@ struct PSCOM_group {
     unsigned busy; /* broadcasts and barriers under way on it */
     bool closed;   /* pscom_group_close ran: found no more, freed once not
                     * busy */
+    /* The barrier's send and receive (a group of one has none), owned by
+     * the group; NULL while a barrier has them. */
+    struct psc_req *bar_send, *bar_recv;
     struct gslot members[]; /* by group rank */
 };
 
@@ -459,10 +469,30 @@ static struct PSCOM_group *find_locked(struct psc_sock *sock, uint32_t id)
     return NULL;
 }
 
-/* Free g, which is on no list (lock held). */
+/* The barrier's round requests: a send and a receive of a BARRIER
+ * message. Both, or false and neither. */
+static bool barrier_reqs_alloc(struct psc_req **send, struct psc_req **recv)
+{
+    *send = psc_req_alloc(sizeof(pscom_xheader_bcast_t), 0);
+    *recv = psc_req_alloc(sizeof(pscom_xheader_bcast_t), sizeof(struct grecv));
+    if (*send && *recv) return true;
+    if (*send) psc_req_release(*send);
+    if (*recv) psc_req_release(*recv);
+    *send = *recv = NULL;
+    return false;
+}
+
+static void barrier_reqs_release(struct psc_req *send, struct psc_req *recv)
+{
+    if (send) psc_req_release(send);
+    if (recv) psc_req_release(recv);
+}
+
+/* Free g, which no barrier uses and which is on no list (lock held). */
 static void group_free_locked(struct PSCOM_group *g)
 {
     forget_members_locked(g);
+    barrier_reqs_release(g->bar_send, g->bar_recv);
     free(g);
 }
 
@@ -508,8 +538,11 @@ pscom_group_t *pscom_group_open(pscom_socket_t *socket, uint32_t group_id,
     }
     struct PSCOM_group *g =
         calloc(1, sizeof(*g) + group_size * sizeof(g->members[0]));
-    if (!g) {
-        psc_err("pscom_group_open(group %u): out of memory", group_id);
+    if (!g || (group_size > 1 &&
+               !barrier_reqs_alloc(&g->bar_send, &g->bar_recv))) {
+        psc_err("pscom_group_open(group %u, %u members): out of memory",
+                group_id, group_size);
+        free(g);
         return NULL;
     }
     g->magic = GROUP_MAGIC;
@@ -851,31 +884,43 @@ void pscom_barrier(pscom_group_t *group)
     if (!group_valid(group, "pscom_barrier")) return;
     uint32_t size = group->size, me = group->rank, id = group->id;
     char why[96] = ""; /* the first failure seen */
+    struct psc_req *s = NULL, *rr = NULL;
 
     psc_lock();
     bool dead = !group->sock;
-    /* A callback may close the group while a round waits. */
-    if (!dead) group->busy++;
+    if (!dead) {
+        /* A callback may close the group while a round waits. */
+        group->busy++;
+        s = group->bar_send;
+        rr = group->bar_recv;
+        group->bar_send = group->bar_recv = NULL;
+    }
     psc_unlock();
     if (dead) {
         psc_err("pscom_barrier(group %u): %s", id, SOCKET_CLOSED);
+        return;
+    }
+    if (size > 1 && !s && !barrier_reqs_alloc(&s, &rr)) {
+        /* Another barrier of the group has its requests: a second thread,
+         * or a callback, called one while it runs. Nothing was sent. */
+        psc_err("pscom_barrier(group %u, rank %u of %u): out of memory "
+                "before the barrier began, while another barrier of the "
+                "group was under way (a group's collectives are called one "
+                "after the other); this member did not take part", id, me,
+                size);
+        psc_lock();
+        group_put(group, 1);
+        psc_unlock();
         return;
     }
 
     for (uint32_t dist = 1; dist < size; dist *= 2) {
         uint32_t to = (me + dist) % size, from = (me + size - dist) % size;
         size_t xlen = sizeof(pscom_xheader_bcast_t);
-        struct psc_req *rr = psc_req_alloc(xlen, sizeof(struct grecv));
-        struct psc_req *s = psc_req_alloc(xlen, 0);
-        if (!rr || !s) {
-            psc_err("pscom_barrier(group %u): out of memory", id);
-            if (rr) psc_req_release(rr);
-            if (s) psc_req_release(s);
-            break;
-        }
+        psc_req_renew(s);
+        psc_req_renew(rr);
         struct grecv *gr = (struct grecv *)rr->pub.user;
         gr->key = (struct gkey){.type = PSC_MSG_BARRIER, .group_id = id};
-        gr->flags = 0;
         rr->pub.xheader_len = xlen;
         s->pub.xheader.bcast = (pscom_xheader_bcast_t){
             .group_id = id,
@@ -891,10 +936,14 @@ void pscom_barrier(pscom_group_t *group)
         pscom_wait(&s->pub);
         pscom_wait(&rr->pub);
         round_failure(why, sizeof(why), &s->pub, to, &rr->pub, from);
-        psc_req_release(s);
-        psc_req_release(rr);
     }
     psc_lock();
+    if (!group->bar_send) {
+        group->bar_send = s;
+        group->bar_recv = rr;
+    } else {
+        barrier_reqs_release(s, rr);
+    }
     group_put(group, 1);
     psc_unlock();
     if (why[0])
