@@ -759,8 +759,9 @@ typedef struct PSCOM_group pscom_group_t;
  * peers are connections[i] (open connections of `socket`;
  * connections[my_grank] is not used and may be NULL, the array may be NULL
  * for a group of one). The library copies the array. NULL, logged, on bad
- * arguments, on a closed socket, or when the socket has an open group of
- * that id already.
+ * arguments, on a closed socket or connection, when the socket has an open
+ * group of that id already, or out of memory (a group of more than one
+ * member allocates here what its barrier needs, see pscom_barrier).
  * Group ids are the application's to agree on, like MPI context ids: every
  * member opens the group with the same id, and an id is not opened again on
  * a socket while messages of an earlier group of that id may still be on
@@ -811,7 +812,12 @@ void pscom_bcast(pscom_group_t *group, unsigned bcast_root, void *xheader,
  * returns also after a failure: a member whose connection to another
  * failed, or that heard of such a failure from another member, runs the
  * barrier to its end and logs an error; it does not wait for a member it
- * cannot reach. */
+ * cannot reach. It allocates nothing (the group holds what it needs from
+ * pscom_group_open on), so it cannot run out of memory once it began.
+ * Barriers of one group are called one after the other: one called while
+ * another of the group is under way (another thread, a callback) allocates
+ * its own, and out of memory returns at once, logged, without taking
+ * part. */
 void pscom_barrier(pscom_group_t *group);
 
 /* The open group `group_id` of `socket` (NULL: of any socket), or NULL. */

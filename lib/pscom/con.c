@@ -31,6 +31,7 @@ struct psc_con *psc_con_create(struct psc_sock *sock)
     psc_list_init(&con->rndv_sendq);
     psc_list_init(&con->rndv_recvq);
     psc_list_init(&con->rkeys);
+    psc_list_init(&con->group_slots);
     psc_list_init(&con->rx_deferq);
     psc_rx_init(&con->rx);
     con->rndv_threshold = psc_settings.rendezvous;

@@ -203,6 +203,9 @@ static inline struct psc_req *req_of(pscom_request_t *r)
  * user_size bytes of user storage. */
 struct psc_req *psc_req_alloc(size_t xlen, size_t user_size);
 void psc_req_release(struct psc_req *req);
+/* Make a finished request (DONE, and in no queue) as psc_req_alloc returned
+ * it, zeroed, to be posted again without allocating. */
+void psc_req_renew(struct psc_req *req);
 
 /* Mark done with extra state bits and call io_done. The request must not be
  * touched afterwards (io_done may free or repost it). Inside a call into a
@@ -280,6 +283,9 @@ struct psc_con {
     struct psc_list rndv_recvq; /* psc_req.next: receives waiting for data */
     struct psc_list rkeys;      /* PSCOM_rkey.next_con: keys with a plugin
                                  * key (prkey) on this connection */
+    /* group.c's member slots (struct gslot.next) that name this
+     * connection: retiring it clears just those. */
+    struct psc_list group_slots;
     /* psc_req.next: receives whose body the plugin moves out of line
      * (pscom_plugin_rx_defer), in any order; they end when the plugin says
      * so, or fail after its close(). */
@@ -461,7 +467,7 @@ void psc_rma_con_fail(struct psc_con *con);
 void psc_group_con_fail(struct psc_con *con);
 /* The connection is retired (psc_con_retire): drop the group messages that
  * arrived whole on it and that no receive took, and take it out of the
- * groups that name it. */
+ * groups that name it (its group_slots: the cost is the groups it is in). */
 void psc_group_con_retired(struct psc_con *con);
 /* The socket is closing, its connections retired: its groups can be found
  * and used no more (pscom_group_close frees them). */

@@ -31,7 +31,18 @@
  * A group forgets a connection that is retired (its pointer becomes NULL:
  * nothing goes or comes through it), and a closed socket takes its groups
  * off the list: they are found no more, their collectives fail, and
- * pscom_group_close only frees them.
+ * pscom_group_close only frees them. Each member slot of a group is linked
+ * into its connection's list (psc_con.group_slots), so that retiring a
+ * connection costs the groups it is in, not every member of every group:
+ * an MPI program has a group per communicator, and closes connections at
+ * its end.
+ *
+ * A group of more than one member keeps the two requests its barrier needs
+ * (a round's send and receive, used again in every round) from
+ * pscom_group_open on, so that a barrier, once it began, allocates nothing
+ * and cannot leave its rounds early for want of memory: the members that
+ * wait for its messages would wait for ever, or it would return as if it
+ * had synchronised. Out of memory, pscom_group_open fails instead.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -49,6 +60,14 @@
 #define GROUP_CUT 2u    /* broadcast: the body is the start of the root's
                          * data; the root's length (u64) ends the xheader */
 
+/* A member of a group as the group sees it. */
+struct gslot {
+    struct psc_con *con;  /* NULL at our own rank and once forgotten (the
+                           * connection retired, the socket closed, the
+                           * group freed) */
+    struct psc_list next; /* con->group_slots, while con is set */
+};
+
 struct PSCOM_group {
     uint32_t magic;
     struct psc_list next;  /* groups, until it is freed or its socket is
@@ -61,9 +80,10 @@ struct PSCOM_group {
     unsigned busy; /* broadcasts and barriers under way on it */
     bool closed;   /* pscom_group_close ran: found no more, freed once not
                     * busy */
-    /* By group rank; NULL at our own rank and for connections retired
-     * since. */
-    struct psc_con *cons[];
+    /* The barrier's send and receive (a group of one has none), owned by
+     * the group; NULL while a barrier has them. */
+    struct psc_req *bar_send, *bar_recv;
+    struct gslot members[]; /* by group rank */
 };
 
 static struct psc_list groups = PSC_LIST_HEAD_INIT(groups);
@@ -404,11 +424,22 @@ void psc_group_con_retired(struct psc_con *con)
         n++;
     }
     if (n) drop_warn(con, n);
-    psc_list_for_each(pos, &groups) {
-        struct PSCOM_group *grp = psc_list_entry(pos, struct PSCOM_group, next);
-        if (grp->sock != con->sock) continue;
-        for (uint32_t i = 0; i < grp->size; i++)
-            if (grp->cons[i] == con) grp->cons[i] = NULL;
+    while (!psc_list_empty(&con->group_slots)) {
+        struct gslot *slot =
+            psc_list_first(&con->group_slots, struct gslot, next);
+        psc_list_del(&slot->next);
+        slot->con = NULL;
+    }
+}
+
+/* g forgets all its connections (lock held). */
+static void forget_members_locked(struct PSCOM_group *g)
+{
+    for (uint32_t i = 0; i < g->size; i++) {
+        struct gslot *slot = &g->members[i];
+        if (!slot->con) continue;
+        psc_list_del(&slot->next);
+        slot->con = NULL;
     }
 }
 
@@ -420,7 +451,7 @@ void psc_group_sock_closed(struct psc_sock *sock)
         if (g->sock != sock) continue;
         psc_list_del(&g->next);
         g->sock = NULL;
-        memset(g->cons, 0, g->size * sizeof(g->cons[0]));
+        forget_members_locked(g);
     }
 }
 
@@ -434,6 +465,52 @@ static struct PSCOM_group *find_locked(struct psc_sock *sock, uint32_t id)
     psc_list_for_each(pos, &groups) {
         struct PSCOM_group *g = psc_list_entry(pos, struct PSCOM_group, next);
         if (g->id == id && !g->closed && (!sock || g->sock == sock)) return g;
+    }
+    return NULL;
+}
+
+/* The barrier's round requests: a send and a receive of a BARRIER
+ * message. Both, or false and neither. */
+static bool barrier_reqs_alloc(struct psc_req **send, struct psc_req **recv)
+{
+    *send = psc_req_alloc(sizeof(pscom_xheader_bcast_t), 0);
+    *recv = psc_req_alloc(sizeof(pscom_xheader_bcast_t), sizeof(struct grecv));
+    if (*send && *recv) return true;
+    if (*send) psc_req_release(*send);
+    if (*recv) psc_req_release(*recv);
+    *send = *recv = NULL;
+    return false;
+}
+
+static void barrier_reqs_release(struct psc_req *send, struct psc_req *recv)
+{
+    if (send) psc_req_release(send);
+    if (recv) psc_req_release(recv);
+}
+
+/* Free g, which no barrier uses and which is on no list (lock held). */
+static void group_free_locked(struct PSCOM_group *g)
+{
+    forget_members_locked(g);
+    barrier_reqs_release(g->bar_send, g->bar_recv);
+    free(g);
+}
+
+/* Name g's connections (lock held): each slot joins its connection's
+ * list. NULL, or why not (then g names none). */
+static const char *join_members_locked(struct PSCOM_group *g,
+                                       pscom_connection_t **connections)
+{
+    for (uint32_t i = 0; i < g->size; i++) {
+        /* A retired connection is freed soon, and not retired again. */
+        if (i != g->rank && con_of(connections[i])->zombie)
+            return "a connection of the group is closed";
+    }
+    for (uint32_t i = 0; i < g->size; i++) {
+        if (i == g->rank) continue;
+        struct gslot *slot = &g->members[i];
+        slot->con = con_of(connections[i]);
+        psc_list_add_tail(&slot->next, &slot->con->group_slots);
     }
     return NULL;
 }
@@ -460,9 +537,12 @@ pscom_group_t *pscom_group_open(pscom_socket_t *socket, uint32_t group_id,
         }
     }
     struct PSCOM_group *g =
-        calloc(1, sizeof(*g) + group_size * sizeof(g->cons[0]));
-    if (!g) {
-        psc_err("pscom_group_open(group %u): out of memory", group_id);
+        calloc(1, sizeof(*g) + group_size * sizeof(g->members[0]));
+    if (!g || (group_size > 1 &&
+               !barrier_reqs_alloc(&g->bar_send, &g->bar_recv))) {
+        psc_err("pscom_group_open(group %u, %u members): out of memory",
+                group_id, group_size);
+        free(g);
         return NULL;
     }
     g->magic = GROUP_MAGIC;
@@ -470,8 +550,6 @@ pscom_group_t *pscom_group_open(pscom_socket_t *socket, uint32_t group_id,
     g->id = group_id;
     g->rank = my_grank;
     g->size = group_size;
-    for (uint32_t i = 0; i < group_size; i++)
-        g->cons[i] = i == my_grank ? NULL : con_of(connections[i]);
 
     const char *why = NULL;
     psc_lock();
@@ -480,11 +558,12 @@ pscom_group_t *pscom_group_open(pscom_socket_t *socket, uint32_t group_id,
     else if (find_locked(g->sock, group_id))
         why = "a group with this id is open on this socket already";
     else
-        psc_list_add_tail(&g->next, &groups);
+        why = join_members_locked(g, connections);
+    if (!why) psc_list_add_tail(&g->next, &groups);
+    else group_free_locked(g);
     psc_unlock();
     if (why) {
         psc_err("pscom_group_open(group %u): %s", group_id, why);
-        free(g);
         return NULL;
     }
     return g;
@@ -500,7 +579,7 @@ static void group_put(struct PSCOM_group *g, unsigned uses)
     g->busy -= uses;
     if (g->busy || !g->closed) return;
     psc_list_del(&g->next); /* unlinked already if its socket closed */
-    free(g);
+    group_free_locked(g);
 }
 
 static bool group_valid(pscom_group_t *group, const char *fn)
@@ -588,7 +667,7 @@ static void bcast_forward(struct bcast_op *op, size_t len, uint64_t full_len)
         if (flags & GROUP_CUT)
             memcpy((char *)&c->pub.xheader + op->xlen, &full_len,
                    sizeof(full_len));
-        group_send(g->cons[op->child[i]], c, PSC_MSG_BCAST, xlen,
+        group_send(g->members[op->child[i]].con, c, PSC_MSG_BCAST, xlen,
                    failed ? NULL : u->data, failed ? 0 : len);
     }
     if (!--op->pending) bcast_finish(op);
@@ -679,7 +758,7 @@ static const char *bcast_start_locked(struct psc_req *req,
     rr->pub.data_len = r->data_len;
     rr->pub.ops.io_done = bcast_received;
     g->busy++;
-    group_recv(rr, g->cons[(parent + root) % g->size]);
+    group_recv(rr, g->members[(parent + root) % g->size].con);
     return NULL;
 }
 
@@ -805,31 +884,43 @@ void pscom_barrier(pscom_group_t *group)
     if (!group_valid(group, "pscom_barrier")) return;
     uint32_t size = group->size, me = group->rank, id = group->id;
     char why[96] = ""; /* the first failure seen */
+    struct psc_req *s = NULL, *rr = NULL;
 
     psc_lock();
     bool dead = !group->sock;
-    /* A callback may close the group while a round waits. */
-    if (!dead) group->busy++;
+    if (!dead) {
+        /* A callback may close the group while a round waits. */
+        group->busy++;
+        s = group->bar_send;
+        rr = group->bar_recv;
+        group->bar_send = group->bar_recv = NULL;
+    }
     psc_unlock();
     if (dead) {
         psc_err("pscom_barrier(group %u): %s", id, SOCKET_CLOSED);
+        return;
+    }
+    if (size > 1 && !s && !barrier_reqs_alloc(&s, &rr)) {
+        /* Another barrier of the group has its requests: a second thread,
+         * or a callback, called one while it runs. Nothing was sent. */
+        psc_err("pscom_barrier(group %u, rank %u of %u): out of memory "
+                "before the barrier began, while another barrier of the "
+                "group was under way (a group's collectives are called one "
+                "after the other); this member did not take part", id, me,
+                size);
+        psc_lock();
+        group_put(group, 1);
+        psc_unlock();
         return;
     }
 
     for (uint32_t dist = 1; dist < size; dist *= 2) {
         uint32_t to = (me + dist) % size, from = (me + size - dist) % size;
         size_t xlen = sizeof(pscom_xheader_bcast_t);
-        struct psc_req *rr = psc_req_alloc(xlen, sizeof(struct grecv));
-        struct psc_req *s = psc_req_alloc(xlen, 0);
-        if (!rr || !s) {
-            psc_err("pscom_barrier(group %u): out of memory", id);
-            if (rr) psc_req_release(rr);
-            if (s) psc_req_release(s);
-            break;
-        }
+        psc_req_renew(s);
+        psc_req_renew(rr);
         struct grecv *gr = (struct grecv *)rr->pub.user;
         gr->key = (struct gkey){.type = PSC_MSG_BARRIER, .group_id = id};
-        gr->flags = 0;
         rr->pub.xheader_len = xlen;
         s->pub.xheader.bcast = (pscom_xheader_bcast_t){
             .group_id = id,
@@ -838,17 +929,21 @@ void pscom_barrier(pscom_group_t *group)
 
         psc_lock();
         psc_enter(); /* a failure's callbacks may close: free after */
-        group_recv(rr, group->cons[from]);
-        group_send(group->cons[to], s, PSC_MSG_BARRIER, xlen, NULL, 0);
+        group_recv(rr, group->members[from].con);
+        group_send(group->members[to].con, s, PSC_MSG_BARRIER, xlen, NULL, 0);
         psc_leave();
         psc_unlock();
         pscom_wait(&s->pub);
         pscom_wait(&rr->pub);
         round_failure(why, sizeof(why), &s->pub, to, &rr->pub, from);
-        psc_req_release(s);
-        psc_req_release(rr);
     }
     psc_lock();
+    if (!group->bar_send) {
+        group->bar_send = s;
+        group->bar_recv = rr;
+    } else {
+        barrier_reqs_release(s, rr);
+    }
     group_put(group, 1);
     psc_unlock();
     if (why[0])

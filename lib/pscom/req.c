@@ -62,18 +62,17 @@ void psc_req_cache_drain(void)
     while (req_cached) free(req_cache[--req_cached]);
 }
 
-struct psc_req *psc_req_alloc(size_t xlen, size_t user_size)
+/* Where a request of xlen bytes of xheader puts its user storage. */
+static size_t req_user_off(size_t xlen)
 {
-    size_t room = xheader_room(xlen);
-    size_t user_off =
-        (offsetof(struct psc_req, pub.xheader) + room + 15) & ~(size_t)15;
-    if (user_size > SIZE_MAX - user_off) return NULL;
-    size_t size = user_off + user_size;
-    struct psc_req *req = NULL;
-    if (req_cached) req = req_cache_take(size); /* never with threads */
-    if (!req) req = calloc(1, size);
-    if (!req) return NULL;
+    return (offsetof(struct psc_req, pub.xheader) + xheader_room(xlen) + 15) &
+           ~(size_t)15;
+}
 
+/* Set up req, `size` bytes zeroed, as psc_req_alloc returns it. */
+static void req_init(struct psc_req *req, size_t size, size_t user_off,
+                     size_t xlen, size_t user_size)
+{
     req->magic = PSC_REQ_MAGIC;
     /* Only the cache reads it, which takes none larger than 4 KiB. */
     req->alloc_size = size > UINT32_MAX ? UINT32_MAX : (uint32_t)size;
@@ -84,7 +83,28 @@ struct psc_req *psc_req_alloc(size_t xlen, size_t user_size)
     req->pub.user_size = user_size;
     req->pub.user = user_size ? (struct PSCOM_req_user *)((char *)req + user_off)
                               : NULL;
+}
+
+struct psc_req *psc_req_alloc(size_t xlen, size_t user_size)
+{
+    size_t user_off = req_user_off(xlen);
+    if (user_size > SIZE_MAX - user_off) return NULL;
+    size_t size = user_off + user_size;
+    struct psc_req *req = NULL;
+    if (req_cached) req = req_cache_take(size); /* never with threads */
+    if (!req) req = calloc(1, size);
+    if (!req) return NULL;
+    req_init(req, size, user_off, xlen, user_size);
     return req;
+}
+
+void psc_req_renew(struct psc_req *req)
+{
+    size_t xlen = req->pub.max_xheader_len, user_size = req->pub.user_size;
+    size_t user_off = req_user_off(xlen);
+    free(req->gbuf);
+    memset(req, 0, user_off + user_size);
+    req_init(req, user_off + user_size, user_off, xlen, user_size);
 }
 
 void psc_req_release(struct psc_req *req)
