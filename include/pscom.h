@@ -796,7 +796,8 @@ void pscom_group_close(pscom_group_t *group);
  * member kept). ERROR when a connection on this member's path from the root
  * failed: its parent's, or one above it (members below a failure end with
  * ERROR too, they do not wait), or one of its children's. ERROR at once on
- * bad arguments (logged). A broadcast is not cancelled (pscom_cancel: 0).
+ * bad arguments, or without memory for what it sends on (logged; nothing
+ * is sent then, and none is needed once it started). A broadcast is not cancelled (pscom_cancel: 0).
  * bcast_arg1 and bcast_arg2 are the library's. */
 void pscom_post_bcast(pscom_request_t *request);
 

@@ -126,6 +126,10 @@ struct bcast_op {
     unsigned nchild;
     uint32_t child[FANOUT]; /* group ranks */
     uint32_t child_size[FANOUT];
+    /* The forward to each child, allocated when the broadcast starts: once
+     * it started it allocates nothing, so no child is left waiting for a
+     * forward that found no memory. */
+    struct psc_req *fwd[FANOUT];
 };
 
 /* ---------------------------------------------------------------------- */
@@ -618,12 +622,20 @@ uint32_t pscom_group_get_id(pscom_group_t *group)
 /* Broadcast                                                              */
 /* ---------------------------------------------------------------------- */
 
+/* With the forwards it did not send (a start that found no memory). */
+static void bcast_op_free(struct bcast_op *op)
+{
+    for (unsigned i = 0; i < FANOUT; i++)
+        if (op->fwd[i]) psc_req_release(op->fwd[i]);
+    free(op);
+}
+
 static void bcast_finish(struct bcast_op *op)
 {
     struct psc_req *user = op->user;
     struct PSCOM_group *g = op->group;
     pscom_req_state_t err = op->err;
-    free(op);
+    bcast_op_free(op);
     group_put(g, 1);
     psc_req_done(user, err);
 }
@@ -648,16 +660,8 @@ static void bcast_forward(struct bcast_op *op, size_t len, uint64_t full_len)
 
     op->pending = op->nchild + 1;
     for (unsigned i = 0; i < op->nchild; i++) {
-        /* Room for the root's length: every request has spare xheader
-         * room for a trailer (PSC_XHEADER_SPARE). */
-        struct psc_req *c = psc_req_alloc(op->xlen, 0);
-        if (!c) {
-            psc_err("pscom_post_bcast(group %u): out of memory forwarding",
-                    g->id);
-            op->err |= PSCOM_REQ_STATE_ERROR;
-            op->pending--;
-            continue;
-        }
+        struct psc_req *c = op->fwd[i];
+        op->fwd[i] = NULL;
         c->self_free = true;
         c->inplace_done = forward_written;
         c->inplace_priv = op;
@@ -718,6 +722,13 @@ static const char *bcast_start_locked(struct psc_req *req,
     for (unsigned i = 0; i < op->nchild; i++) {
         op->child[i] = (start[i] + root) % g->size;
         op->child_size[i] = size[i];
+        /* Room for the root's length: every request has spare xheader
+         * room for a trailer (PSC_XHEADER_SPARE). */
+        op->fwd[i] = psc_req_alloc(op->xlen, 0);
+        if (!op->fwd[i]) {
+            bcast_op_free(op);
+            return "out of memory";
+        }
     }
 
     if (parent == NONE) {
@@ -743,7 +754,7 @@ static const char *bcast_start_locked(struct psc_req *req,
     }
     struct psc_req *rr = psc_req_alloc(op->xlen, sizeof(struct grecv));
     if (!rr) {
-        free(op);
+        bcast_op_free(op);
         return "out of memory";
     }
     struct grecv *gr = (struct grecv *)rr->pub.user;

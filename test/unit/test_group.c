@@ -304,6 +304,56 @@ static void failure_notice_is_passed_on(void **state)
     end_forward(r);
 }
 
+/* Once our part started, passing it on needs no memory: with none to be
+ * had when the root's message comes, our child still gets it whole. */
+static void forward_allocates_nothing(void **state)
+{
+    (void)state;
+    pscom_request_t *r = post_bcast();
+    struct frame f;
+    bcast_frame(&f);
+    alloc_fails = true;
+    allocs_refused = 0;
+    assert_int_equal(feed(parent, &f), 0);
+    pscom_test_any();
+    alloc_fails = false;
+    assert_int_equal(allocs_refused, 0);
+    assert_string_equal(buf, "hello");
+    const pscom_header_net_t *h = sent_frame(cons[2]);
+    assert_non_null(h);
+    assert_int_equal(h->data_len, 6);
+    assert_int_equal(bcast_of(h)->bcast_arg2, 0);
+    struct psc_req *fwd =
+        psc_list_first(&con_of(cons[2])->sendq, struct psc_req, next);
+    assert_int_equal(fwd->iov[1].iov_len, 6);
+    assert_memory_equal(fwd->iov[1].iov_base, "hello", 6);
+    end_forward(r);
+}
+
+/* Without memory for its forwards a broadcast does not start: it fails at
+ * once, and sends and waits for nothing. */
+static void start_out_of_memory_fails_at_once(void **state)
+{
+    (void)state;
+    alloc_fails = true;
+    pscom_request_t *r = post_bcast();
+    alloc_fails = false;
+    assert_int_equal(done_calls, 1);
+    assert_true(r->state & PSCOM_REQ_STATE_ERROR);
+    assert_null(sent_frame(cons[2]));
+    pscom_request_free(r);
+
+    /* It left nothing behind: the next one takes the root's message. */
+    r = post_bcast();
+    struct frame f;
+    bcast_frame(&f);
+    assert_int_equal(feed(parent, &f), 0);
+    pscom_test_any();
+    assert_string_equal(buf, "hello");
+    assert_non_null(sent_frame(cons[2]));
+    end_forward(r);
+}
+
 /* Our buffer is short: we end TRUNCATED with the root's length, and pass
  * on what we hold flagged as cut, with the root's length behind the
  * xheader. */
@@ -834,6 +884,10 @@ int main(void)
         cmocka_unit_test_setup_teardown(failed_parent_notifies_the_subtree,
                                         open_group5, close_group),
         cmocka_unit_test_setup_teardown(failure_notice_is_passed_on,
+                                        open_group5, close_group),
+        cmocka_unit_test_setup_teardown(forward_allocates_nothing,
+                                        open_group5, close_group),
+        cmocka_unit_test_setup_teardown(start_out_of_memory_fails_at_once,
                                         open_group5, close_group),
         cmocka_unit_test_setup_teardown(short_buffer_cuts_for_the_subtree,
                                         open_group5, close_group),
