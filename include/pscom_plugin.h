@@ -57,7 +57,8 @@ extern "C" {
  * pscom_plugin_hold_progress; 1.10 no op, only the service
  * pscom_plugin_fd_linger; 1.11 no op, only the services
  * pscom_plugin_tx_lend and pscom_plugin_tx_returned; 1.12 no op, only the
- * services pscom_plugin_sock_watch and pscom_plugin_sock_unwatch). */
+ * services pscom_plugin_sock_watch, pscom_plugin_sock_unwatch and
+ * pscom_plugin_run_locked). */
 #define PSCOM_PLUGIN_API_VERSION 0x010c
 #define PSCOM_PLUGIN_API_MAJOR(v) (((v) >> 8) & 0xff)
 #define PSCOM_PLUGIN_API_MINOR(v) ((v) & 0xff)
@@ -427,10 +428,12 @@ void pscom_plugin_fd_linger(int fd);
  * pscom_close_socket() (also with NULL, and at exit) closes `socket`,
  * before its connections are closed; the watch is forgotten then. It runs
  * with the library lock held, on the closing thread, and must call no
- * pscom function but pscom_plugin_log. For code beside the library that
- * keeps a socket's connections in tables of its own (libpscom_pmix), which
- * must forget them before they are freed. Returns 0, -EINVAL for a socket
- * that is closing or closed, or -ENOMEM. (API 1.12) */
+ * pscom function but the logging services (pscom_plugin_log,
+ * pscom_plugin_log_level). For code beside the library that keeps a
+ * socket's connections in tables of its own (libpscom_pmix), which must
+ * forget them before they are freed. `socket` must be one the application
+ * has not closed yet (a closed one may be freed). Returns 0, -EINVAL for a
+ * socket whose close is under way, or -ENOMEM. (API 1.12) */
 typedef void (*pscom_plugin_sock_closed_cb_t)(pscom_socket_t *socket,
                                               void *arg);
 int pscom_plugin_sock_watch(pscom_socket_t *socket,
@@ -439,6 +442,11 @@ int pscom_plugin_sock_watch(pscom_socket_t *socket,
  * Once it returns, fn is not running for them on another thread and will
  * not run. (API 1.12) */
 void pscom_plugin_sock_unwatch(pscom_plugin_sock_closed_cb_t fn, void *arg);
+/* Run fn(arg) with the library lock held (recursive: fn may call pscom),
+ * so that no other thread's close frees a connection between fn reading
+ * it from a table of its own (kept current by a socket watch) and using
+ * it. Not from inside a socket watch. (API 1.12) */
+void pscom_plugin_run_locked(void (*fn)(void *arg), void *arg);
 
 /* Progress as a wait does (spinning, then resting as PSP_WAIT_SPIN and
  * PSP_WAIT_SLEEP say) until cond(arg) returns nonzero. cond runs with the

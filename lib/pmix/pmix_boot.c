@@ -12,17 +12,6 @@
 
 #include "pmix_priv.h"
 
-/*
- * Fail a connection as if its transport had broken: pending requests end
- * with PSCOM_REQ_STATE_ERROR and socket->ops.con_error runs, while the
- * connection object stays valid for the application. This is a core
- * function that libpscom may not have yet (see doc/pmix.md); without it the
- * connection is closed instead.
- */
-extern pscom_err_t pscom_fail_connection(pscom_connection_t *connection,
-                                         pscom_err_t error)
-    __attribute__((weak));
-
 static uint64_t now_ms(void)
 {
     struct timespec ts;
@@ -107,54 +96,55 @@ pscom_connection_t *pmx_peer_get(pscom_pmix_job_t *job, int rank,
     return con;
 }
 
-static void peer_set(pscom_pmix_job_t *job, int rank, pscom_connection_t *con)
+/* Set rank's connection, unless the socket was closed meanwhile (a
+ * callback of the bootstrap's own progress may close it): then false. */
+static bool peer_set(pscom_pmix_job_t *job, int rank, pscom_connection_t *con)
 {
     pthread_mutex_lock(&job->peers_lock);
-    job->cons[rank] = con;
+    bool open = !job->sock_closed;
+    if (open) job->cons[rank] = con;
     pthread_mutex_unlock(&job->peers_lock);
+    return open;
 }
 
-/* Fail con, the connection of a rank that an event marked failed (how:
- * `failed`, see job->failed). pscom_fail_connection checks the
- * connection's state itself, under pscom's lock. */
-static void fail_connection(pscom_pmix_job_t *job, int rank,
-                            pscom_connection_t *con, signed char failed)
+static bool sock_closed(pscom_pmix_job_t *job)
 {
-    static bool warned_no_hook;
-    pscom_err_t err = failed == 2 ? PSCOM_ERR_EOF : PSCOM_ERR_IOERROR;
-
-    if (!con) return;
-    if (pscom_fail_connection) {
-        pscom_fail_connection(con, err);
-        return;
-    }
-    /* Another libpscom: we close the connection, so whoever takes it out
-     * of the table (the bootstrap or a dispatcher) does. */
     pthread_mutex_lock(&job->peers_lock);
-    bool mine = job->cons && job->cons[rank] == con;
-    if (mine) job->cons[rank] = NULL;
+    bool closed = job->sock_closed;
     pthread_mutex_unlock(&job->peers_lock);
-    if (!mine) return;
-    if (!warned_no_hook) {
-        warned_no_hook = true;
-        pmx_log(job, PMX_LOG_WARN,
-                "this libpscom has no pscom_fail_connection(): a failed "
-                "peer's connection is closed instead (con_error is called "
-                "by this library, and the table entry becomes NULL)");
-    }
-    if (con->socket->ops.con_error)
-        con->socket->ops.con_error(con, PSCOM_OP_RW, err);
-    pscom_close_connection(con);
+    return closed;
 }
 
-void pmx_fail_peer(pscom_pmix_job_t *job, int rank, int code,
-                   const char *text, bool normal_exit)
+/* The bootstrap's answer once its socket was closed under it: its
+ * connections are gone (do not touch them, nor the socket). */
+static pscom_err_t closed_meanwhile(pscom_pmix_job_t *job)
 {
-    if (rank < 0 || rank >= job->size || rank == job->rank) return;
+    pmx_log(job, PMX_LOG_ERROR, "the bootstrap socket was closed during the "
+            "bootstrap");
+    errno = ECONNABORTED;
+    return PSCOM_ERR_STDERROR;
+}
+
+struct fail_rank {
+    pscom_pmix_job_t *job;
+    int rank;
+    int code;
+    const char *text;
+    bool normal_exit;
+};
+
+/* Under pscom's lock (pscom_plugin_run_locked), so that no other thread
+ * closes the socket between reading the connection and failing it: a new
+ * connection of the application could have taken its memory. */
+static void fail_rank_locked(void *arg)
+{
+    const struct fail_rank *f = arg;
+    pscom_pmix_job_t *job = f->job;
+    int rank = f->rank;
     /* Marked and its connection read in one step: a bootstrap on another
      * thread sets a connection before it looks for marks, so it either
      * finds this mark or set the connection we read. */
-    signed char failed = normal_exit ? 2 : 1;
+    signed char failed = f->normal_exit ? 2 : 1;
     pthread_mutex_lock(&job->peers_lock);
     bool first = !job->failed[rank];
     if (first) job->failed[rank] = failed;
@@ -165,14 +155,36 @@ void pmx_fail_peer(pscom_pmix_job_t *job, int rank, int code,
 
     /* Said before the connection fails: its con_error may end the
      * program. */
-    pmx_log(job, normal_exit ? PMX_LOG_INFO : PMX_LOG_ERROR,
+    pmx_log(job, f->normal_exit ? PMX_LOG_INFO : PMX_LOG_ERROR,
             "rank %d %s (PMIx event %s%s%s); %s", rank,
-            normal_exit ? "terminated" : "failed", PMIx_Error_string(code),
-            text ? ": " : "", text ? text : "",
+            f->normal_exit ? "terminated" : "failed",
+            PMIx_Error_string(f->code), f->text ? ": " : "",
+            f->text ? f->text : "",
             con      ? "failing its connection and the requests pending on it"
             : closed ? "its connection went with the closed socket"
                      : "there is no connection to it yet");
-    fail_connection(job, rank, con, failed);
+    if (con)
+        pscom_fail_connection(con, f->normal_exit ? PSCOM_ERR_EOF
+                                                  : PSCOM_ERR_IOERROR);
+}
+
+void pmx_fail_peer(pscom_pmix_job_t *job, int rank, int code,
+                   const char *text, bool normal_exit)
+{
+    if (rank < 0 || rank >= job->size || rank == job->rank) return;
+    struct fail_rank f = {job, rank, code, text, normal_exit};
+    pscom_plugin_run_locked(fail_rank_locked, &f);
+}
+
+/* A rank an event marked failed before its connection existed. */
+static void fail_marked_locked(void *arg)
+{
+    const struct fail_rank *f = arg;
+    signed char failed;
+    pscom_connection_t *con = pmx_peer_get(f->job, f->rank, &failed);
+    if (con && failed)
+        pscom_fail_connection(con, failed == 2 ? PSCOM_ERR_EOF
+                                               : PSCOM_ERR_IOERROR);
 }
 
 /* ---------------------------------------------------------------------- */
@@ -378,13 +390,13 @@ static void check_locality(pscom_pmix_job_t *job, const signed char *local,
 }
 
 /* Accepted connections of the ranks below us, found by rank and name. */
-static int collect_accepted(pscom_pmix_job_t *job)
+static int collect_accepted(pscom_pmix_job_t *job, pscom_socket_t *sock)
 {
     int missing = 0;
     char name[9];
 
-    for (pscom_connection_t *c = pscom_get_next_connection(job->sock, NULL);
-         c; c = pscom_get_next_connection(job->sock, c)) {
+    for (pscom_connection_t *c = pscom_get_next_connection(sock, NULL); c;
+         c = pscom_get_next_connection(sock, c)) {
         int r = c->remote_con_info.rank;
         if (r < 0 || r >= job->rank || pmx_peer_get(job, r, NULL)) continue;
         if (c->type == PSCOM_CON_TYPE_NONE ||
@@ -393,22 +405,24 @@ static int collect_accepted(pscom_pmix_job_t *job)
             continue;
         rank_name(r, name);
         if (strncmp(c->remote_con_info.name, name, 8)) continue;
-        peer_set(job, r, c);
+        if (!peer_set(job, r, c)) break;
     }
     for (int r = 0; r < job->rank; r++)
         if (!pmx_peer_get(job, r, NULL)) missing++;
     return missing;
 }
 
-static pscom_err_t connect_direct(pscom_pmix_job_t *job, char **eps)
+static pscom_err_t connect_direct(pscom_pmix_job_t *job, pscom_socket_t *sock,
+                                  char **eps)
 {
     unsigned timeout_ms = 10000;
     pscom_err_t ret;
 
     for (int r = job->rank + 1; r < job->size; r++) {
-        pscom_connection_t *con = pscom_open_connection(job->sock);
+        pscom_connection_t *con = pscom_open_connection(sock);
         if (!con) return PSCOM_ERR_STDERROR;
         ret = pscom_connect(con, eps[r], r, PSCOM_CON_FLAG_DIRECT);
+        if (sock_closed(job)) return closed_meanwhile(job);
         if (ret != PSCOM_SUCCESS) {
             pmx_log(job, PMX_LOG_ERROR,
                     "cannot connect to rank %d at %s: %s", r, eps[r],
@@ -416,14 +430,15 @@ static pscom_err_t connect_direct(pscom_pmix_job_t *job, char **eps)
             pscom_close_connection(con);
             return ret;
         }
-        peer_set(job, r, con);
+        if (!peer_set(job, r, con)) return closed_meanwhile(job);
     }
 
     pscom_env_get_uint(&timeout_ms, "PSP_CONNECT_TIMEOUT");
     uint64_t deadline = now_ms() + 3 * (uint64_t)timeout_ms;
     for (unsigned round = 0;; round++) {
+        if (sock_closed(job)) return closed_meanwhile(job);
         if ((round & 63) == 0) {
-            int missing = collect_accepted(job);
+            int missing = collect_accepted(job, sock);
             if (!missing) break;
             for (int r = 0; r < job->rank; r++) {
                 signed char failed;
@@ -450,13 +465,15 @@ static pscom_err_t connect_direct(pscom_pmix_job_t *job, char **eps)
     return PSCOM_SUCCESS;
 }
 
-static pscom_err_t connect_ondemand(pscom_pmix_job_t *job, char **eps)
+static pscom_err_t connect_ondemand(pscom_pmix_job_t *job,
+                                    pscom_socket_t *sock, char **eps)
 {
     for (int r = 0; r < job->size; r++) {
         if (r == job->rank) continue;
-        pscom_connection_t *con = pscom_open_connection(job->sock);
+        pscom_connection_t *con = pscom_open_connection(sock);
         if (!con) return PSCOM_ERR_STDERROR;
         pscom_err_t ret = pscom_connect(con, eps[r], r, PSCOM_CON_FLAG_ONDEMAND);
+        if (sock_closed(job)) return closed_meanwhile(job);
         if (ret != PSCOM_SUCCESS) {
             pmx_log(job, PMX_LOG_ERROR,
                     "cannot prepare the connection to rank %d at %s: %s", r,
@@ -464,23 +481,26 @@ static pscom_err_t connect_ondemand(pscom_pmix_job_t *job, char **eps)
             pscom_close_connection(con);
             return ret;
         }
-        peer_set(job, r, con);
+        if (!peer_set(job, r, con)) return closed_meanwhile(job);
     }
     return PSCOM_SUCCESS;
 }
 
-static pscom_err_t connect_self(pscom_pmix_job_t *job, const char *ep)
+static pscom_err_t connect_self(pscom_pmix_job_t *job, pscom_socket_t *sock,
+                                const char *ep)
 {
-    pscom_connection_t *con = pscom_open_connection(job->sock);
+    if (sock_closed(job)) return closed_meanwhile(job);
+    pscom_connection_t *con = pscom_open_connection(sock);
     if (!con) return PSCOM_ERR_STDERROR;
     pscom_err_t ret = pscom_connect(con, ep, job->rank, PSCOM_CON_FLAG_DIRECT);
+    if (sock_closed(job)) return closed_meanwhile(job);
     if (ret != PSCOM_SUCCESS) {
         pmx_log(job, PMX_LOG_ERROR, "cannot connect to ourselves at %s: %s",
                 ep, pscom_err_str(ret));
         pscom_close_connection(con);
         return ret;
     }
-    peer_set(job, job->rank, con);
+    if (!peer_set(job, job->rank, con)) return closed_meanwhile(job);
     return PSCOM_SUCCESS;
 }
 
@@ -588,14 +608,19 @@ pscom_err_t pscom_pmix_bootstrap(pscom_pmix_job_t *job, pscom_socket_t *sock,
         goto out_free;
     }
     pthread_mutex_lock(&job->peers_lock);
-    job->sock = sock;
+    bool closed = job->sock_closed;
+    if (!closed) job->sock = sock;
     pthread_mutex_unlock(&job->peers_lock);
+    if (closed) {
+        ret = closed_meanwhile(job);
+        goto out_free;
+    }
 
     if (job->singleton) {
         local[0] = 1;
         __atomic_store_n(&job->local, local, __ATOMIC_RELEASE);
         local = NULL;
-        ret = connect_self(job, ep);
+        ret = connect_self(job, sock, ep);
         goto out_free;
     }
 
@@ -625,14 +650,14 @@ pscom_err_t pscom_pmix_bootstrap(pscom_pmix_job_t *job, pscom_socket_t *sock,
     /* On-demand connections first: pscom progress (which the direct
      * connection to ourselves runs) may already meet the peers' calls, and
      * they must find their connection to adopt. */
-    ret = ondemand ? connect_ondemand(job, eps) : connect_direct(job, eps);
-    if (ret == PSCOM_SUCCESS) ret = connect_self(job, ep);
+    ret = ondemand ? connect_ondemand(job, sock, eps)
+                   : connect_direct(job, sock, eps);
+    if (ret == PSCOM_SUCCESS) ret = connect_self(job, sock, ep);
     if (ret == PSCOM_SUCCESS) {
         /* Peers reported dead before their connection existed. */
         for (int r = 0; r < job->size; r++) {
-            signed char failed;
-            pscom_connection_t *con = pmx_peer_get(job, r, &failed);
-            if (r != job->rank && failed) fail_connection(job, r, con, failed);
+            struct fail_rank f = {.job = job, .rank = r};
+            if (r != job->rank) pscom_plugin_run_locked(fail_marked_locked, &f);
         }
         pmx_log(job, PMX_LOG_INFO,
                 "bootstrap of %d ranks (%s): put+fence %llu ms, endpoints "

@@ -167,7 +167,10 @@ static int dispatch_fds(int timeout_ms)
         /* An earlier callback of this batch may have removed it, and
          * maybe registered another descriptor of that number. */
         if (fd >= ufd_cap || !ufds[fd].cb || ufds[fd].gen != gen) continue;
-        ufds[fd].cb(fd, ev[i].events, ufds[fd].arg);
+        /* Nor what it asks no longer (an earlier callback's fd_mod). */
+        uint32_t events =
+            ev[i].events & (ufds[fd].events | EPOLLERR | EPOLLHUP);
+        if (events) ufds[fd].cb(fd, events, ufds[fd].arg);
     }
     psc_unhold();
     return n > 0;

@@ -393,6 +393,15 @@ int pscom_plugin_sock_watch(pscom_socket_t *socket,
     return 0;
 }
 
+void pscom_plugin_run_locked(void (*fn)(void *arg), void *arg)
+{
+    psc_lock();
+    psc_enter(); /* what fn closes is freed after it returned */
+    fn(arg);
+    psc_leave();
+    psc_unlock();
+}
+
 void pscom_plugin_sock_unwatch(pscom_plugin_sock_closed_cb_t fn, void *arg)
 {
     struct psc_list *pos, *tmp;

@@ -911,6 +911,48 @@ static int test_closed_self(void)
 }
 
 /* ---------------------------------------------------------------------- */
+/* closed-in-boot                                                         */
+/* ---------------------------------------------------------------------- */
+
+static pscom_socket_t *g_boot_sock;
+
+static void close_in_accept(pscom_connection_t *con)
+{
+    (void)con;
+    pscom_close_socket(g_boot_sock);
+}
+
+/* The application's con_accept closes the bootstrap socket while the
+ * bootstrap connects (to ourselves): the bootstrap must fail, and keep no
+ * connection of the closed socket (it kept the freed one, and said
+ * success). */
+static int test_closed_in_boot(void)
+{
+    pscom_pmix_job_t *job;
+    step("pscom_pmix_init");
+    pscom_err_t rc = pscom_pmix_init(&job);
+    CHECK(rc == PSCOM_SUCCESS, "pscom_pmix_init: %s", pscom_err_str(rc));
+    g_rank = pscom_pmix_rank(job);
+    g_boot_sock = pscom_open_socket(0, 0, PSCOM_RANK_UNDEFINED, 0);
+    CHECK(g_boot_sock, "pscom_open_socket");
+    g_boot_sock->ops.con_accept = close_in_accept;
+    step("pscom_pmix_bootstrap");
+    rc = pscom_pmix_bootstrap(job, g_boot_sock, PSCOM_PMIX_BOOT_ONDEMAND);
+    int err = errno;
+    CHECK(rc == PSCOM_ERR_STDERROR && err == ECONNABORTED,
+          "the bootstrap said %s (errno %d) after its socket was closed",
+          pscom_err_str(rc), err);
+    CHECK(pscom_pmix_socket(job) == NULL, "the closed socket is still the job's");
+    for (int r = 0; r < pscom_pmix_size(job); r++)
+        CHECK(pscom_pmix_connection(job, r) == NULL,
+              "a connection of the closed socket is the job's (rank %d)", r);
+    result_ok("a socket closed during the bootstrap failed it (%s), and the "
+              "job kept none of its connections", strerror(err));
+    pscom_pmix_finalize(job);
+    return 0;
+}
+
+/* ---------------------------------------------------------------------- */
 /* dead-before-boot                                                       */
 /* ---------------------------------------------------------------------- */
 
@@ -1819,6 +1861,7 @@ int main(int argc, char **argv)
     if (!strcmp(argv[1], "lost-messages")) return test_lost_messages();
     if (!strcmp(argv[1], "closed-socket")) return test_closed_socket();
     if (!strcmp(argv[1], "closed-self")) return test_closed_self();
+    if (!strcmp(argv[1], "closed-in-boot")) return test_closed_in_boot();
     if (!strcmp(argv[1], "dead-before-boot"))
         return test_dead_before_boot(argc > 2 && !strcmp(argv[2], "--dispatched"));
     if (!strcmp(argv[1], "fake-lost")) return run_notify_case(&fake_lost);
