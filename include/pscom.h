@@ -796,9 +796,12 @@ void pscom_group_close(pscom_group_t *group);
  * member kept). ERROR when a connection on this member's path from the root
  * failed: its parent's, or one above it (members below a failure end with
  * ERROR too, they do not wait), or one of its children's. ERROR at once on
- * bad arguments, or without memory for what it sends on (logged; nothing
- * is sent then, and none is needed once it started). A broadcast is not cancelled (pscom_cancel: 0).
- * bcast_arg1 and bcast_arg2 are the library's. */
+ * bad arguments (logged). It takes what it needs when it starts: without
+ * memory then it ends in ERROR at once, sends nothing, and fails the
+ * connections to its parent and children in the broadcast tree (they end
+ * in ERROR instead of going on out of step); once started it needs none.
+ * A broadcast is not cancelled (pscom_cancel: 0). bcast_arg1 and
+ * bcast_arg2 are the library's. */
 void pscom_post_bcast(pscom_request_t *request);
 
 /* Broadcast data_len bytes of data, and xheader_len bytes of xheader, from
@@ -813,9 +816,10 @@ void pscom_bcast(pscom_group_t *group, unsigned bcast_root, void *xheader,
  * returns also after a failure: a member whose connection to another
  * failed, or that heard of such a failure from another member, runs the
  * barrier to its end and logs an error; it does not wait for a member it
- * cannot reach. It allocates nothing (the group holds what it needs from
- * pscom_group_open on), so it cannot run out of memory once it began.
- * Barriers of one group are called one after the other: one called while
+ * cannot reach. Its own requests come from the group (allocated by
+ * pscom_group_open), so it does not stop half-way for want of memory; a
+ * peer's round message that came early and cannot be kept fails that
+ * connection, and the barrier ends with a logged error. Barriers of one group are called one after the other: one called while
  * another of the group is under way (another thread, a callback) allocates
  * its own, and out of memory returns at once, logged, without taking
  * part. */

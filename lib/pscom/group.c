@@ -44,6 +44,7 @@
  * wait for its messages would wait for ever, or it would return as if it
  * had synchronised. Out of memory, pscom_group_open fails instead.
  */
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -72,7 +73,7 @@ struct PSCOM_group {
     uint32_t magic;
     struct psc_list next;  /* groups, until it is freed or its socket is
                             * closed: a closed group still busy stays, so
-                            * that retired connections leave it */
+                            * that its socket's close finds it */
     struct psc_sock *sock; /* NULL once its socket is closed */
     uint32_t id;
     uint32_t rank;
@@ -700,25 +701,51 @@ static void bcast_received(pscom_request_t *r)
     bcast_forward(op, got, gr->full_len);
 }
 
+/* Fail the connection to member `rank` (lock held), if it has one. */
+static void fail_member(struct PSCOM_group *g, uint32_t rank)
+{
+    struct psc_con *con = g->members[rank].con;
+    if (con && !con->failed && !con->closing)
+        psc_con_fail(con, PSCOM_OP_RW, PSCOM_ERR_STDERROR);
+}
+
+/* A broadcast that found no memory to start: the members next to us in
+ * its tree would go on without us, out of step for good (our parent's
+ * message taken by our next broadcast of that root, our children waiting
+ * for one that never comes). Their connections fail instead, as one does
+ * whose early group message cannot be kept: they end in error. */
+static const char *bcast_no_memory(struct PSCOM_group *g, uint32_t root,
+                                   unsigned parent, unsigned nchild,
+                                   const unsigned start[])
+{
+    errno = ENOMEM;
+    if (parent != NONE) fail_member(g, (parent + root) % g->size);
+    for (unsigned i = 0; i < nchild; i++)
+        fail_member(g, (start[i] + root) % g->size);
+    return "out of memory; the connections to its parent and children in "
+           "the broadcast tree are failed";
+}
+
 /* Start the broadcast req on group g (lock held): the request is posted,
  * with its xheader_len, data, data_len, group id and root. NULL, or why it
- * cannot start (then nothing was done). */
+ * cannot start (then nothing was sent or posted). */
 static const char *bcast_start_locked(struct psc_req *req,
                                       struct PSCOM_group *g)
 {
     pscom_request_t *r = &req->pub;
     uint32_t root = r->xheader.bcast.bcast_root;
-    unsigned u, parent, sub, start[FANOUT], size[FANOUT];
+    unsigned u, parent, sub, start[FANOUT], size[FANOUT], nchild;
 
     if (root >= g->size) return "the root is not a rank of the group";
     u = (g->rank + g->size - root) % g->size;
     tree_locate(g->size, u, &parent, &sub);
+    nchild = tree_children(u, sub, start, size);
     struct bcast_op *op = calloc(1, sizeof(*op));
-    if (!op) return "out of memory";
+    if (!op) return bcast_no_memory(g, root, parent, nchild, start);
     op->user = req;
     op->group = g;
     op->xlen = r->xheader_len;
-    op->nchild = tree_children(u, sub, start, size);
+    op->nchild = nchild;
     for (unsigned i = 0; i < op->nchild; i++) {
         op->child[i] = (start[i] + root) % g->size;
         op->child_size[i] = size[i];
@@ -727,7 +754,7 @@ static const char *bcast_start_locked(struct psc_req *req,
         op->fwd[i] = psc_req_alloc(op->xlen, 0);
         if (!op->fwd[i]) {
             bcast_op_free(op);
-            return "out of memory";
+            return bcast_no_memory(g, root, parent, nchild, start);
         }
     }
 
@@ -755,7 +782,7 @@ static const char *bcast_start_locked(struct psc_req *req,
     struct psc_req *rr = psc_req_alloc(op->xlen, sizeof(struct grecv));
     if (!rr) {
         bcast_op_free(op);
-        return "out of memory";
+        return bcast_no_memory(g, root, parent, nchild, start);
     }
     struct grecv *gr = (struct grecv *)rr->pub.user;
     gr->key = (struct gkey){.type = PSC_MSG_BCAST,

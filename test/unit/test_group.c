@@ -330,28 +330,28 @@ static void forward_allocates_nothing(void **state)
     end_forward(r);
 }
 
-/* Without memory for its forwards a broadcast does not start: it fails at
- * once, and sends and waits for nothing. */
-static void start_out_of_memory_fails_at_once(void **state)
+/* Without memory to start, a broadcast fails at once and sends nothing;
+ * its parent's and child's connections fail too (the member would be out
+ * of step with them for good: the parent's message taken by its next
+ * broadcast, the child waiting), the other members' stay. */
+static void start_out_of_memory_fails_the_neighbours(void **state)
 {
     (void)state;
+    pscom_request_t *r = bcast_req(sock, GROUP, buf, sizeof(buf));
+    r->ops.io_done = count_done;
+    done_calls = 0;
     alloc_fails = true;
-    pscom_request_t *r = post_bcast();
+    pscom_post_bcast(r);
     alloc_fails = false;
+    pscom_test_any();
     assert_int_equal(done_calls, 1);
     assert_true(r->state & PSCOM_REQ_STATE_ERROR);
     assert_null(sent_frame(cons[2]));
+    assert_int_equal(parent->state, PSCOM_CON_STATE_CLOSED);
+    assert_int_equal(cons[2]->state, PSCOM_CON_STATE_CLOSED);
+    assert_int_not_equal(cons[3]->state, PSCOM_CON_STATE_CLOSED);
+    assert_int_not_equal(cons[4]->state, PSCOM_CON_STATE_CLOSED);
     pscom_request_free(r);
-
-    /* It left nothing behind: the next one takes the root's message. */
-    r = post_bcast();
-    struct frame f;
-    bcast_frame(&f);
-    assert_int_equal(feed(parent, &f), 0);
-    pscom_test_any();
-    assert_string_equal(buf, "hello");
-    assert_non_null(sent_frame(cons[2]));
-    end_forward(r);
 }
 
 /* Our buffer is short: we end TRUNCATED with the root's length, and pass
@@ -887,7 +887,7 @@ int main(void)
                                         open_group5, close_group),
         cmocka_unit_test_setup_teardown(forward_allocates_nothing,
                                         open_group5, close_group),
-        cmocka_unit_test_setup_teardown(start_out_of_memory_fails_at_once,
+        cmocka_unit_test_setup_teardown(start_out_of_memory_fails_the_neighbours,
                                         open_group5, close_group),
         cmocka_unit_test_setup_teardown(short_buffer_cuts_for_the_subtree,
                                         open_group5, close_group),
