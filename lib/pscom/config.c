@@ -787,13 +787,37 @@ static bool has_prefix(const char *name, const char *prefix)
     return !strncmp(name, prefix, strlen(prefix));
 }
 
+void psc_config_note_owner_set(const char *owner)
+{
+    for (size_t i = 0; i < n_entries; i++) {
+        const pscom_config_row_t *row = entries[i].row;
+        if (entries[i].src != SRC_ENVIRONMENT || !row->owner ||
+            strcmp(row->owner, owner) != 0)
+            continue;
+        const char *val = pscom_env_get(row->name);
+        psc_warn("%s=%s: %s", row->name, val ? val : "", row->help);
+    }
+}
+
 int psc_config_check_unknown(void)
 {
-    return psc_config_check_unknown_filtered(NULL, NULL);
+    return psc_config_check_unknown_filtered(NULL, NULL, NULL);
+}
+
+/* ParaStation's name of a plugin setting (only is its alias prefix,
+ * "PSP_OPENIB_"): the setting of the same suffix here (instead,
+ * "PSP_VERBS_"), if there is one. */
+static const char *own_name(const char *name, const char *only,
+                            const char *instead, char *buf, size_t len)
+{
+    if (!only || !instead) return NULL;
+    int n = snprintf(buf, len, "%s%s", instead, name + strlen(only));
+    if (n < 0 || (size_t)n >= len || !entry_by_name(buf)) return NULL;
+    return buf;
 }
 
 int psc_config_check_unknown_filtered(const char *const *skip,
-                                      const char *only)
+                                      const char *only, const char *instead)
 {
     int unknown = 0;
 
@@ -811,10 +835,16 @@ int psc_config_check_unknown_filtered(const char *const *skip,
         eq = strchr(*ep, '=');
         name = eq ? strndup(*ep, (size_t)(eq - *ep)) : strdup(*ep);
         if (!name) continue;
+        char own[128];
         if (!entry_by_name(name)) {
             unknown++;
             suggestion = closest_name(name);
-            if (suggestion)
+            if (own_name(name, only, instead, own, sizeof(own)))
+                psc_err("%s is set, but this library does not read "
+                        "ParaStation pscom's name for it; its setting is %s "
+                        "(`pscom_info -c` says what it means)",
+                        name, own);
+            else if (suggestion)
                 psc_err("%s is set but no setting of this name exists; did "
                         "you mean %s?",
                         name, suggestion);
@@ -937,6 +967,13 @@ static void md_section_title(FILE *out, const char *owner)
                      "ParaStation MPI reads these through "
                      "`pscom_env_get_*()`; they are listed so that setting "
                      "them is not reported as unknown.\n\n");
+    else if (strcmp(owner, "parastation") == 0)
+        fprintf(out, "## ParaStation pscom's, without effect here\n\n"
+                     "ParaStation pscom reads these; this library accepts "
+                     "them, so that a job script written for it is not told "
+                     "they do not exist, and says at `PSP_DEBUG` >= 2 that "
+                     "a set one has no effect. Each says what to use "
+                     "instead, where there is something.\n\n");
     else
         fprintf(out, "## Plugin `%s`\n\n", owner);
 }

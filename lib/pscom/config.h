@@ -48,6 +48,10 @@ void psc_config_register(const pscom_config_row_t *rows, size_t count);
 int psc_config_parse(const pscom_config_row_t *row, const char *text,
                      void *out);
 
+/* Warn (PSP_DEBUG >= 2) about each row of `owner` whose variable is set:
+ * "NAME=VALUE: <help>". */
+void psc_config_note_owner_set(const char *owner);
+
 /* Re-read every row from the environment (defaults first). */
 void psc_config_reload(void);
 
@@ -57,9 +61,11 @@ int psc_config_check_unknown(void);
 
 /* The same, ignoring names that start with a prefix of the NULL-terminated
  * list `skip` (settings of plugins not loaded yet), and, when `only` is
- * given, looking only at names that start with it. */
+ * given, looking only at names that start with it. `instead`, with `only`
+ * a plugin's ParaStation prefix ("PSP_OPENIB_"), is the plugin's own
+ * ("PSP_VERBS_"): a name with a setting of the same suffix says so. */
 int psc_config_check_unknown_filtered(const char *const *skip,
-                                      const char *only);
+                                      const char *only, const char *instead);
 
 /* Find a row by name; NULL if none. */
 const pscom_config_row_t *psc_config_find(const char *name);

@@ -208,6 +208,69 @@ static const pscom_config_row_t mpi_rows[] = {
              "collectives (built with --with-hcoll)."),
 };
 
+/*
+ * ParaStation pscom's own settings that this library does not have (its
+ * interface facts, /work/shared/PSCOM-FACTS.md): accepted, so that a job
+ * script written for it is not told they do not exist, and named when set
+ * (PSP_DEBUG >= 2) as having no effect, with what to use instead.
+ */
+static struct {
+    int i[8];
+    unsigned u[8];
+} ps_dummy;
+
+#define PS_INT(n, name, def, help)                                             \
+    {name, PSCOM_CONFIG_INT, def, help, "parastation", NULL, &ps_dummy.i[n]}
+#define PS_UINT(n, name, def, help)                                            \
+    {name, PSCOM_CONFIG_UINT, def, help, "parastation", NULL, &ps_dummy.u[n]}
+
+static const pscom_config_row_t ps_rows[] = {
+    PS_INT(0, "PSP_UNEXPECTED_RECEIVES", "0",
+           "ParaStation pscom: 1 reads from connections that have no "
+           "receive posted. No effect here: every connection is read, and "
+           "what no receive wants yet is kept as an unexpected message."),
+    PS_INT(1, "PSP_SIGSUSPEND", NULL,
+           "ParaStation pscom: the signal that suspends the process's "
+           "connections (job suspension by its process manager). No effect "
+           "here: connections are not suspended."),
+    PS_INT(2, "PSP_SIGSEGV", "1",
+           "ParaStation pscom: 1 prints the library's state on SIGSEGV. No "
+           "effect here: the library installs no SIGSEGV handler (it would "
+           "print from a broken process; use a debugger or a core file)."),
+    PS_INT(3, "PSP_DEADLOCK_WARNINGS", "0",
+           "ParaStation pscom: 1 warns when a wait makes no progress for "
+           "long. No effect here."),
+    PS_INT(4, "PSP_GUARD", "1",
+           "ParaStation pscom: 1 watches every connection's peer through an "
+           "extra TCP connection. No effect here: each transport reports "
+           "its peer's end itself, and with libpscom_pmix PMIx's events "
+           "fail the connections of a dead rank."),
+    PS_UINT(0, "PSP_IPROBE_COUNT", "0",
+            "ParaStation pscom: pscom_iprobe calls between two that make "
+            "progress. No effect here: every pscom_iprobe makes progress."),
+    PS_INT(5, "PSP_DEBUG_REQ", "0",
+           "ParaStation pscom: 1 keeps every request on a list for "
+           "pscom_dump_reqstat. No effect here."),
+    PS_UINT(1, "PSP_PRECON_TCP_SO_SNDBUF", "32768",
+            "ParaStation pscom: send buffer of its pre-connection TCP "
+            "socket. No effect here: PSP_TCP_SNDBUF sets the tcp "
+            "transport's."),
+    PS_UINT(2, "PSP_PRECON_TCP_SO_RCVBUF", "32768",
+            "ParaStation pscom: receive buffer of its pre-connection TCP "
+            "socket. No effect here: PSP_TCP_RCVBUF sets the tcp "
+            "transport's."),
+    PS_INT(6, "PSP_PRECON_TCP_NODELAY", "1",
+           "ParaStation pscom: TCP_NODELAY on its pre-connection socket. No "
+           "effect here: PSP_TCP_NODELAY sets the tcp transport's."),
+    PS_UINT(3, "PSP_PRECON_TCP_RECONNECT_TIMEOUT", "2000",
+            "ParaStation pscom: milliseconds before a stalled connect is "
+            "tried again. No effect here: PSP_CONNECT_TIMEOUT and "
+            "PSP_RETRY bound the setup."),
+    PS_UINT(4, "PSP_PRECON_TCP_CONNECT_STALLED_MAX", "6",
+            "ParaStation pscom: stalled connects tolerated. No effect here: "
+            "PSP_CONNECT_TIMEOUT and PSP_RETRY bound the setup."),
+};
+
 #define COUNT(a) (sizeof(a) / sizeof((a)[0]))
 
 void psc_config_core_register(void)
@@ -225,8 +288,10 @@ void psc_config_core_register(void)
 
     psc_config_register(core_rows, COUNT(core_rows));
     psc_config_register(mpi_rows, COUNT(mpi_rows));
+    psc_config_register(ps_rows, COUNT(ps_rows));
 
     psc_log_level_set(psc_settings.debug);
     psc_log_open(psc_settings.debug_out);
     psc_config_print_params(psc_settings.debug_param);
+    psc_config_note_owner_set("parastation");
 }

@@ -201,12 +201,12 @@ int psc_plugin_ensure_init(struct psc_plugin *p)
     }
     if (s->dl) {
         /* Its settings exist now: those set that it does not know. */
-        char prefix[48];
-        snprintf(prefix, sizeof(prefix), "%s_", s->row_name);
-        psc_config_check_unknown_filtered(NULL, prefix);
+        char prefix[48], own[48];
+        snprintf(own, sizeof(own), "%s_", s->row_name);
+        psc_config_check_unknown_filtered(NULL, own, NULL);
         if (s->alias_name[0]) {
             snprintf(prefix, sizeof(prefix), "%s_", s->alias_name);
-            psc_config_check_unknown_filtered(NULL, prefix);
+            psc_config_check_unknown_filtered(NULL, prefix, own);
         }
         psc_plugin_sort(order, count);
     }

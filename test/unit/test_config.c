@@ -656,6 +656,67 @@ static void test_unknown_mpi_variables_known(void **state)
     assert_int_equal(psc_config_check_unknown(), 0);
 }
 
+/* ParaStation pscom's settings that this library lacks are known (not
+ * reported as unknown), and one that is set is named, with its help, at
+ * PSP_DEBUG 2; at 1 nothing is said. */
+static void test_parastation_settings_noted(void **state)
+{
+    char *log;
+
+    /* psc_config_core_register opens PSP_DEBUG_OUT itself. */
+    log_capture_start();
+    setenv("PSP_DEBUG_OUT", log_path, 1);
+    setenv("PSP_GUARD", "0", 1);
+    setenv("PSP_PRECON_TCP_SO_SNDBUF", "65536", 1);
+    psc_config_core_register();
+    log = log_capture_end();
+    assert_string_equal(log, "");
+    free(log);
+    assert_int_equal(psc_config_check_unknown(), 0);
+
+    psc_config_cleanup();
+    log_capture_start();
+    setenv("PSP_DEBUG_OUT", log_path, 1);
+    setenv("PSP_DEBUG", "2", 1);
+    psc_config_core_register();
+    log = log_capture_end();
+    assert_non_null(strstr(log, "PSP_GUARD=0: ParaStation pscom: "));
+    assert_non_null(strstr(log, "PSP_PRECON_TCP_SO_SNDBUF=65536: ParaStation "
+                                "pscom: "));
+    assert_non_null(strstr(log, "PSP_TCP_SNDBUF"));
+    assert_null(strstr(log, "PSP_SIGSEGV")); /* not set */
+    free(log);
+    psc_log_level_set(1);
+}
+
+/* A plugin setting under ParaStation's prefix of that plugin names the
+ * setting of the same suffix here; one without such a setting gets the
+ * usual report. */
+static void test_parastation_plugin_prefix_names_ours(void **state)
+{
+    static unsigned hca;
+    static const pscom_config_row_t rows[] = {
+        {"PSP_VERBS_HCA", PSCOM_CONFIG_UINT, "0", "the device", "verbs",
+         NULL, &hca},
+    };
+    char *log;
+
+    psc_config_register(rows, 1);
+    setenv("PSP_OPENIB_HCA", "1", 1);
+    setenv("PSP_OPENIB_PATH_MTU", "3", 1);
+    log_capture_start();
+    int n = psc_config_check_unknown_filtered(NULL, "PSP_OPENIB_",
+                                              "PSP_VERBS_");
+    log = log_capture_end();
+    assert_int_equal(n, 2);
+    assert_non_null(strstr(log, "PSP_OPENIB_HCA is set, but this library "
+                                "does not read ParaStation pscom's name for "
+                                "it; its setting is PSP_VERBS_HCA"));
+    assert_non_null(strstr(log, "PSP_OPENIB_PATH_MTU is set but no setting "
+                                "of this name exists"));
+    free(log);
+}
+
 /* ---------------------------------------------------------------------- */
 /* pscom_env_get_*                                                        */
 /* ---------------------------------------------------------------------- */
@@ -1065,6 +1126,10 @@ int main(void)
                                         teardown),
         cmocka_unit_test_setup_teardown(test_unknown_mpi_variables_known,
                                         setup, teardown),
+        cmocka_unit_test_setup_teardown(test_parastation_settings_noted,
+                                        setup, teardown),
+        cmocka_unit_test_setup_teardown(
+            test_parastation_plugin_prefix_names_ours, setup, teardown),
         cmocka_unit_test_setup_teardown(test_env_get, setup, teardown),
         cmocka_unit_test_setup_teardown(test_env_get_param_print, setup,
                                         teardown),
