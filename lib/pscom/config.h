@@ -20,6 +20,7 @@ struct psc_settings {
     int debug_precon;             /* PSP_DEBUG_PRECON */
     int debug_version;            /* PSP_DEBUG_VERSION */
     char *debug_timing;           /* PSP_DEBUG_TIMING */
+    int debug_stats;              /* PSP_DEBUG_STATS */
     size_t rendezvous;            /* PSP_RENDEZVOUS */
     int sched_yield;              /* PSP_SCHED_YIELD */
     int wait_sleep;               /* PSP_WAIT_SLEEP */

@@ -36,6 +36,12 @@ static const pscom_config_row_t core_rows[] = {
              "initialisation; delta seconds since the previous line; wall "
              "seconds since the epoch (all as seconds.microseconds); date "
              "local date and time, YYYY-MM-DD_hh:mm:ss.uuuuuu."),
+    CORE_ROW("PSP_DEBUG_STATS", PSCOM_CONFIG_BOOL, "0", debug_stats,
+             "Print a line of statistics for each connection when it is "
+             "closed (at exit for those still open), whatever PSP_DEBUG: "
+             "messages and bytes sent and received, how many of them by "
+             "rendezvous, how many arrived before their receive was posted "
+             "(unexpected), and one-sided operations posted."),
     CORE_ROW("PSP_RENDEZVOUS", PSCOM_CONFIG_SIZE, "inf", rendezvous,
              "Messages of at least this many bytes use the rendezvous "
              "protocol; a plugin's PSP_<NAME>_RENDEZVOUS overrides it."),
