@@ -117,7 +117,7 @@ static void time_str(char *buf, size_t len)
                  ts.tv_nsec / 1000);
         return;
     case TIMING_DATE: {
-        char date[32];
+        char date[24];
         struct tm tm;
 
         clock_gettime(CLOCK_REALTIME, &ts);
@@ -136,7 +136,7 @@ static void time_str(char *buf, size_t len)
 static void emit(const char *msg)
 {
     char prefix[160];
-    char when[48];
+    char when[64];
     char stackbuf[1024];
     char *out = stackbuf;
     size_t plen, lines = 1, need, pos = 0;
