@@ -240,10 +240,32 @@ void psc_con_fail(struct psc_con *con, pscom_op_t op, pscom_err_t err)
     else report_con_error(con, op, err);
 }
 
+/* PSP_DEBUG_STATS: one line for a connection that was established. */
+static void print_stats(struct psc_con *con)
+{
+    const struct psc_con_stats *s = &con->stats;
+
+    psc_log_write(PSC_LOG_INFO,
+                  "%s: statistics: sent %llu messages, %llu bytes (%llu by "
+                  "rendezvous); received %llu messages, %llu bytes (%llu by "
+                  "rendezvous, %llu unexpected); one-sided %llu operations, "
+                  "%llu bytes",
+                  psc_con_str(con), (unsigned long long)s->tx_msgs,
+                  (unsigned long long)s->tx_bytes,
+                  (unsigned long long)s->tx_rndv,
+                  (unsigned long long)s->rx_msgs,
+                  (unsigned long long)s->rx_bytes,
+                  (unsigned long long)s->rx_rndv,
+                  (unsigned long long)s->rx_unexpected,
+                  (unsigned long long)s->rma_ops,
+                  (unsigned long long)s->rma_bytes);
+}
+
 void psc_con_retire(struct psc_con *con)
 {
     if (con->zombie) return;
     con->zombie = true;
+    if (psc_settings.debug_stats && con->plugin) print_stats(con);
     psc_proto_drop_unexpected(con);
     psc_group_con_retired(con);
     if (con->precon) {

@@ -40,6 +40,10 @@ struct entry {
 static const pscom_config_range_t **ranges;
 static size_t n_ranges, cap_ranges;
 
+/* Declared word lists (psc_config_words), looked up by name. */
+static const psc_config_words_t **word_lists;
+static size_t n_word_lists, cap_word_lists;
+
 /* Registered rows in registration order; duplicates are never added. */
 static struct entry *entries;
 static size_t n_entries, cap_entries;
@@ -73,6 +77,7 @@ static const char *type_name(pscom_config_type_t type)
 
 #define PARSE_AUTO 1
 #define PARSE_TOO_LARGE (-2)
+#define PARSE_NOT_WORD (-3)
 
 /* What a person should have written, for messages. */
 static const char *type_expected(pscom_config_type_t type)
@@ -290,9 +295,56 @@ static int parse_typed(pscom_config_type_t type, const char *text, void *out)
     }
 }
 
+static const char *const *words_of(const pscom_config_row_t *row)
+{
+    if (row->type != PSCOM_CONFIG_STR) return NULL;
+    for (size_t i = 0; i < n_word_lists; i++)
+        if (strcmp(word_lists[i]->name, row->name) == 0)
+            return word_lists[i]->words;
+    return NULL;
+}
+
+/* A word row's value: the list's spelling of the word text is, strdup'ed
+ * into out; PARSE_NOT_WORD when it is none of them. */
+static int parse_word(const char *const *words, const char *text, void *out)
+{
+    char buf[72];
+
+    if (!text || !trim_copy(text, buf, sizeof(buf))) return PARSE_NOT_WORD;
+    for (; *words; words++) {
+        if (strcasecmp(buf, *words) != 0) continue;
+        char *s = strdup(*words);
+        if (!s) {
+            psc_err("out of memory storing the string \"%s\"", *words);
+            return -1;
+        }
+        *(char **)out = s;
+        return 0;
+    }
+    return PARSE_NOT_WORD;
+}
+
+/* Why a row refused a text: refusal(), or the words a word row takes. */
+static const char *row_refusal(const pscom_config_row_t *row, int rc,
+                               char *buf, size_t len)
+{
+    const char *const *w = words_of(row);
+    size_t pos;
+
+    if (rc != PARSE_NOT_WORD || !w) return refusal(row->type, rc, buf, len);
+    pos = (size_t)snprintf(buf, len, "is none of");
+    for (size_t i = 0; w[i] && pos < len; i++)
+        pos += (size_t)snprintf(buf + pos, len - pos, "%s %s",
+                                i == 0 ? "" : w[i + 1] ? "," : " or", w[i]);
+    return buf;
+}
+
 int psc_config_parse(const pscom_config_row_t *row, const char *text,
                      void *out)
 {
+    const char *const *words = words_of(row);
+    if (words) return parse_word(words, text, out);
+
     int rc = parse_typed(row->type, text, out);
 
     if (rc != PARSE_AUTO) return rc;
@@ -354,7 +406,7 @@ static int entry_set(struct entry *e, const char *text)
     if (is_string_type(row->type)) {
         char *s;
 
-        int rc = parse_typed(row->type, text, &s);
+        int rc = psc_config_parse(row, text, &s);
         if (rc != 0) return rc;
         entry_set_string(e, s);
         return 0;
@@ -535,10 +587,10 @@ static void entry_load(struct entry *e)
         }
         if (parent)
             psc_err("%s=\"%s\" %s; reading %s instead", row->name, text,
-                    refusal(row->type, rc, why, sizeof(why)), row->parent);
+                    row_refusal(row, rc, why, sizeof(why)), row->parent);
         else
             psc_err("%s=\"%s\" %s; keeping the default %s", row->name, text,
-                    refusal(row->type, rc, why, sizeof(why)), def);
+                    row_refusal(row, rc, why, sizeof(why)), def);
     }
     if (!parent) return;
 
@@ -549,7 +601,7 @@ static void entry_load(struct entry *e)
     } else if (!entry_by_name(row->parent)) {
         psc_err("%s=\"%s\" (read for %s) %s; %s keeps its default %s",
                 row->parent, parent, row->name,
-                refusal(row->type, rc, why, sizeof(why)), row->name, def);
+                row_refusal(row, rc, why, sizeof(why)), row->name, def);
     }
 }
 
@@ -680,6 +732,32 @@ void pscom_plugin_config_ranges(const pscom_config_range_t *list,
     }
 }
 
+void psc_config_words(const psc_config_words_t *list, size_t count)
+{
+    for (size_t i = 0; i < count; i++) {
+        const psc_config_words_t *w = &list[i];
+        bool known = false;
+
+        for (size_t j = 0; j < n_word_lists; j++)
+            known |= word_lists[j] == w;
+        if (known) continue; /* declared again by a second pscom_init */
+        if (n_word_lists == cap_word_lists) {
+            size_t cap = cap_word_lists ? cap_word_lists * 2 : 8;
+            const psc_config_words_t **n =
+                realloc(word_lists, cap * sizeof(*n));
+
+            if (!n) {
+                psc_err("out of memory declaring the values of %s; any "
+                        "text is taken", w->name);
+                continue;
+            }
+            word_lists = n;
+            cap_word_lists = cap;
+        }
+        word_lists[n_word_lists++] = w;
+    }
+}
+
 void psc_config_reload(void)
 {
     for (size_t i = 0; i < n_entries; i++) entry_load(&entries[i]);
@@ -712,6 +790,9 @@ void psc_config_cleanup(void)
     free(ranges);
     ranges = NULL;
     n_ranges = cap_ranges = 0;
+    free(word_lists);
+    word_lists = NULL;
+    n_word_lists = cap_word_lists = 0;
     params_level = 0;
 
     pthread_mutex_lock(&env_dirs_lock);

@@ -19,6 +19,8 @@ struct psc_settings {
     int debug_contype;            /* PSP_DEBUG_CONTYPE */
     int debug_precon;             /* PSP_DEBUG_PRECON */
     int debug_version;            /* PSP_DEBUG_VERSION */
+    char *debug_timing;           /* PSP_DEBUG_TIMING */
+    int debug_stats;              /* PSP_DEBUG_STATS */
     size_t rendezvous;            /* PSP_RENDEZVOUS */
     int sched_yield;              /* PSP_SCHED_YIELD */
     int wait_sleep;               /* PSP_WAIT_SLEEP */
@@ -41,10 +43,23 @@ void psc_config_core_register(void);
 /* Add rows (same as pscom_plugin_config_register). */
 void psc_config_register(const pscom_config_row_t *rows, size_t count);
 
+/* A string row that takes one of a few words only. */
+typedef struct psc_config_words {
+    const char *name;         /* the row's name */
+    const char *const *words; /* NULL-terminated */
+} psc_config_words_t;
+
+/* Declare word lists for string rows registered afterwards (the list lives
+ * as long as the program, as the rows do). A value is taken when it is one
+ * of its row's words, ignoring case and surrounding blanks, and stored as
+ * the list spells it; any other value is reported and the default kept. */
+void psc_config_words(const psc_config_words_t *list, size_t count);
+
 /* Parse `text` as a value of `row`'s type into `out` (which points to a
  * variable of that type). 0 on success, -1 when it does not parse, -2 when
- * it is a number beyond the type's range (nothing written either way).
- * Strings are strdup'ed. */
+ * it is a number beyond the type's range, -3 when it is none of a word
+ * row's words (nothing written in any of these cases). Strings are
+ * strdup'ed. */
 int psc_config_parse(const pscom_config_row_t *row, const char *text,
                      void *out);
 

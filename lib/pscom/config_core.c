@@ -30,6 +30,18 @@ static const pscom_config_row_t core_rows[] = {
              "Trace the pre-connection handshake."),
     CORE_ROW("PSP_DEBUG_VERSION", PSCOM_CONFIG_BOOL, "0", debug_version,
              "Print the library version at initialisation."),
+    CORE_ROW("PSP_DEBUG_TIMING", PSCOM_CONFIG_STR, "0", debug_timing,
+             "Timestamp in the prefix of every diagnostic line, "
+             "<pscom:PID:HOST:TIME>: 0 none; us (or 1) seconds since "
+             "initialisation; delta seconds since the previous line; wall "
+             "seconds since the epoch (all as seconds.microseconds); date "
+             "local date and time, YYYY-MM-DD_hh:mm:ss.uuuuuu."),
+    CORE_ROW("PSP_DEBUG_STATS", PSCOM_CONFIG_BOOL, "0", debug_stats,
+             "Print a line of statistics for each connection when it is "
+             "closed (at exit for those still open), whatever PSP_DEBUG: "
+             "messages and bytes sent and received, how many of them by "
+             "rendezvous, how many arrived before their receive was posted "
+             "(unexpected), and one-sided operations posted."),
     CORE_ROW("PSP_RENDEZVOUS", PSCOM_CONFIG_SIZE, "inf", rendezvous,
              "Messages of at least this many bytes use the rendezvous "
              "protocol; a plugin's PSP_<NAME>_RENDEZVOUS overrides it."),
@@ -273,6 +285,13 @@ static const pscom_config_row_t ps_rows[] = {
 
 #define COUNT(a) (sizeof(a) / sizeof((a)[0]))
 
+static const char *const timing_words[] = {"0",    "1",    "us",
+                                           "date", "wall", "delta", NULL};
+
+static const psc_config_words_t core_words[] = {
+    {"PSP_DEBUG_TIMING", timing_words},
+};
+
 void psc_config_core_register(void)
 {
     const char *text;
@@ -286,12 +305,14 @@ void psc_config_core_register(void)
     text = pscom_env_get("PSP_DEBUG_OUT");
     if (text && *text) psc_log_open(text);
 
+    psc_config_words(core_words, COUNT(core_words));
     psc_config_register(core_rows, COUNT(core_rows));
     psc_config_register(mpi_rows, COUNT(mpi_rows));
     psc_config_register(ps_rows, COUNT(ps_rows));
 
     psc_log_level_set(psc_settings.debug);
     psc_log_open(psc_settings.debug_out);
+    psc_log_timing_set(psc_settings.debug_timing);
     psc_config_print_params(psc_settings.debug_param);
     psc_config_note_owner_set("parastation");
 }

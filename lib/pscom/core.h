@@ -301,6 +301,16 @@ struct psc_con {
                   int iovcnt);
     struct psc_precon *precon; /* while connecting */
     size_t rndv_threshold;     /* bodies of at least this size use rendezvous */
+    /* What PSP_DEBUG_STATS prints when the connection is retired: plain
+     * increments, once per user message where it is posted for sending or
+     * its header arrives (proto.c), per one-sided operation where it is
+     * posted (rma.c). */
+    struct psc_con_stats {
+        uint64_t tx_msgs, tx_bytes, tx_rndv;
+        uint64_t rx_msgs, rx_bytes, rx_rndv;
+        uint64_t rx_unexpected; /* kept until a receive was posted */
+        uint64_t rma_ops, rma_bytes;
+    } stats;
 
     struct psc_list next_dead; /* psc_ctx.dead: plugin to be closed */
     /* The request whose body was arriving when the connection failed: the

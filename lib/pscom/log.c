@@ -1,7 +1,8 @@
 /*
- * Diagnostics: every line goes out as "<pscom:PID:HOST> message" in a single
- * stdio call, so lines from several threads or processes sharing one file do
- * not interleave within a line.
+ * Diagnostics: every line goes out as "<pscom:PID:HOST> message" (with
+ * PSP_DEBUG_TIMING "<pscom:PID:HOST:TIME> message") in a single stdio call,
+ * so lines from several threads or processes sharing one file do not
+ * interleave within a line.
  */
 #include "log.h"
 
@@ -9,8 +10,11 @@
 #include <fcntl.h>
 #include <pthread.h>
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
+#include <time.h>
 #include <unistd.h>
 #include <wordexp.h>
 
@@ -39,19 +43,109 @@ FILE *psc_log_stream(void)
     return log_file ? log_file : stderr;
 }
 
-/* Compose "<pscom:PID:HOST> " before every line of msg, end with a newline,
- * and write it with one call. */
+/* PSP_DEBUG_TIMING. Read without a lock while other threads log: timing is
+ * stored (release) after timing_start, and loaded (acquire) before it. */
+enum timing { TIMING_NONE, TIMING_US, TIMING_DELTA, TIMING_WALL, TIMING_DATE };
+static int timing = TIMING_NONE;
+static int64_t timing_start_ns; /* CLOCK_MONOTONIC: what us counts from */
+static int64_t timing_last_ns;  /* CLOCK_MONOTONIC: delta's previous line */
+
+static int64_t clock_ns(clockid_t id, struct timespec *ts)
+{
+    clock_gettime(id, ts);
+    return (int64_t)ts->tv_sec * 1000000000 + ts->tv_nsec;
+}
+
+void psc_log_timing_set(const char *kind)
+{
+    static const struct {
+        const char *word;
+        enum timing t;
+    } kinds[] = {{"1", TIMING_US},      {"us", TIMING_US},
+                 {"delta", TIMING_DELTA}, {"wall", TIMING_WALL},
+                 {"date", TIMING_DATE}};
+    enum timing t = TIMING_NONE;
+    struct timespec mono, real;
+
+    for (size_t i = 0; kind && i < sizeof(kinds) / sizeof(kinds[0]); i++)
+        if (strcasecmp(kind, kinds[i].word) == 0) t = kinds[i].t;
+
+    /* Relative times count from the first request for them, also when
+     * the library is initialised again. */
+    if ((t == TIMING_US || t == TIMING_DELTA) && !timing_start_ns) {
+        int64_t now = clock_ns(CLOCK_MONOTONIC, &mono);
+        char date[32];
+        struct tm tm;
+
+        clock_ns(CLOCK_REALTIME, &real);
+        timing_start_ns = now;
+        __atomic_store_n(&timing_last_ns, now, __ATOMIC_RELAXED);
+        __atomic_store_n(&timing, t, __ATOMIC_RELEASE);
+        localtime_r(&real.tv_sec, &tm);
+        strftime(date, sizeof(date), "%Y-%m-%d %H:%M:%S", &tm);
+        psc_info("PSP_DEBUG_TIMING=%s: times count from %s.%06ld", kind,
+                 date, real.tv_nsec / 1000);
+        return;
+    }
+    __atomic_store_n(&timing, t, __ATOMIC_RELEASE);
+}
+
+/* ":TIME" for the prefix, or "" without PSP_DEBUG_TIMING. */
+static void time_str(char *buf, size_t len)
+{
+    int t = __atomic_load_n(&timing, __ATOMIC_ACQUIRE);
+    struct timespec ts;
+    int64_t d;
+
+    switch (t) {
+    case TIMING_US:
+    case TIMING_DELTA: {
+        int64_t now = clock_ns(CLOCK_MONOTONIC, &ts);
+        int64_t from = timing_start_ns;
+
+        if (t == TIMING_DELTA)
+            from = __atomic_exchange_n(&timing_last_ns, now, __ATOMIC_RELAXED);
+        /* Another thread's later line may have taken delta's turn. */
+        d = now > from ? now - from : 0;
+        snprintf(buf, len, ":%04lld.%06lld", (long long)(d / 1000000000),
+                 (long long)(d % 1000000000 / 1000));
+        return;
+    }
+    case TIMING_WALL:
+        clock_gettime(CLOCK_REALTIME, &ts);
+        snprintf(buf, len, ":%lld.%06ld", (long long)ts.tv_sec,
+                 ts.tv_nsec / 1000);
+        return;
+    case TIMING_DATE: {
+        char date[24];
+        struct tm tm;
+
+        clock_gettime(CLOCK_REALTIME, &ts);
+        localtime_r(&ts.tv_sec, &tm);
+        strftime(date, sizeof(date), "%Y-%m-%d_%H:%M:%S", &tm);
+        snprintf(buf, len, ":%s.%06ld", date, ts.tv_nsec / 1000);
+        return;
+    }
+    default:
+        if (len) buf[0] = '\0';
+    }
+}
+
+/* Compose "<pscom:PID:HOST> " (or "<pscom:PID:HOST:TIME> ") before every
+ * line of msg, end with a newline, and write it with one call. */
 static void emit(const char *msg)
 {
-    char prefix[96];
+    char prefix[160];
+    char when[64];
     char stackbuf[1024];
     char *out = stackbuf;
     size_t plen, lines = 1, need, pos = 0;
     const char *p;
 
     pthread_once(&hostname_once, hostname_init);
-    plen = (size_t)snprintf(prefix, sizeof(prefix), "<pscom:%d:%s> ",
-                            (int)getpid(), hostname);
+    time_str(when, sizeof(when));
+    plen = (size_t)snprintf(prefix, sizeof(prefix), "<pscom:%d:%s%s> ",
+                            (int)getpid(), hostname, when);
     if (plen >= sizeof(prefix)) plen = sizeof(prefix) - 1;
 
     for (p = msg; *p; p++)

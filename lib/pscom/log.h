@@ -1,7 +1,8 @@
 /*
  * Diagnostics. Levels follow PSP_DEBUG: 0 fatal, 1 error, 2 warning, 3 info,
  * 4 debug, 5 verbose, 6 trace. Output goes to stderr, or to the file named by
- * PSP_DEBUG_OUT. Every line starts with "<pscom:PID:HOST> ".
+ * PSP_DEBUG_OUT. Every line starts with "<pscom:PID:HOST> ", or with
+ * PSP_DEBUG_TIMING "<pscom:PID:HOST:TIME> ".
  *
  * Say in each message what failed, where (connection names, peer address,
  * transport), the system error, and what to try.
@@ -41,6 +42,13 @@ void psc_log_write(int level, const char *fmt, ...)
 
 /* (Re)open the output named by PSP_DEBUG_OUT; stderr when unset or on error. */
 void psc_log_open(const char *path);
+
+/* Timestamps in the prefix (PSP_DEBUG_TIMING): "us" or "1" seconds since
+ * the first call that asked for us or delta, "delta" seconds since the
+ * previous line, "wall" seconds since the epoch (all as
+ * seconds.microseconds), "date" the local date and time
+ * (YYYY-MM-DD_hh:mm:ss.uuuuuu); NULL, "0" or any other text: none. */
+void psc_log_timing_set(const char *kind);
 
 /* The stream diagnostics go to (for multi-line dumps). */
 FILE *psc_log_stream(void);

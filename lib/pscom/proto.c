@@ -171,6 +171,8 @@ void psc_proto_send(struct psc_con *con, struct psc_req *req)
             return;
         }
     }
+    con->stats.tx_msgs++;
+    con->stats.tx_bytes += r->data_len;
     if (r->data_len < con->rndv_threshold) {
         set_header(&r->header, PSC_MSG_USER, r->xheader_len, r->data_len);
         if (eager_now(con, req)) return;
@@ -179,6 +181,7 @@ void psc_proto_send(struct psc_con *con, struct psc_req *req)
         psc_con_queue(con, req); /* tx_now was asked already */
         return;
     }
+    con->stats.tx_rndv++;
     struct psc_rndv_info info = {.sender_id = ++psc_ctx.next_id,
                                  .data_len = r->data_len};
     char *x = (char *)&r->xheader + r->xheader_len;
@@ -440,6 +443,7 @@ static struct psc_req *generate(struct psc_con *con,
         psc_con_fail(con, PSCOM_OP_READ, PSCOM_ERR_STDERROR);
         return NULL;
     }
+    con->stats.rx_unexpected++;
     g->kind = PSC_REQ_GENERATED;
     g->pub.state = PSCOM_REQ_STATE_GRECV_REQUEST | PSCOM_REQ_STATE_POSTED;
     g->pub.header = *h;
@@ -539,6 +543,8 @@ static struct psc_req *find_by_id(struct psc_list *queue, uint64_t id)
 
 static int rx_user(struct psc_con *con, pscom_header_net_t *hdr)
 {
+    con->stats.rx_msgs++;
+    con->stats.rx_bytes += hdr->data_len;
     struct psc_req *req = find_receiver(con, hdr);
     if (req) {
         accept_into(req, con, hdr, hdr + 1);
@@ -565,6 +571,9 @@ static int rx_rndv_req(struct psc_con *con, pscom_header_net_t *hdr)
         return rx_protocol_error(con, "rendezvous description too long");
     size_t ulen = xl - sizeof(info) - info.blob_len;
     memcpy(blob, (char *)(hdr + 1) + ulen, info.blob_len);
+    con->stats.rx_msgs++;
+    con->stats.rx_bytes += info.data_len;
+    con->stats.rx_rndv++;
     /* Present it to matching as the user message it stands for. */
     set_header(hdr, PSC_MSG_USER, ulen, info.data_len);
 
@@ -805,6 +814,8 @@ static inline int rx_user_whole(struct psc_con *con,
 {
     size_t total = h->data_len;
 
+    con->stats.rx_msgs++;
+    con->stats.rx_bytes += total;
     if (!req) {
         req = generate(con, h, xheader, NULL, NULL);
         if (!req) return -1;

@@ -612,6 +612,8 @@ static struct psc_con *origin_prepare(pscom_request_t *r, const char *fn,
         psc_req_done(req, PSCOM_REQ_STATE_ERROR);
         return NULL;
     }
+    con->stats.rma_ops++;
+    con->stats.rma_bytes += r->data_len;
     return con;
 }
 

@@ -4,6 +4,7 @@
  * pscom_env_get_* readers and the printed forms.
  */
 #include <limits.h>
+#include <regex.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -12,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -115,6 +117,7 @@ static int teardown(void **state)
     clear_psp_environment();
     psc_config_cleanup();
     psc_log_open(NULL);
+    psc_log_timing_set(NULL);
     psc_settings.debug_param = 0;
     return 0;
 }
@@ -1096,6 +1099,181 @@ static void test_log_open_refuses_fifo_and_bad_names(void **state)
     rmdir(dir);
 }
 
+/* ---------------------------------------------------------------------- */
+/* Timestamps (PSP_DEBUG_TIMING)                                          */
+/* ---------------------------------------------------------------------- */
+
+#define TIMED_LINES 20
+
+/* Register the core rows with PSP_DEBUG_TIMING=value (NULL: unset), then
+ * log TIMED_LINES lines "line I": what was logged, registration included
+ * (free it). */
+static char *timed_log(const char *value)
+{
+    log_capture_start();
+    setenv("PSP_DEBUG_OUT", log_path, 1); /* registration keeps it open */
+    if (value)
+        setenv("PSP_DEBUG_TIMING", value, 1);
+    else
+        unsetenv("PSP_DEBUG_TIMING");
+    psc_config_cleanup();
+    psc_config_core_register();
+    for (int i = 0; i < TIMED_LINES; i++) psc_err("line %d", i);
+    return log_capture_end();
+}
+
+/* Every "line I" of log must read "<pscom:PID:HOST:TIME> line I" with TIME
+ * matching the extended regular expression time_re (NULL: no time,
+ * "<pscom:PID:HOST> line I"). The times go to times[TIMED_LINES]. */
+static void check_lines(const char *log, const char *time_re,
+                        char times[][48])
+{
+    char re_text[256], line[512];
+    regex_t re;
+    regmatch_t m[2];
+    int n = 0;
+
+    snprintf(re_text, sizeof(re_text), "^<pscom:%d:[^:>]+%s%s%s> line %s$",
+             (int)getpid(), time_re ? ":(" : "", time_re ? time_re : "",
+             time_re ? ")" : "", "([0-9]+)");
+    assert_int_equal(regcomp(&re, re_text, REG_EXTENDED), 0);
+    for (const char *p = log; *p;) {
+        const char *end = strchr(p, '\n');
+        size_t len = end ? (size_t)(end - p) : strlen(p);
+
+        snprintf(line, sizeof(line), "%.*s", (int)len, p);
+        p += len + (end ? 1 : 0);
+        if (!strstr(line, "> line ")) continue;
+        if (regexec(&re, line, 2, m, 0) != 0)
+            fail_msg("\"%s\" does not match %s", line, re_text);
+        if (time_re)
+            snprintf(times[n], 48, "%.*s", (int)(m[1].rm_eo - m[1].rm_so),
+                     line + m[1].rm_so);
+        n++;
+    }
+    regfree(&re);
+    assert_int_equal(n, TIMED_LINES);
+}
+
+/* SSSS.UUUUUU in microseconds. */
+static long long micros(const char *t)
+{
+    long long s, us;
+
+    assert_int_equal(sscanf(t, "%lld.%lld", &s, &us), 2);
+    return s * 1000000 + us;
+}
+
+static const char *timing_value(void)
+{
+    static char buf[64];
+    const pscom_config_row_t *row = psc_config_find("PSP_DEBUG_TIMING");
+
+    assert_non_null(row);
+    psc_config_value_str(row, buf, sizeof(buf));
+    return buf;
+}
+
+/* us (also written 1, or in capitals with blanks): seconds.microseconds
+ * since initialisation, zero-padded, never decreasing. */
+static void test_timing_us(void **state)
+{
+    static const char *const values[][2] = {
+        {"us", "us"}, {"1", "1"}, {" US ", "us"}};
+    char times[TIMED_LINES][48];
+
+    for (size_t v = 0; v < 3; v++) {
+        char *log = timed_log(values[v][0]);
+
+        assert_null(strstr(log, "PSP_DEBUG_TIMING=")); /* taken */
+        assert_string_equal(timing_value(), values[v][1]);
+        check_lines(log, "[0-9]{4,}\\.[0-9]{6}", times);
+        for (int i = 1; i < TIMED_LINES; i++)
+            assert_true(micros(times[i]) >= micros(times[i - 1]));
+        free(log);
+    }
+}
+
+/* delta: the same format, for the time since the previous line. */
+static void test_timing_delta(void **state)
+{
+    char times[TIMED_LINES][48];
+    char *log = timed_log("delta");
+
+    assert_string_equal(timing_value(), "delta");
+    check_lines(log, "[0-9]{4,}\\.[0-9]{6}", times);
+    free(log);
+}
+
+/* wall: seconds.microseconds since the epoch, now. */
+static void test_timing_wall(void **state)
+{
+    char times[TIMED_LINES][48];
+    time_t before = time(NULL);
+    char *log = timed_log("wall");
+    time_t after = time(NULL);
+
+    assert_string_equal(timing_value(), "wall");
+    check_lines(log, "[0-9]+\\.[0-9]{6}", times);
+    for (int i = 0; i < TIMED_LINES; i++) {
+        long long s = micros(times[i]) / 1000000;
+
+        assert_true(s >= (long long)before && s <= (long long)after);
+    }
+    free(log);
+}
+
+/* date: the local date and time, YYYY-MM-DD_hh:mm:ss.uuuuuu, of today. */
+static void test_timing_date(void **state)
+{
+    char times[TIMED_LINES][48], day0[16], day1[16];
+    time_t before = time(NULL);
+    char *log = timed_log("DATE");
+    time_t after = time(NULL);
+    struct tm tm;
+
+    strftime(day0, sizeof(day0), "%Y-%m-%d", localtime_r(&before, &tm));
+    strftime(day1, sizeof(day1), "%Y-%m-%d", localtime_r(&after, &tm));
+    assert_string_equal(timing_value(), "date");
+    check_lines(log,
+                "[0-9]{4}-[0-9]{2}-[0-9]{2}_[0-9]{2}:[0-9]{2}:[0-9]{2}\\."
+                "[0-9]{6}",
+                times);
+    for (int i = 0; i < TIMED_LINES; i++)
+        assert_true(strncmp(times[i], day0, 10) == 0 ||
+                    strncmp(times[i], day1, 10) == 0);
+    free(log);
+}
+
+/* Unset, 0, and a value that is none of the words: no time. A bad value
+ * is reported, naming variable, value and what it takes. */
+static void test_timing_off_and_bad(void **state)
+{
+    char *log = timed_log(NULL);
+    check_lines(log, NULL, NULL);
+    free(log);
+
+    log = timed_log("us");
+    free(log);
+    log = timed_log("0"); /* after us: off again */
+    check_lines(log, NULL, NULL);
+    assert_string_equal(timing_value(), "0");
+    free(log);
+
+    log = timed_log("microseconds");
+    assert_non_null(strstr(log, "PSP_DEBUG_TIMING=\"microseconds\" is none "
+                                "of 0, 1, us, date, wall or delta; keeping "
+                                "the default 0"));
+    assert_string_equal(timing_value(), "0");
+    check_lines(log, NULL, NULL);
+    free(log);
+
+    log = timed_log("");
+    assert_non_null(strstr(log, "PSP_DEBUG_TIMING=\"\" is none of"));
+    check_lines(log, NULL, NULL);
+    free(log);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1142,6 +1320,12 @@ int main(void)
                                         setup, teardown),
         cmocka_unit_test_setup_teardown(
             test_log_open_refuses_fifo_and_bad_names, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_timing_us, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_timing_delta, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_timing_wall, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_timing_date, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_timing_off_and_bad, setup,
+                                        teardown),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);
