@@ -33,6 +33,7 @@ struct psc_settings {
     char *plugindir;              /* PSP_PLUGINDIR */
     int ondemand;                 /* PSP_ONDEMAND */
     unsigned precon_max_payload;  /* PSP_PRECON_MAX_RECORD */
+    int sigquit;                  /* PSP_SIGQUIT */
 };
 
 extern struct psc_settings psc_settings;

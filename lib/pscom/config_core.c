@@ -85,6 +85,12 @@ static const pscom_config_row_t core_rows[] = {
     CORE_ROW("PSP_PRECON_MAX_RECORD", PSCOM_CONFIG_UINT, "65536",
              precon_max_payload,
              "Largest pre-connection record accepted, in bytes."),
+    CORE_ROW("PSP_SIGQUIT", PSCOM_CONFIG_BOOL, "0", sigquit,
+             "1: a SIGQUIT (Ctrl-backslash) makes the process print the "
+             "library's state (connections, pending requests, handshakes) "
+             "to the log, whatever PSP_DEBUG says, once it is inside pscom, "
+             "and go on running; an application's own SIGQUIT handler "
+             "still runs."),
 };
 
 /*

@@ -735,6 +735,22 @@ void psc_req_cache_drain(void);
 /* Requests kept for reuse now (for tests). */
 unsigned psc_req_cache_count(void);
 
+/* The library's state, as pscom_dump_info prints it: every socket and
+ * connection with what it waits for, groups with collectives under way,
+ * handshakes (util.c; lock held). */
+void psc_dump_state_locked(FILE *out);
+/* The parts of it that group.c and precon.c know: a socket's groups, and
+ * the handshakes under way. */
+void psc_group_dump_locked(FILE *out, struct psc_sock *sock);
+void psc_precon_dump_locked(FILE *out);
+
+/* PSP_SIGQUIT=1: install the SIGQUIT handler whose dump runs in progress
+ * (sigquit.c; at initialisation). */
+void psc_sigquit_init(void);
+/* Write the state to the log, whatever PSP_DEBUG says, after a line that
+ * says why (lock held). */
+void psc_dump_state_to_log_locked(const char *why);
+
 /* Node identity (util.c). */
 void psc_node_identity_init(void);
 /* pscom_init() unless it has been done: for calls that may come first. */

@@ -988,3 +988,44 @@ void pscom_barrier(pscom_group_t *group)
         psc_err("pscom_barrier(group %u, rank %u of %u): %s; the barrier "
                 "ended with an error", id, me, size, why);
 }
+
+/* ---------------------------------------------------------------------- */
+/* State dump                                                             */
+/* ---------------------------------------------------------------------- */
+
+/* The member rank of con in g, or NONE. */
+static unsigned member_rank_locked(const struct PSCOM_group *g,
+                                   const struct psc_con *con)
+{
+    for (uint32_t i = 0; i < g->size; i++)
+        if (g->members[i].con == con) return i;
+    return NONE;
+}
+
+void psc_group_dump_locked(FILE *out, struct psc_sock *sock)
+{
+    struct psc_list *gpos, *rpos;
+    psc_list_for_each(gpos, &groups) {
+        struct PSCOM_group *g = psc_list_entry(gpos, struct PSCOM_group, next);
+        if (g->sock != sock) continue;
+        fprintf(out, "  group %u rank %u of %u: %u broadcast/barrier under "
+                "way%s\n", g->id, g->rank, g->size, g->busy,
+                g->closed ? " (closed)" : "");
+        psc_list_for_each(rpos, &posted) {
+            struct psc_req *req = psc_list_entry(rpos, struct psc_req, next);
+            struct grecv *gr = (struct grecv *)req->pub.user;
+            struct psc_con *con =
+                req->pub.connection ? con_of(req->pub.connection) : NULL;
+            if (gr->key.group_id != g->id || !con || con->sock != sock)
+                continue;
+            char what[48] = "a barrier message";
+            if (gr->key.type == PSC_MSG_BCAST)
+                snprintf(what, sizeof(what), "the broadcast of root %u",
+                         gr->key.root);
+            fprintf(out, "    waiting for %s from group rank %u: "
+                    "%.8s(r%d)\n", what, member_rank_locked(g, con),
+                    con->pub.remote_con_info.name,
+                    con->pub.remote_con_info.rank);
+        }
+    }
+}

@@ -117,6 +117,7 @@ static void init_once(bool threaded)
     psc_plugins_load();
     psc_config_check_unknown_filtered(psc_plugins_pending_prefixes(), NULL,
                                       NULL);
+    psc_sigquit_init();
     if (psc_settings.debug_param) psc_config_print_params(psc_settings.debug_param);
     if (psc_settings.debug_version)
         psc_log_write(PSC_LOG_ERROR, "pscom %s (ABI %d.%d, API 0x%08x)",

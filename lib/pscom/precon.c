@@ -1116,3 +1116,26 @@ void psc_precon_check_timeouts(void)
         pc_retry_or_fail(pc, PSCOM_ERR_IOERROR, why);
     }
 }
+
+void psc_precon_dump_locked(FILE *out)
+{
+    struct psc_list *pos;
+    uint64_t now = psc_now_ms();
+    psc_list_for_each(pos, &psc_ctx.precons) {
+        struct psc_precon *pc = psc_list_entry(pos, struct psc_precon, next);
+        const pscom_con_info_t *l = &pc->con->sock->pub.local_con_info;
+        char limit[48] = "no time limit";
+        if (pc->deadline != UINT64_MAX)
+            snprintf(limit, sizeof(limit), "stalled in %llu ms",
+                     (unsigned long long)(pc->deadline > now
+                                              ? pc->deadline - now : 0));
+        char attempt[32] = "";
+        if (pc->connector)
+            snprintf(attempt, sizeof(attempt), ", attempt %u", pc->attempts);
+        fprintf(out, "  handshake %.8s(r%d) %s %s: %s%s%s%s, %s\n", l->name,
+                l->rank, pc->connector ? "->" : "<-", pc_peer(pc),
+                state_names[pc->state], attempt,
+                pc->trying ? ", trying " : "",
+                pc->trying ? pc->trying->name : "", limit);
+    }
+}

@@ -221,15 +221,94 @@ void psc_node_identity_init(void)
 /* Dumps                                                                  */
 /* ---------------------------------------------------------------------- */
 
+/* How many requests a queue (linked by psc_req.next) holds, and their
+ * bytes: what is left to write of each frame (a send queue), or each
+ * message's body length (announced, for a rendezvous). */
+struct qsum {
+    size_t n;
+    unsigned long long bytes;
+};
+
+static struct qsum qsum(struct psc_list *q, bool to_write)
+{
+    struct qsum s = {0, 0};
+    struct psc_list *pos;
+    psc_list_for_each(pos, q) {
+        struct psc_req *r = psc_list_entry(pos, struct psc_req, next);
+        s.n++;
+        if (to_write)
+            s.bytes += r->tx_left;
+        else
+            s.bytes += r->rndv_gen ? r->rndv.data_len : r->pub.data_len;
+    }
+    return s;
+}
+
+/* One line: what the connection waits for. The keys are explained in
+ * doc/architecture.md (State dump). */
+static void dump_con_locked(FILE *out, struct psc_con *con)
+{
+    struct qsum sends = qsum(&con->sendq, true);
+    struct qsum rndv_sends = qsum(&con->rndv_sendq, false);
+    struct qsum unexpected = qsum(&con->net_recvq, false);
+    size_t rndv_recvs =
+        psc_list_count(&con->rndv_recvq) + psc_list_count(&con->rx_deferq);
+
+    fprintf(out,
+            "%s state=%s recvs=%zu sends=%zu (%llu B) rndv_sends=%zu "
+            "(%llu B) rndv_recvs=%zu unexpected=%zu (%llu B)",
+            psc_con_str(con), pscom_con_state_str(con->pub.state),
+            psc_list_count(&con->recvq_user), sends.n, sends.bytes,
+            rndv_sends.n, rndv_sends.bytes, rndv_recvs, unexpected.n,
+            unexpected.bytes);
+    if (con->rx.phase == PSC_RX_DATA && con->rx.left)
+        fprintf(out, ", reading a body (%zu B to come)", con->rx.left);
+    if (con->ondemand) fprintf(out, ", on demand: not connected yet");
+    if (con->precon) fprintf(out, ", handshake under way");
+    if (con->got_eof) fprintf(out, ", the peer closed");
+    if (con->closing) fprintf(out, ", closing");
+    if (con->failed) fprintf(out, ", failed: %s", pscom_err_str(con->error));
+    fprintf(out, "\n");
+}
+
+void psc_dump_state_locked(FILE *out)
+{
+    struct psc_list *spos, *cpos;
+
+    fprintf(out, "pscom %s state: pid %d on %s (%s), node id %d%s\n",
+            PSC_VERSION_STRING, (int)getpid(), psc_ctx.hostname,
+            psc_ctx.node_addr, psc_ctx.node_id,
+            psc_ctx.threaded ? ", threads" : "");
+    psc_list_for_each(spos, &psc_ctx.sockets) {
+        struct psc_sock *s = psc_list_entry(spos, struct psc_sock, next_sock);
+        const pscom_con_info_t *l = &s->pub.local_con_info;
+        char listen[32] = "not listening";
+        if (s->listen_fd >= 0)
+            snprintf(listen, sizeof(listen), "port %d%s", s->pub.listen_portno,
+                     s->listen_suspended ? " (suspended)" : "");
+        fprintf(out, "socket %.8s(r%d) %s: connections=%zu anysrc_recvs=%zu\n",
+                l->name, l->rank, listen, psc_list_count(&s->cons),
+                psc_list_count(&s->recvq_any));
+        psc_list_for_each(cpos, &s->cons) {
+            fprintf(out, "  ");
+            dump_con_locked(out,
+                            psc_list_entry(cpos, struct psc_con, next_con));
+        }
+        psc_group_dump_locked(out, s);
+    }
+    fprintf(out, "receives from any socket: %zu\n",
+            psc_list_count(&psc_ctx.recvq_any));
+    fprintf(out, "handshakes under way: %zu\n",
+            psc_list_count(&psc_ctx.precons));
+    psc_precon_dump_locked(out);
+    fprintf(out, "end of pscom state\n");
+}
+
 void pscom_dump_connection(FILE *out, pscom_connection_t *connection)
 {
     if (!connection) return;
-    struct psc_con *con = con_of(connection);
     psc_lock();
-    fprintf(out, "%s state=%s sendq=%zu recvq=%zu unexpected=%zu\n",
-            psc_con_str(con), pscom_con_state_str(connection->state),
-            psc_list_count(&con->sendq), psc_list_count(&con->recvq_user),
-            psc_list_count(&con->net_recvq));
+    dump_con_locked(out, con_of(connection));
     psc_unlock();
 }
 
@@ -248,20 +327,7 @@ void pscom_dump_reqstat(FILE *out)
 
 void pscom_dump_info(FILE *out)
 {
-    fprintf(out, "pscom %s on %s (%s), node id %d\n", PSC_VERSION_STRING,
-            psc_ctx.hostname, psc_ctx.node_addr, psc_ctx.node_id);
-    psc_lock(); /* recursive: pscom_dump_connection takes it again */
-    struct psc_list *spos;
-    psc_list_for_each(spos, &psc_ctx.sockets) {
-        struct psc_sock *s = psc_list_entry(spos, struct psc_sock, next_sock);
-        fprintf(out, "socket %.8s port %d\n", s->pub.local_con_info.name,
-                s->pub.listen_portno);
-        struct psc_list *cpos;
-        psc_list_for_each(cpos, &s->cons) {
-            fprintf(out, "  ");
-            pscom_dump_connection(out, &psc_list_entry(cpos, struct psc_con,
-                                                       next_con)->pub);
-        }
-    }
+    psc_lock();
+    psc_dump_state_locked(out);
     psc_unlock();
 }
