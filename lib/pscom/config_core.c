@@ -232,61 +232,58 @@ static const pscom_config_row_t mpi_rows[] = {
  * script written for it is not told they do not exist, and named when set
  * (PSP_DEBUG >= 2) as having no effect, with what to use instead.
  */
-static struct {
-    int i[8];
-    unsigned u[8];
-} ps_dummy;
+static char *ps_dummy[16];
 
-#define PS_INT(n, name, def, help)                                             \
-    {name, PSCOM_CONFIG_INT, def, help, "parastation", NULL, &ps_dummy.i[n]}
-#define PS_UINT(n, name, def, help)                                            \
-    {name, PSCOM_CONFIG_UINT, def, help, "parastation", NULL, &ps_dummy.u[n]}
+/* Strings: any value is taken as it is (there is nothing to parse it for),
+ * and a set one is only named. Defaults are ParaStation's. */
+#define PS_ROW(n, name, def, help)                                             \
+    {name, PSCOM_CONFIG_STR, def, help, "parastation", NULL, &ps_dummy[n]}
 
 static const pscom_config_row_t ps_rows[] = {
-    PS_INT(0, "PSP_UNEXPECTED_RECEIVES", "0",
+    PS_ROW(0, "PSP_UNEXPECTED_RECEIVES", "0",
            "ParaStation pscom: 1 reads from connections that have no "
            "receive posted. No effect here: every connection is read, and "
            "what no receive wants yet is kept as an unexpected message."),
-    PS_INT(1, "PSP_SIGSUSPEND", NULL,
+    PS_ROW(1, "PSP_SIGSUSPEND", NULL,
            "ParaStation pscom: the signal that suspends the process's "
            "connections (job suspension by its process manager). No effect "
            "here: connections are not suspended."),
-    PS_INT(2, "PSP_SIGSEGV", "1",
+    PS_ROW(2, "PSP_SIGSEGV", "1",
            "ParaStation pscom: 1 prints the library's state on SIGSEGV. No "
            "effect here: the library installs no SIGSEGV handler (it would "
            "print from a broken process; use a debugger or a core file)."),
-    PS_INT(3, "PSP_DEADLOCK_WARNINGS", "0",
+    PS_ROW(3, "PSP_DEADLOCK_WARNINGS", "0",
            "ParaStation pscom: 1 warns when a wait makes no progress for "
            "long. No effect here."),
-    PS_INT(4, "PSP_GUARD", "1",
+    PS_ROW(4, "PSP_GUARD", "1",
            "ParaStation pscom: 1 watches every connection's peer through an "
            "extra TCP connection. No effect here: each transport reports "
            "its peer's end itself, and with libpscom_pmix PMIx's events "
            "fail the connections of a dead rank."),
-    PS_UINT(0, "PSP_IPROBE_COUNT", "0",
-            "ParaStation pscom: pscom_iprobe calls between two that make "
-            "progress. No effect here: every pscom_iprobe makes progress."),
-    PS_INT(5, "PSP_DEBUG_REQ", "0",
+    PS_ROW(5, "PSP_IPROBE_COUNT", "0",
+           "ParaStation pscom: pscom_iprobe calls between two that make "
+           "progress. No effect here: every pscom_iprobe makes progress."),
+    PS_ROW(6, "PSP_DEBUG_REQ", "0",
            "ParaStation pscom: 1 keeps every request on a list for "
            "pscom_dump_reqstat. No effect here."),
-    PS_UINT(1, "PSP_PRECON_TCP_SO_SNDBUF", "32768",
-            "ParaStation pscom: send buffer of its pre-connection TCP "
-            "socket. No effect here: PSP_TCP_SNDBUF sets the tcp "
-            "transport's."),
-    PS_UINT(2, "PSP_PRECON_TCP_SO_RCVBUF", "32768",
-            "ParaStation pscom: receive buffer of its pre-connection TCP "
-            "socket. No effect here: PSP_TCP_RCVBUF sets the tcp "
-            "transport's."),
-    PS_INT(6, "PSP_PRECON_TCP_NODELAY", "1",
+    PS_ROW(7, "PSP_PRECON_TCP_SO_SNDBUF", "32768",
+           "ParaStation pscom: send buffer of its pre-connection TCP "
+           "socket. No effect here: PSP_TCP_SNDBUF sets the tcp "
+           "transport's."),
+    PS_ROW(8, "PSP_PRECON_TCP_SO_RCVBUF", "32768",
+           "ParaStation pscom: receive buffer of its pre-connection TCP "
+           "socket. No effect here: PSP_TCP_RCVBUF sets the tcp "
+           "transport's."),
+    PS_ROW(9, "PSP_PRECON_TCP_NODELAY", "1",
            "ParaStation pscom: TCP_NODELAY on its pre-connection socket. No "
            "effect here: PSP_TCP_NODELAY sets the tcp transport's."),
-    PS_UINT(3, "PSP_PRECON_TCP_RECONNECT_TIMEOUT", "2000",
-            "ParaStation pscom: milliseconds before a stalled connect is "
-            "tried again. No effect here: PSP_CONNECT_TIMEOUT and "
-            "PSP_RETRY bound the setup."),
-    PS_UINT(4, "PSP_PRECON_TCP_CONNECT_STALLED_MAX", "6",
-            "ParaStation pscom: stalled connects tolerated. No effect here: "
-            "PSP_CONNECT_TIMEOUT and PSP_RETRY bound the setup."),
+    PS_ROW(10, "PSP_PRECON_TCP_RECONNECT_TIMEOUT", "2000",
+           "ParaStation pscom: milliseconds before a stalled connect is "
+           "tried again. No effect here: PSP_CONNECT_TIMEOUT and "
+           "PSP_RETRY bound the setup."),
+    PS_ROW(11, "PSP_PRECON_TCP_CONNECT_STALLED_MAX", "6",
+           "ParaStation pscom: stalled connects tolerated. No effect here: "
+           "PSP_CONNECT_TIMEOUT and PSP_RETRY bound the setup."),
 };
 
 #define COUNT(a) (sizeof(a) / sizeof((a)[0]))

@@ -81,8 +81,9 @@ void psc_log_timing_set(const char *kind)
         timing_start_ns = now;
         __atomic_store_n(&timing_last_ns, now, __ATOMIC_RELAXED);
         __atomic_store_n(&timing, t, __ATOMIC_RELEASE);
-        localtime_r(&real.tv_sec, &tm);
-        strftime(date, sizeof(date), "%Y-%m-%d %H:%M:%S", &tm);
+        if (!localtime_r(&real.tv_sec, &tm) ||
+            !strftime(date, sizeof(date), "%Y-%m-%d %H:%M:%S", &tm))
+            date[0] = '\0';
         psc_info("PSP_DEBUG_TIMING=%s: times count from %s.%06ld", kind,
                  date, real.tv_nsec / 1000);
         return;
@@ -121,8 +122,9 @@ static void time_str(char *buf, size_t len)
         struct tm tm;
 
         clock_gettime(CLOCK_REALTIME, &ts);
-        localtime_r(&ts.tv_sec, &tm);
-        strftime(date, sizeof(date), "%Y-%m-%d_%H:%M:%S", &tm);
+        if (!localtime_r(&ts.tv_sec, &tm) ||
+            !strftime(date, sizeof(date), "%Y-%m-%d_%H:%M:%S", &tm))
+            date[0] = '\0';
         snprintf(buf, len, ":%s.%06ld", date, ts.tv_nsec / 1000);
         return;
     }
@@ -303,7 +305,10 @@ void psc_log_open(const char *path)
         if (expanded) wordfree(&we);
         return;
     }
-    setvbuf(f, NULL, _IOLBF, 0);
+    /* Unbuffered, as stderr: a message (a state dump has many lines) goes
+     * out in one write, so that processes sharing the file do not cut
+     * into it; line buffering split it at 4 KiB. */
+    setvbuf(f, NULL, _IONBF, 0);
     if (expanded) wordfree(&we);
 
     log_close();

@@ -32,23 +32,29 @@ static volatile sig_atomic_t asked;  /* a SIGQUIT came since the last dump */
 static pid_t owner;                  /* the process that installed it */
 static struct sigaction previous;    /* set before ours is installed */
 
-/* Async-signal-safe: getpid, write, and the previous handler. */
+/* Async-signal-safe: getpid, write, sigaction, raise, and the previous
+ * handler. */
 static void on_sigquit(int sig, siginfo_t *info, void *uctx)
 {
     int saved = errno;
     /* A forked child shares the pipe with its parent: its signal is not
-     * the parent's to answer. */
-    if (getpid() == owner) {
-        asked = 1;
-        (void)!write(wake[1], "q", 1);
+     * the parent's to answer. It gets what it had before pscom (the
+     * default ends it with a core file, as without PSP_SIGQUIT). */
+    if (getpid() != owner) {
+        sigaction(SIGQUIT, &previous, NULL);
+        raise(SIGQUIT); /* delivered when this handler returns */
+        errno = saved;
+        return;
     }
-    errno = saved;
+    asked = 1;
+    (void)!write(wake[1], "q", 1);
     if (previous.sa_flags & SA_SIGINFO) {
         if (previous.sa_sigaction) previous.sa_sigaction(sig, info, uctx);
     } else if (previous.sa_handler != SIG_DFL &&
                previous.sa_handler != SIG_IGN) {
         previous.sa_handler(sig);
     }
+    errno = saved;
 }
 
 /* The read end is ready: in a round of progress, lock held. */

@@ -8,9 +8,10 @@
  * orchestrator sends it SIGQUIT and reads its stderr up to the end of the
  * dump, which must name the socket and the connection to the sender with
  * its posted receive and its unexpected message. Then the sender sends tag
- * 2: the receiver's wait ends, it takes tag 1 as well and exits 0. Without
- * the feature the default action of SIGQUIT ends the receiver and its
- * stderr ends without a dump.
+ * 2: the receiver's wait ends, it takes tag 1 as well, and a child it forks
+ * must still be ended by SIGQUIT; it exits 0. Without the feature the
+ * default action of SIGQUIT ends the receiver and its stderr ends without
+ * a dump.
  */
 #include "itest.h"
 
@@ -20,6 +21,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #define UNEXP_LEN 100
@@ -90,6 +93,24 @@ static int receiver(itest_link_t *link, void *arg)
     ITEST_ASSERT_REQ_OK(r, "the receive of tag 1");
     ITEST_ASSERT_PATTERN(unexp, sizeof(unexp), 1, "tag 1");
     pscom_request_free(r);
+
+    /* A forked child is not the one the dump is for: SIGQUIT does to it
+     * what it did before pscom (here the default: the end, with a core). */
+    itest_step("a forked child raising SIGQUIT");
+    pid_t child = fork();
+    if (child < 0) ITEST_FAIL("fork: %s", strerror(errno));
+    if (child == 0) {
+        struct rlimit no_core = {0, 0};
+        setrlimit(RLIMIT_CORE, &no_core);
+        raise(SIGQUIT);
+        _exit(0);
+    }
+    int status;
+    if (waitpid(child, &status, 0) != child)
+        ITEST_FAIL("waitpid: %s", strerror(errno));
+    if (!WIFSIGNALED(status) || WTERMSIG(status) != SIGQUIT)
+        ITEST_FAIL("the forked child was not ended by SIGQUIT (status 0x%x)",
+                   (unsigned)status);
     pscom_close_socket(sock);
     return 0;
 }
