@@ -28,12 +28,24 @@
 
 static char log_path[] = "/tmp/pscom_test_dump_XXXXXX";
 static volatile sig_atomic_t app_handler_calls;
+#ifdef DUMP_SIGINFO
+/* Built with DUMP_SIGINFO: the application's handler is an SA_SIGINFO
+ * one, and must get the signal's information. */
+static volatile sig_atomic_t app_siginfo_ok;
 
+static void app_siginfo_handler(int sig, siginfo_t *info, void *uctx)
+{
+    app_handler_calls++;
+    app_siginfo_ok = sig == SIGQUIT && info && info->si_signo == SIGQUIT &&
+                     uctx != NULL;
+}
+#else
 static void app_handler(int sig)
 {
     (void)sig;
     app_handler_calls++;
 }
+#endif
 
 static pscom_socket_t *sock;
 static pscom_connection_t *con;
@@ -228,6 +240,9 @@ static void sigquit_dumps_in_progress(void **state)
     raise(SIGQUIT);
     /* The application's handler ran, at once, and we are alive. */
     assert_int_equal(app_handler_calls, 1);
+#ifdef DUMP_SIGINFO
+    assert_true(app_siginfo_ok);
+#endif
 
     char *logged = NULL;
     while (!logged) {
@@ -285,7 +300,14 @@ int main(void)
     close(fd);
     setenv("PSP_SIGQUIT", "1", 1);
     setenv("PSP_DEBUG_OUT", log_path, 1);
+#ifdef DUMP_SIGINFO
+    struct sigaction sa = {.sa_sigaction = app_siginfo_handler,
+                           .sa_flags = SA_SIGINFO};
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGQUIT, &sa, NULL);
+#else
     signal(SIGQUIT, app_handler);
+#endif
     if (pscom_init(PSCOM_VERSION) != PSCOM_SUCCESS) return 1;
 
     const struct CMUnitTest tests[] = {
