@@ -125,6 +125,13 @@ static pscom_err_t closed_meanwhile(pscom_pmix_job_t *job)
     return PSCOM_ERR_STDERROR;
 }
 
+/* The error a rank's failure mark (job->failed: 1 failed, 2 ended
+ * normally) fails its connection with. */
+static pscom_err_t mark_err(signed char failed)
+{
+    return failed == 2 ? PSCOM_ERR_EOF : PSCOM_ERR_IOERROR;
+}
+
 struct fail_rank {
     pscom_pmix_job_t *job;
     int rank;
@@ -163,9 +170,7 @@ static void fail_rank_locked(void *arg)
             con      ? "failing its connection and the requests pending on it"
             : closed ? "its connection went with the closed socket"
                      : "there is no connection to it yet");
-    if (con)
-        pscom_fail_connection(con, f->normal_exit ? PSCOM_ERR_EOF
-                                                  : PSCOM_ERR_IOERROR);
+    if (con) pscom_fail_connection(con, mark_err(failed));
 }
 
 void pmx_fail_peer(pscom_pmix_job_t *job, int rank, int code,
@@ -182,9 +187,7 @@ static void fail_marked_locked(void *arg)
     const struct fail_rank *f = arg;
     signed char failed;
     pscom_connection_t *con = pmx_peer_get(f->job, f->rank, &failed);
-    if (con && failed)
-        pscom_fail_connection(con, failed == 2 ? PSCOM_ERR_EOF
-                                               : PSCOM_ERR_IOERROR);
+    if (con && failed) pscom_fail_connection(con, mark_err(failed));
 }
 
 /* ---------------------------------------------------------------------- */

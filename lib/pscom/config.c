@@ -36,13 +36,42 @@ struct entry {
     bool printed; /* already shown for PSP_DEBUG_PARAM */
 };
 
-/* Declared ranges (pscom_plugin_config_ranges), looked up by name. */
-static const pscom_config_range_t **ranges;
-static size_t n_ranges, cap_ranges;
+/* A growing array of pointers to declarations that the caller keeps. */
+struct decl_list {
+    const void **v;
+    size_t n, cap;
+};
 
-/* Declared word lists (psc_config_words), looked up by name. */
-static const psc_config_words_t **word_lists;
-static size_t n_word_lists, cap_word_lists;
+/* Append p; false when out of memory (nothing changed). */
+static bool decl_add(struct decl_list *l, const void *p)
+{
+    if (l->n == l->cap) {
+        size_t cap = l->cap ? l->cap * 2 : 16;
+        const void **v = realloc(l->v, cap * sizeof(*v));
+        if (!v) return false;
+        l->v = v;
+        l->cap = cap;
+    }
+    l->v[l->n++] = p;
+    return true;
+}
+
+static bool decl_known(const struct decl_list *l, const void *p)
+{
+    for (size_t i = 0; i < l->n; i++)
+        if (l->v[i] == p) return true;
+    return false;
+}
+
+static void decl_free(struct decl_list *l)
+{
+    free(l->v);
+    *l = (struct decl_list){0};
+}
+
+/* Declared ranges (pscom_plugin_config_ranges, pscom_config_range_t) and
+ * word lists (psc_config_words, psc_config_words_t), looked up by name. */
+static struct decl_list ranges, word_lists;
 
 /* Registered rows in registration order; duplicates are never added. */
 static struct entry *entries;
@@ -298,9 +327,10 @@ static int parse_typed(pscom_config_type_t type, const char *text, void *out)
 static const char *const *words_of(const pscom_config_row_t *row)
 {
     if (row->type != PSCOM_CONFIG_STR) return NULL;
-    for (size_t i = 0; i < n_word_lists; i++)
-        if (strcmp(word_lists[i]->name, row->name) == 0)
-            return word_lists[i]->words;
+    for (size_t i = 0; i < word_lists.n; i++) {
+        const psc_config_words_t *w = word_lists.v[i];
+        if (strcmp(w->name, row->name) == 0) return w->words;
+    }
     return NULL;
 }
 
@@ -479,8 +509,10 @@ void psc_config_value_str(const pscom_config_row_t *row, char *buf,
 
 static const pscom_config_range_t *range_of(const char *name)
 {
-    for (size_t i = n_ranges; i-- > 0;)
-        if (strcmp(ranges[i]->name, name) == 0) return ranges[i];
+    for (size_t i = ranges.n; i-- > 0;) {
+        const pscom_config_range_t *r = ranges.v[i];
+        if (strcmp(r->name, name) == 0) return r;
+    }
     return NULL;
 }
 
@@ -715,20 +747,9 @@ void pscom_plugin_config_ranges(const pscom_config_range_t *list,
         }
         /* The same table declared again (a plugin started again). */
         if (range_of(r->name) == r) continue;
-        if (n_ranges == cap_ranges) {
-            size_t cap = cap_ranges ? cap_ranges * 2 : 32;
-            const pscom_config_range_t **n =
-                realloc(ranges, cap * sizeof(*n));
-
-            if (!n) {
-                psc_err("out of memory declaring the range of %s; it is "
-                        "not checked", r->name);
-                continue;
-            }
-            ranges = n;
-            cap_ranges = cap;
-        }
-        ranges[n_ranges++] = r;
+        if (!decl_add(&ranges, r))
+            psc_err("out of memory declaring the range of %s; it is not "
+                    "checked", r->name);
     }
 }
 
@@ -736,25 +757,12 @@ void psc_config_words(const psc_config_words_t *list, size_t count)
 {
     for (size_t i = 0; i < count; i++) {
         const psc_config_words_t *w = &list[i];
-        bool known = false;
 
-        for (size_t j = 0; j < n_word_lists; j++)
-            known |= word_lists[j] == w;
-        if (known) continue; /* declared again by a second pscom_init */
-        if (n_word_lists == cap_word_lists) {
-            size_t cap = cap_word_lists ? cap_word_lists * 2 : 8;
-            const psc_config_words_t **n =
-                realloc(word_lists, cap * sizeof(*n));
-
-            if (!n) {
-                psc_err("out of memory declaring the values of %s; any "
-                        "text is taken", w->name);
-                continue;
-            }
-            word_lists = n;
-            cap_word_lists = cap;
-        }
-        word_lists[n_word_lists++] = w;
+        /* Declared again by a second pscom_init. */
+        if (decl_known(&word_lists, w)) continue;
+        if (!decl_add(&word_lists, w))
+            psc_err("out of memory declaring the values of %s; any text is "
+                    "taken", w->name);
     }
 }
 
@@ -787,12 +795,8 @@ void psc_config_cleanup(void)
     free(entries);
     entries = NULL;
     n_entries = cap_entries = 0;
-    free(ranges);
-    ranges = NULL;
-    n_ranges = cap_ranges = 0;
-    free(word_lists);
-    word_lists = NULL;
-    n_word_lists = cap_word_lists = 0;
+    decl_free(&ranges);
+    decl_free(&word_lists);
     params_level = 0;
 
     pthread_mutex_lock(&env_dirs_lock);

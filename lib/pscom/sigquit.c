@@ -2,7 +2,7 @@
  * PSP_SIGQUIT=1: a SIGQUIT makes the process print the library's state, so
  * that a user can see what a hung job waits for without ending it.
  *
- * The handler only sets a flag and writes a byte to a pipe (both ends
+ * The handler only writes a byte to a pipe (both ends
  * non-blocking and close-on-exec). The pipe's read end is a cold
  * descriptor of the progress engine, so the dump runs in a round of
  * progress, in a normal context and with the library's lock held: at once
@@ -28,7 +28,6 @@
 #include "core.h"
 
 static int wake[2] = {-1, -1};       /* the pipe: read end, write end */
-static volatile sig_atomic_t asked;  /* a SIGQUIT came since the last dump */
 static pid_t owner;                  /* the process that installed it */
 static struct sigaction previous;    /* set before ours is installed */
 
@@ -46,8 +45,7 @@ static void on_sigquit(int sig, siginfo_t *info, void *uctx)
         errno = saved;
         return;
     }
-    asked = 1;
-    (void)!write(wake[1], "q", 1);
+    (void)!write(wake[1], "q", 1); /* a full pipe asks already */
     if (previous.sa_flags & SA_SIGINFO) {
         if (previous.sa_sigaction) previous.sa_sigaction(sig, info, uctx);
     } else if (previous.sa_handler != SIG_DFL &&
@@ -61,12 +59,12 @@ static void on_sigquit(int sig, siginfo_t *info, void *uctx)
 static void on_wake(int fd, uint32_t events, void *arg)
 {
     char buf[64];
+    bool asked = false;
     (void)events;
     (void)arg;
-    while (read(fd, buf, sizeof(buf)) > 0)
-        ;
+    /* Drained before the dump: a signal during it asks for another. */
+    while (read(fd, buf, sizeof(buf)) > 0) asked = true;
     if (!asked) return;
-    asked = 0; /* before the dump: a signal during it asks for another */
     psc_dump_state_to_log_locked("SIGQUIT (PSP_SIGQUIT=1)");
 }
 
